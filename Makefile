@@ -1,0 +1,46 @@
+# swarm-autoscaler: every target does its own setup on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install lint format test test-fast bench demo run services-up services-down clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy src
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix src tests bench
+	$(BIN)/ruff format src tests bench
+
+# The whole suite: lint, then every test. Servers the tests need (redis-server, dockerd) are installed
+# with apt when missing by scripts/ensure-services.sh; the suite itself starts and stops them.
+test: lint
+	bash scripts/ensure-services.sh
+	$(BIN)/pytest
+
+test-fast: $(STAMP)
+	$(BIN)/pytest -m "not swarm and not e2e"
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+demo: $(STAMP)
+	$(BIN)/swarm-autoscaler demo
+
+run: $(STAMP)
+	$(BIN)/swarm-autoscaler run
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

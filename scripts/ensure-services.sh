@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the servers the test suite starts by itself (redis-server; dockerd for the swarm tests when root).
+# Only installs packages; it starts nothing: each test fixture starts and stops its own server.
+set -euo pipefail
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+if [ "$(id -u)" = 0 ]; then
+  command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
+fi
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "missing ${need[*]}: install them (apt-get install ${need[*]}) or run as root" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  # Debian's packages start their services on install; the tests run their own, so stop those.
+  if command -v systemctl >/dev/null 2>&1; then systemctl stop redis-server docker docker.socket containerd 2>/dev/null || true; fi
+  pkill -x redis-server 2>/dev/null || true
+fi

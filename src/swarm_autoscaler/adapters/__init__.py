@@ -1,0 +1,1 @@
+"""Adapters: the only place vendor SDKs (aiobotocore, aiodocker, distributed, redis) are imported."""

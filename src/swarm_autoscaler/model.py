@@ -1,0 +1,382 @@
+"""The core's vocabulary: frozen dataclasses that adapters build and the planner reads.
+
+Nothing here performs I/O or reads a clock. Times are seconds since the epoch as floats; the only "now"
+the core sees is `Snapshot.now`. Memory sizes are bytes.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+GIB = 1024**3
+
+# --------------------------------------------------------------------------------------------- resources
+
+
+class NegativeResourcesError(ValueError):
+    """Raised when a subtraction would leave a negative amount: callers must check `fits_in` first."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """An amount of machine capacity or of a task's needs.
+
+    `generic` holds named resources (dask's resource restrictions other than CPU, MEM and GPU) as a
+    sorted tuple of (name, amount) pairs so that the value is hashable and compares by content.
+    Arithmetic never silently goes negative: `-` raises `NegativeResourcesError`; use `saturating_sub`
+    where clamping at zero is meant.
+    """
+
+    cpus: float = 0.0
+    ram: int = 0
+    gpus: int = 0
+    generic: tuple[tuple[str, float], ...] = ()
+
+    @staticmethod
+    def of(cpus: float = 0.0, ram: int = 0, gpus: int = 0, **generic: float) -> Resources:
+        return Resources(cpus, ram, gpus, tuple(sorted((k, v) for k, v in generic.items() if v)))
+
+    @property
+    def generic_map(self) -> Mapping[str, float]:
+        return dict(self.generic)
+
+    def _combine_generic(self, other: Resources, sign: int) -> dict[str, float]:
+        out = dict(self.generic)
+        for name, amount in other.generic:
+            out[name] = out.get(name, 0.0) + sign * amount
+        return out
+
+    def __add__(self, other: Resources) -> Resources:
+        gen = self._combine_generic(other, 1) if other.generic or self.generic else {}
+        return Resources(
+            self.cpus + other.cpus,
+            self.ram + other.ram,
+            self.gpus + other.gpus,
+            tuple(sorted((k, v) for k, v in gen.items() if v)),
+        )
+
+    def __sub__(self, other: Resources) -> Resources:
+        if not other.fits_in(self):
+            raise NegativeResourcesError(f"cannot take {other} from {self}")
+        return self.saturating_sub(other)
+
+    def saturating_sub(self, other: Resources) -> Resources:
+        """Subtract, clamping every amount at zero (for accounting that may be momentarily stale)."""
+        gen = self._combine_generic(other, -1) if other.generic or self.generic else {}
+        return Resources(
+            max(0.0, round(self.cpus - other.cpus, 9)),
+            max(0, self.ram - other.ram),
+            max(0, self.gpus - other.gpus),
+            tuple(sorted((k, v) for k, v in gen.items() if v > 0)),
+        )
+
+    def fits_in(self, capacity: Resources) -> bool:
+        """True when every amount here is at most the same amount of `capacity`."""
+        if self.cpus > capacity.cpus + 1e-9 or self.ram > capacity.ram or self.gpus > capacity.gpus:
+            return False
+        if not self.generic:
+            return True
+        have = dict(capacity.generic)
+        return all(amount <= have.get(name, 0.0) + 1e-9 for name, amount in self.generic)
+
+    def is_zero(self) -> bool:
+        return self.cpus <= 0 and self.ram <= 0 and self.gpus <= 0 and not self.generic
+
+    def __str__(self) -> str:
+        parts = [f"cpus={self.cpus:g}", f"ram={self.ram / GIB:.3g}GiB"]
+        if self.gpus:
+            parts.append(f"gpus={self.gpus}")
+        parts.extend(f"{k}={v:g}" for k, v in self.generic)
+        return " ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceType:
+    """An EC2 instance type: what a machine of that type offers, and its on-demand price if known."""
+
+    name: str
+    resources: Resources
+    price_per_hour: float | None = None
+
+
+# --------------------------------------------------------------------------------------------- observed state
+
+
+class InstanceState(enum.StrEnum):
+    """EC2's instance states that the daemon can see (terminated instances are never listed)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SHUTTING_DOWN = "shutting-down"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """One EC2 instance carrying this daemon's ownership tags.
+
+    `hostname` is the first label of the private DNS name; it is the swarm node's hostname.
+    `launched_at` is EC2's launch time.
+    """
+
+    id: str
+    type_name: str
+    state: InstanceState
+    launched_at: float
+    hostname: str
+    zone: str = ""
+    subnet_id: str = ""
+    tags: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def alive(self) -> bool:
+        return self.state in (InstanceState.PENDING, InstanceState.RUNNING)
+
+
+class Availability(enum.StrEnum):
+    ACTIVE = "active"
+    DRAIN = "drain"
+    PAUSE = "pause"
+
+
+class NodeStatus(enum.StrEnum):
+    READY = "ready"
+    DOWN = "down"
+    UNKNOWN = "unknown"
+    DISCONNECTED = "disconnected"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeMarks:
+    """The lifecycle the daemon keeps in swarm node labels, so that a restart continues where it stopped.
+
+    All times are epoch seconds or None. `ready` is set once the daemon has seen the node join and
+    accepted it into the fleet. The adapter translates these to and from labels.
+    """
+
+    ready: bool = False
+    empty_since: float | None = None
+    drained_since: float | None = None
+    termination_started: float | None = None
+    down_since: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A docker swarm node. Manager nodes are observed but never scaled."""
+
+    id: str
+    hostname: str
+    availability: Availability
+    status: NodeStatus
+    is_manager: bool = False
+    marks: NodeMarks = NodeMarks()
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """A unit of dask work: its key, what it needs, and the instance type it is pinned to, if any."""
+
+    key: str
+    needs: Resources
+    pinned_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Worker:
+    """A dask worker, matched to its swarm node by `hostname` (derived from the worker's name).
+
+    `processing` lists every task the scheduler has assigned to it (running or waiting on it: the
+    scheduler cannot tell the two apart). `has_unique_data` is True when it holds a result that no
+    other worker has, so retiring it would lose work. `retiring` is True once the scheduler was asked
+    to close it gracefully.
+    """
+
+    address: str
+    name: str
+    hostname: str
+    resources: Resources
+    processing: tuple[Task, ...] = ()
+    has_unique_data: bool = False
+    retiring: bool = False
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.processing) or self.has_unique_data
+
+
+@dataclass(frozen=True, slots=True)
+class Unavailable:
+    """An instance type EC2 recently refused for lack of capacity, skipped until `until`."""
+
+    type_name: str
+    until: float
+    subnet_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one tick observed. Built fresh every tick; never mutated.
+
+    `instance_types` is the catalogue of every type the policy may use. `unrunnable` are the tasks the
+    scheduler cannot run on any current worker.
+    """
+
+    now: float
+    instance_types: tuple[InstanceType, ...]
+    instances: tuple[Instance, ...]
+    nodes: tuple[Node, ...]
+    workers: tuple[Worker, ...]
+    unrunnable: tuple[Task, ...]
+    unavailable: tuple[Unavailable, ...] = ()
+
+
+# --------------------------------------------------------------------------------------------- policy
+
+
+@dataclass(frozen=True, slots=True)
+class TypePolicy:
+    """How one allowed instance type is used.
+
+    `reserve`: drained nodes of this type kept warm. `overhead`: resources the OS and sidecars take,
+    subtracted from the type's capacity before fitting tasks. `price_per_hour` overrides the catalogue.
+    """
+
+    name: str
+    reserve: int = 0
+    overhead: Resources = Resources()
+    price_per_hour: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """The limits and delays the planner follows (built from settings). Durations are seconds.
+
+    - `allowed_types`: in order of preference on price ties.
+    - `min_instances` / `max_instances`: live plus in-flight instances stay within these bounds.
+    - `max_start_time`: an instance not joined (or whose worker is not up) after this is broken.
+    - `drain_delay`: an active node must be empty this long before it is drained.
+    - `termination_delay`: a drained node beyond the reserve is terminated after this long drained.
+    - `node_down_timeout`: a swarm node down this long is removed (and its instance terminated).
+    - `max_launch_per_tick`: cap on new instances per plan (0 = no cap beyond max_instances).
+    """
+
+    allowed_types: tuple[TypePolicy, ...]
+    min_instances: int = 0
+    max_instances: int = 10
+    max_start_time: float = 600.0
+    drain_delay: float = 60.0
+    termination_delay: float = 120.0
+    node_down_timeout: float = 300.0
+    max_launch_per_tick: int = 0
+
+    def type_policy(self, name: str) -> TypePolicy | None:
+        for tp in self.allowed_types:
+            if tp.name == name:
+                return tp
+        return None
+
+
+# --------------------------------------------------------------------------------------------- plan
+
+
+@dataclass(frozen=True, slots=True)
+class ActivateNode:
+    """Set a drained node's availability back to active, because tasks were assigned to it."""
+
+    node_id: str
+    hostname: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """Launch `count` new instances of one type."""
+
+    type_name: str
+    count: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RetireWorkers:
+    """Ask the scheduler to gracefully retire these idle workers (by address)."""
+
+    addresses: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DrainNode:
+    """Set an empty node's availability to drain."""
+
+    node_id: str
+    hostname: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Terminate:
+    """Terminate instances (and remove their swarm nodes, if any)."""
+
+    instance_ids: tuple[str, ...]
+    reason: str
+    node_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MarkNode:
+    """Write lifecycle marks on a node. Only the fields named in `changes` are written; None clears."""
+
+    node_id: str
+    changes: tuple[tuple[str, float | bool | None], ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveNode:
+    """Remove a swarm node whose machine is gone (terminated instance, or down too long)."""
+
+    node_id: str
+    hostname: str
+    reason: str
+
+
+Action = ActivateNode | Launch | RetireWorkers | DrainNode | Terminate | MarkNode | RemoveNode
+
+
+@dataclass(frozen=True, slots=True)
+class Unplaceable:
+    """A task no allowed instance type can ever run, with the reason."""
+
+    task_key: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What one tick decided. `actions` are in the order they should be carried out.
+
+    `pending` counts the tasks waiting for capacity (unrunnable plus the estimated queue);
+    `placed` maps each bucket name to how many pending tasks were virtually assigned there.
+    """
+
+    actions: tuple[Action, ...] = ()
+    unplaceable: tuple[Unplaceable, ...] = ()
+    pending: int = 0
+    placed: tuple[tuple[str, int], ...] = ()
+
+    def of_kind(self, kind: type[Action]) -> tuple[Action, ...]:
+        return tuple(a for a in self.actions if isinstance(a, kind))
+
+    def summary(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for action in self.actions:
+            key = type(action).__name__
+            out[key] = out.get(key, 0) + (action.count if isinstance(action, Launch) else 1)
+        return out

@@ -1,0 +1,131 @@
+"""The four ports the daemon talks through. Adapters implement them; in-memory fakes implement the same.
+
+Each contract states consistency, idempotency and what "already gone" means. No port takes an
+application object: only model values and plain data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from .model import Availability, Instance, InstanceType, Node, NodeMarks, Task, Unavailable, Worker
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchResult:
+    """What a launch request achieved.
+
+    `instances` are the ones EC2 accepted (possibly fewer than asked). `refused` names the
+    (type, subnet) pairs refused for lack of capacity; `error` is a non-capacity failure message.
+    """
+
+    instances: tuple[Instance, ...] = ()
+    refused: tuple[Unavailable, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadView:
+    """One consistent read of the scheduler: every worker with its processing tasks, and the tasks
+    that no current worker can run."""
+
+    workers: tuple[Worker, ...]
+    unrunnable: tuple[Task, ...]
+
+
+@runtime_checkable
+class Cloud(Protocol):
+    """Machines. Only instances carrying this daemon's ownership tags are ever listed or changed.
+
+    Consistency: EC2 is eventually consistent; a launched instance may be missing from the next
+    listing for a few seconds, so callers count in-flight launches from what `launch` returned until it
+    shows up.
+    """
+
+    async def list_instances(self) -> tuple[Instance, ...]:
+        """Every owned instance that is not terminated."""
+        ...
+
+    async def instance_types(self, names: Sequence[str]) -> tuple[InstanceType, ...]:
+        """The catalogue entries for `names` (cached; types are immutable). Unknown names raise
+        `ConfigurationError`."""
+        ...
+
+    async def launch(self, type_name: str, count: int, labels: Mapping[str, str]) -> LaunchResult:
+        """Launch up to `count` instances of `type_name`, tagged as owned and carrying `labels` for the
+        node. Never raises for capacity refusals: they come back in `LaunchResult.refused`."""
+        ...
+
+    async def terminate(self, instance_ids: Sequence[str]) -> None:
+        """Terminate these instances. Idempotent: an instance that is already terminated or does not
+        exist counts as success. Refuses (ConfigurationError) ids that are not owned."""
+        ...
+
+    def unavailable(self, now: float) -> tuple[Unavailable, ...]:
+        """The (type, subnet) refusals whose back-off has not expired at `now`."""
+        ...
+
+
+@runtime_checkable
+class Orchestrator(Protocol):
+    """Swarm nodes: availability and the lifecycle marks kept in node labels."""
+
+    async def list_nodes(self) -> tuple[Node, ...]:
+        """Every node of the swarm (managers included, flagged)."""
+        ...
+
+    async def set_availability(self, node_id: str, availability: Availability) -> None:
+        """Set the node's availability, retrying on a stale version. Idempotent. A node that no longer
+        exists raises `NotFoundError`."""
+        ...
+
+    async def mark(self, node_id: str, marks: NodeMarks) -> None:
+        """Replace the node's lifecycle marks (other labels are kept). Idempotent."""
+        ...
+
+    async def remove(self, node_id: str) -> None:
+        """Remove a node from the swarm (forcibly). A node already gone counts as success."""
+        ...
+
+    async def join_command(self) -> tuple[str, str]:
+        """(worker join token, manager address host:port) for new machines' user data."""
+        ...
+
+
+@runtime_checkable
+class Workload(Protocol):
+    """The dask scheduler."""
+
+    async def observe(self) -> WorkloadView:
+        """Workers with their processing tasks, and unrunnable tasks, read in one scheduler call."""
+        ...
+
+    async def retire(self, addresses: Sequence[str]) -> tuple[str, ...]:
+        """Gracefully retire these workers; return the addresses that really retired (a worker holding
+        the only copy of a result is kept by the scheduler). Unknown addresses are ignored."""
+        ...
+
+    async def wait_for_change(self, timeout: float) -> bool:
+        """Wait until new unrunnable or queued work appears or a worker leaves, or `timeout` passes.
+        Returns True when woken by a change."""
+        ...
+
+
+@runtime_checkable
+class Lock(Protocol):
+    """Leadership among replicas for one managed cluster."""
+
+    async def acquire(self) -> bool:
+        """Try once to become the leader; True when this replica holds the lock (also when it already
+        did, in which case the TTL is refreshed)."""
+        ...
+
+    async def extend(self) -> bool:
+        """Refresh the TTL while a tick runs. False means the lock was lost: stop acting."""
+        ...
+
+    async def release(self) -> None:
+        """Give the lock up if held. Safe to call when not held."""
+        ...
