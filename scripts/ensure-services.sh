@@ -15,7 +15,6 @@ if [ ${#need[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  # Debian's packages start their services on install; the tests run their own, so stop those.
+  # Debian's packages may start their services on install; the tests run their own on other ports and sockets.
   if command -v systemctl >/dev/null 2>&1; then systemctl stop redis-server docker docker.socket containerd 2>/dev/null || true; fi
-  pkill -x redis-server 2>/dev/null || true
 fi

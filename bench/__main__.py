@@ -1,0 +1,35 @@
+"""`python -m bench [name ...] [--flag ...]`: run the named benchmarks (default: all of them, in
+registry order). Arguments starting with `-` are passed to every benchmark that runs (e.g. `--quick`).
+
+To add a benchmark, write a module in this package with a `main(flags: list[str]) -> None` function and
+register it in `BENCHMARKS` below (name -> module). Modules are imported only when their benchmark runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+BENCHMARKS: dict[str, str] = {
+    "plan": "bench.plan_bench",
+}
+
+
+def main(argv: list[str]) -> int:
+    flags = [a for a in argv if a.startswith("-")]
+    names = [a for a in argv if not a.startswith("-")] or list(BENCHMARKS)
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        print(
+            f"unknown benchmark(s) {', '.join(unknown)}; choose from: {', '.join(BENCHMARKS)}",
+            file=sys.stderr,
+        )
+        return 2
+    for name in names:
+        print(f"== {name}")
+        importlib.import_module(BENCHMARKS[name]).main(flags)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

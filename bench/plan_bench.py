@@ -1,0 +1,207 @@
+"""Latency of `plan()` on large, varied snapshots.
+
+For each size (tasks x nodes x allowed instance types) a snapshot is generated with a fixed seed:
+a few dozen task shapes (some pinned to a type, a few needing a GPU), machines in every bucket
+(active with busy, over-full and idle workers, drained, reserve, joining, launched, broken, down,
+terminating, retiring, managers) and a couple of types EC2 refuses. About a third of the tasks are
+processing on workers (some workers hold more than they can run, so the estimated queue is exercised),
+the rest are unrunnable. Prints a table and writes `bench/results.json`.
+
+Run: `python -m bench plan` (or `make bench`). `--quick` runs fewer repetitions.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from swarm_autoscaler.model import (
+    GIB,
+    Availability,
+    Instance,
+    InstanceState,
+    InstanceType,
+    Node,
+    NodeMarks,
+    NodeStatus,
+    Policy,
+    Resources,
+    Snapshot,
+    Task,
+    TypePolicy,
+    Unavailable,
+    Worker,
+)
+from swarm_autoscaler.plan import plan
+
+SIZES = ((1_000, 100, 10), (10_000, 1_000, 60), (30_000, 1_000, 60))
+RESULTS = Path(__file__).with_name("results.json")
+NOW = 1_700_000_000.0
+FAMILIES = (("m5", 4.0, 0.048), ("c5", 2.0, 0.0425), ("r5", 8.0, 0.063), ("m6i", 4.0, 0.048))
+SIZES_X = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 72, 96, 128, 192)
+
+
+def make_types(count: int) -> tuple[InstanceType, ...]:
+    """`count` types across a few families and sizes, plus GPU types; some without a known price."""
+    out: list[InstanceType] = []
+    for size in SIZES_X:
+        for family, gib_per_cpu, price in FAMILIES:
+            cpus = 2 * size
+            known = (size + len(family)) % 7 != 0
+            out.append(
+                InstanceType(
+                    f"{family}.{size}x",
+                    Resources(cpus, int(cpus * gib_per_cpu * GIB)),
+                    price * cpus if known else None,
+                )
+            )
+    gpus = [InstanceType(f"g5.{n}x", Resources(4 * n, 16 * n * GIB, n), 1.0 * n) for n in (1, 2, 4, 8)]
+    return tuple(gpus[: max(1, count // 10)] + out[: count - max(1, count // 10)])
+
+
+def make_shapes(rng: random.Random, types: tuple[InstanceType, ...]) -> list[tuple[Resources, str | None]]:
+    """About three dozen task shapes; a few pinned to a type, a few needing a GPU."""
+    shapes: list[tuple[Resources, str | None]] = []
+    for cpus in (0.5, 1, 2, 4, 8, 16):
+        for gib in (1, 2, 4, 8, 16, 32):
+            shapes.append((Resources(cpus, gib * GIB), None))
+    for _ in range(6):
+        itype = rng.choice(types)
+        shapes.append((Resources(1, 2 * GIB, 1 if itype.resources.gpus else 0), itype.name))
+    shapes.append((Resources(2, 8 * GIB, 1), None))
+    shapes.append((Resources(1024, GIB), None))  # unplaceable: no type has that many cpus
+    return shapes
+
+
+def make_snapshot(n_tasks: int, n_nodes: int, n_types: int, seed: int = 7) -> tuple[Snapshot, Policy]:
+    rng = random.Random(seed)
+    types = make_types(n_types)
+    shapes = make_shapes(rng, types)
+    weights = [8 if s[1] is None and s[0].cpus <= 4 else 1 for s in shapes]
+    tasks = [Task(f"t{i}", *rng.choices(shapes, weights)[0]) for i in range(n_tasks)]
+    processing, unrunnable = tasks[: n_tasks // 3], tasks[n_tasks // 3 :]
+    instances, nodes, workers = _machines(rng, n_nodes, types, processing)
+    policy = Policy(
+        allowed_types=tuple(TypePolicy(t.name, reserve=1, overhead=Resources(0.1, GIB // 2)) for t in types),
+        min_instances=2,
+        max_instances=n_nodes * 3,
+        max_start_time=600,
+        drain_delay=60,
+        termination_delay=120,
+    )
+    unavailable = (Unavailable(types[2].name, NOW + 60), Unavailable(types[5].name, NOW - 1))
+    return Snapshot(
+        NOW, types, tuple(instances), tuple(nodes), tuple(workers), tuple(unrunnable), unavailable
+    ), policy
+
+
+_BUCKETS = (
+    ("active", 70),
+    ("idle", 6),
+    ("drained", 8),
+    ("joining", 4),
+    ("launched", 4),
+    ("broken", 2),
+    ("down", 2),
+    ("terminating", 2),
+    ("retiring", 2),
+)
+
+
+def _machines(
+    rng: random.Random, n_nodes: int, types: tuple[InstanceType, ...], processing: list[Task]
+) -> tuple[list[Instance], list[Node], list[Worker]]:
+    instances: list[Instance] = []
+    nodes: list[Node] = []
+    workers: list[Worker] = []
+    kinds = rng.choices([k for k, _ in _BUCKETS], [w for _, w in _BUCKETS], k=n_nodes)
+    busy: list[int] = []  # indexes into `workers` of the workers that get processing tasks
+    for i, kind in enumerate(kinds):
+        itype = types[i % len(types)]
+        host = f"ip-10-{i // 65536}-{i // 256 % 256}-{i % 256}"
+        age = 100.0 if kind in ("joining", "launched") else 5000.0
+        state = InstanceState.SHUTTING_DOWN if kind == "terminating" else InstanceState.RUNNING
+        instances.append(Instance(f"i-{i:08x}", itype.name, state, NOW - age, host))
+        if kind in ("launched", "broken"):
+            continue
+        nodes.append(_node(i, host, kind))
+        if kind in ("active", "idle", "retiring"):
+            if kind == "active":
+                busy.append(len(workers))
+            workers.append(
+                Worker(f"tcp://{host}:8786", host, host, itype.resources, retiring=kind == "retiring")
+            )
+    for index, queue in zip(busy, _deal(rng, processing, len(busy)), strict=True):
+        w = workers[index]
+        workers[index] = Worker(w.address, w.name, w.hostname, w.resources, tuple(queue), rng.random() < 0.05)
+    managers = [
+        Node(f"mgr{j}", f"manager-{j}", Availability.ACTIVE, NodeStatus.READY, is_manager=True)
+        for j in range(3)
+    ]
+    return instances, nodes + managers, workers
+
+
+def _node(i: int, host: str, kind: str) -> Node:
+    marks = NodeMarks(ready=kind not in ("joining",))
+    availability = Availability.ACTIVE
+    status = NodeStatus.READY
+    if kind == "drained":
+        availability = Availability.DRAIN
+        marks = NodeMarks(ready=True, drained_since=NOW - 30 * (i % 10))
+    elif kind == "idle":
+        marks = NodeMarks(ready=True, empty_since=NOW - 20 * (i % 10))
+    elif kind == "down":
+        status = NodeStatus.DOWN
+        marks = NodeMarks(ready=True, down_since=NOW - 100 * (i % 5))
+    return Node(f"n{i}", host, availability, status, marks=marks)
+
+
+def _deal(rng: random.Random, tasks: list[Task], n_queues: int) -> list[list[Task]]:
+    """Spread processing tasks over busy workers, unevenly (some get far more than they can run)."""
+    queues: list[list[Task]] = [[] for _ in range(n_queues)]
+    if not queues:
+        return queues
+    hot = max(1, n_queues // 10)
+    for task in tasks:
+        index = rng.randrange(hot) if rng.random() < 0.3 else rng.randrange(n_queues)
+        queues[index].append(task)
+    return queues
+
+
+def measure(n_tasks: int, n_nodes: int, n_types: int, repeats: int) -> dict[str, float | int]:
+    snapshot, policy = make_snapshot(n_tasks, n_nodes, n_types)
+    first = plan(snapshot, policy)  # warm-up, and a sanity check that the scenario does something
+    assert first.actions and first.pending
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        plan(snapshot, policy)
+        times.append((time.perf_counter() - started) * 1000)
+    times.sort()
+    p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
+    return {
+        "tasks": n_tasks,
+        "nodes": n_nodes,
+        "instance_types": n_types,
+        "median_ms": round(statistics.median(times), 2),
+        "p95_ms": round(p95, 2),
+    }
+
+
+def main(flags: list[str]) -> None:
+    repeats = 5 if "--quick" in flags else 21
+    rows = [measure(t, n, k, repeats) for t, n, k in SIZES]
+    print(f"{'tasks':>8} {'nodes':>6} {'types':>6} {'median ms':>10} {'p95 ms':>8}")
+    for row in rows:
+        sizes = f"{row['tasks']:>8} {row['nodes']:>6} {row['instance_types']:>6}"
+        print(f"{sizes} {row['median_ms']:>10} {row['p95_ms']:>8}")
+    RESULTS.write_text(json.dumps(rows, indent=2) + "\n")
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,28 @@
+"""Write the bundled scenarios: `NAME.csv` (the trace) and `NAME.env` (its settings) for each.
+
+    .venv/bin/python scenarios/generate.py [OUT_DIR]
+
+The generators and their fixed seeds live in `swarm_autoscaler.sim.workloads`; running this again
+rewrites identical files.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from swarm_autoscaler.sim.trace import write_trace
+from swarm_autoscaler.sim.workloads import SCENARIOS
+
+
+def main(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name, (generate, env) in SCENARIOS.items():
+        jobs = generate()
+        write_trace(out / f"{name}.csv", jobs)
+        (out / f"{name}.env").write_text(env, encoding="utf-8")
+        print(f"{name}: {len(jobs)} jobs")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent)

@@ -1,0 +1,374 @@
+"""The dask scheduler behind the `Workload` port, with `distributed`'s asynchronous client.
+
+Resource conventions (what workers advertise with `--resources` and tasks request with
+`client.submit(..., resources=...)`):
+
+- `CPU`, `RAM` (bytes) and `GPU` become `Resources.cpus`, `.ram` and `.gpus`; any other name becomes a
+  generic resource.
+- **Pinning a task to an instance type**: the task requests the resource `instance-type:<type name>`
+  (any positive amount, e.g. `{"CPU": 1, "instance-type:g4dn.xlarge": 1}`), and workers on a machine
+  of that type advertise the same resource with an amount no task set will exhaust (e.g.
+  `--resources "CPU=4,RAM=16e9,instance-type:g4dn.xlarge=1e9"`). Because it is a real dask resource
+  restriction, dask itself keeps the task off other workers, so it stays unrunnable until a machine
+  of that type joins. The adapter strips it from the needs and reports it as `Task.pinned_type`
+  (and strips it from a worker's resources). A task naming several types keeps the first by name.
+- A worker's `Resources` are exactly what it advertises: a worker started without `CPU`/`RAM`
+  resources cannot run tasks that request them, and dask agrees.
+- `Worker.hostname` is the named group `hostname` of `worker_hostname_pattern` matched (with
+  `re.fullmatch`) against the worker's name; a name that does not match gives an empty hostname.
+
+Scheduler-side code: `observe()` runs one function on the scheduler (`run_on_scheduler`) that copies
+the state into plain lists and dicts. Change notifications come from a small `SchedulerPlugin`
+registered under the name `swarm-autoscaler-watch`, which publishes on the event topic
+`swarm-autoscaler-change` when a task becomes unrunnable (`no-worker`) or `queued`, when a worker gets
+more work than it can run at once, and when a worker leaves; notifications are coalesced over
+`_COALESCE` seconds. Both are built inside factory functions so that cloudpickle ships them *by value*:
+the scheduler does not need this package installed, only `distributed`. They must therefore use
+nothing but builtins and their own arguments.
+
+Tasks the scheduler keeps in its own queue (`queued`: unrestricted root tasks held back while every
+worker is saturated) are neither unrunnable nor processing; `observe()` returns them in
+`DaskWorkloadView.queued`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+from distributed import Client as _Client
+
+from ..errors import ConfigurationError, EndpointError
+from ..model import Resources, Task, Worker
+from ..ports import WorkloadView
+
+PIN_PREFIX = "instance-type:"
+PLUGIN_NAME = "swarm-autoscaler-watch"
+CHANGE_TOPIC = "swarm-autoscaler-change"
+DEFAULT_HOSTNAME_PATTERN = r"(?P<hostname>.+)"
+_COALESCE = 0.1
+_DEAD_CLIENT_STATUSES = frozenset({"closing", "closed"})
+_RETIRING_STATUSES = frozenset({"closing_gracefully", "closing", "closed"})
+
+T = TypeVar("T")
+
+# distributed ships no type hints for Client; treat it as dynamic in one place.
+Client: Any = _Client
+
+# --------------------------------------------------------------------------------------------- scheduler side
+
+
+def _make_state_reader() -> Callable[..., dict[str, Any]]:
+    """The function `observe()` runs on the scheduler. Nested so cloudpickle sends it by value."""
+
+    def read_state(dask_scheduler: Any, plugin_name: str) -> dict[str, Any]:
+        def task(ts: Any) -> list[Any]:
+            return [str(ts.key), dict(ts.resource_restrictions or {})]
+
+        workers = [
+            {
+                "address": ws.address,
+                "name": str(ws.name),
+                "status": ws.status.name,
+                "resources": dict(ws.resources),
+                "processing": [task(ts) for ts in ws.processing],
+                "unique": any(len(ts.who_has or ()) <= 1 for ts in ws.has_what),
+            }
+            for ws in dask_scheduler.workers.values()
+        ]
+        return {
+            "workers": workers,
+            "unrunnable": [task(ts) for ts in dask_scheduler.unrunnable],
+            "queued": [task(ts) for ts in dask_scheduler.queued],
+            "watching": plugin_name in dask_scheduler.plugins,
+        }
+
+    return read_state
+
+
+def _make_address_reader() -> Callable[..., list[str]]:
+    def read_addresses(dask_scheduler: Any) -> list[str]:
+        return list(dask_scheduler.workers)
+
+    return read_addresses
+
+
+# Nested functions (qualname "<locals>") are pickled by value; module-level ones would be by reference.
+_READ_STATE = _make_state_reader()
+_READ_ADDRESSES = _make_address_reader()
+
+
+def _make_oversubscribed() -> Callable[[Any, Any], bool]:
+    def oversubscribed(scheduler: Any, key: Any) -> bool:
+        """True when the task just put in processing waits behind others on its worker."""
+        ts = scheduler.tasks.get(key)
+        ws = ts.processing_on if ts is not None else None
+        if ws is None:
+            return False
+        if len(ws.processing) > ws.nthreads:
+            return True
+        needs = ts.resource_restrictions or {}
+        return any(ws.used_resources.get(r, 0) > ws.resources.get(r, 0) for r in needs)
+
+    return oversubscribed
+
+
+def _make_watch_plugin(name: str, topic: str, coalesce: float) -> Any:
+    """A SchedulerPlugin publishing on `topic` when work waits for capacity or a worker leaves."""
+    import asyncio as aio  # noqa: PLC0415 - bound in the closure, so the plugin pickles by value
+
+    from distributed.diagnostics.plugin import SchedulerPlugin  # noqa: PLC0415
+
+    oversubscribed = _make_oversubscribed()
+
+    class ChangeWatch(SchedulerPlugin):
+        idempotent = True
+
+        def __init__(self) -> None:
+            self.name = name
+            self.scheduler: Any = None
+            self.reasons: set[str] = set()
+
+        async def start(self, scheduler: Any) -> None:
+            self.scheduler = scheduler
+
+        def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+            if finish in ("no-worker", "queued"):
+                self.notify(finish)
+            elif finish == "processing" and self.scheduler and oversubscribed(self.scheduler, key):
+                self.notify("queued-on-worker")
+
+        def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
+            self.notify("worker-left")
+
+        def notify(self, reason: str) -> None:
+            first = not self.reasons
+            self.reasons.add(reason)
+            if first:
+                try:
+                    aio.get_running_loop().call_later(coalesce, self.flush)
+                except RuntimeError:  # not on the event loop: publish now
+                    self.flush()
+
+        def flush(self) -> None:
+            reasons, self.reasons = sorted(self.reasons), set()
+            if self.scheduler is not None and reasons:
+                self.scheduler.log_event(topic, {"reasons": reasons})
+
+    return ChangeWatch()
+
+
+# --------------------------------------------------------------------------------------------- translation
+
+
+@dataclass(frozen=True, slots=True)
+class DaskWorkloadView(WorkloadView):
+    """`WorkloadView` plus the tasks held in the scheduler's own queue (see the module docstring)."""
+
+    queued: tuple[Task, ...] = ()
+
+
+def split_resources(raw: Mapping[str, float]) -> tuple[Resources, str | None]:
+    """Dask resources -> (model Resources, pinned instance type or None), per the module's conventions."""
+    cpus, ram, gpus = 0.0, 0, 0
+    generic: dict[str, float] = {}
+    pinned: list[str] = []
+    for name, amount in raw.items():
+        if name.startswith(PIN_PREFIX):
+            if amount > 0:
+                pinned.append(name.removeprefix(PIN_PREFIX))
+        elif name == "CPU":
+            cpus = float(amount)
+        elif name == "RAM":
+            ram = int(amount)
+        elif name == "GPU":
+            gpus = round(amount)
+        else:
+            generic[name] = float(amount)
+    return Resources.of(cpus, ram, gpus, **generic), min(pinned) if pinned else None
+
+
+def _task(raw: Sequence[Any]) -> Task:
+    key, restrictions = raw
+    needs, pinned = split_resources(restrictions)
+    return Task(key=key, needs=needs, pinned_type=pinned)
+
+
+class _HostnameMatcher:
+    def __init__(self, pattern: str) -> None:
+        try:
+            self._regex = re.compile(pattern)
+        except re.error as exc:
+            raise ConfigurationError(f"worker hostname pattern {pattern!r} is not a regex: {exc}") from None
+        if "hostname" not in self._regex.groupindex:
+            raise ConfigurationError(
+                f"worker hostname pattern {pattern!r} needs a named group: (?P<hostname>...)"
+            )
+
+    def __call__(self, name: str) -> str:
+        match = self._regex.fullmatch(name)
+        return (match.group("hostname") or "") if match else ""
+
+
+# --------------------------------------------------------------------------------------------- adapter
+
+
+class DaskWorkload:
+    """`ports.Workload` on a dask scheduler.
+
+    One asynchronous `Client` is created on first use and reused; `close()` (or `async with`) closes
+    it. Every scheduler call is bounded by `timeout` seconds except retirement, bounded by
+    `retire_timeout` (moving a retiring worker's data can take a while). Unreachable scheduler,
+    closed connection or a timeout raise `EndpointError` naming the scheduler address.
+    """
+
+    def __init__(
+        self,
+        scheduler_address: str,
+        worker_hostname_pattern: str = DEFAULT_HOSTNAME_PATTERN,
+        *,
+        timeout: float = 10.0,
+        retire_timeout: float = 300.0,
+    ) -> None:
+        self.address = scheduler_address
+        self._hostname = _HostnameMatcher(worker_hostname_pattern)
+        self._timeout = timeout
+        self._retire_timeout = retire_timeout
+        self._endpoint = f"dask scheduler {scheduler_address}"
+        self._client: Any = None
+        self._connecting = asyncio.Lock()
+        self._changed = asyncio.Event()
+
+    # --- the Workload port ------------------------------------------------------------------------
+
+    async def observe(self) -> DaskWorkloadView:
+        """Workers (with processing tasks), unrunnable and queued tasks, from one scheduler call."""
+        client = await self._connected()
+        # Changes before this read are seen by it; only later ones should wake wait_for_change.
+        self._changed.clear()
+        state = await self._call(client.run_on_scheduler(_READ_STATE, plugin_name=PLUGIN_NAME))
+        if not state["watching"]:  # the scheduler restarted since we registered: watch again
+            await self._watch(client)
+        return DaskWorkloadView(
+            workers=tuple(self._worker(raw) for raw in state["workers"]),
+            unrunnable=tuple(_task(raw) for raw in state["unrunnable"]),
+            queued=tuple(_task(raw) for raw in state["queued"]),
+        )
+
+    async def retire(self, addresses: Sequence[str]) -> tuple[str, ...]:
+        """Retire gracefully (close and remove); return those no longer known to the scheduler after.
+
+        The scheduler first copies data held only by a retiring worker to another worker; when no
+        other worker can take it (e.g. it is the last one) it keeps the worker, which is then not
+        reported. The result is checked against a fresh read of the worker list.
+        """
+        client = await self._connected()
+        before = set(await self._call(client.run_on_scheduler(_READ_ADDRESSES)))
+        known = [a for a in dict.fromkeys(addresses) if a in before]
+        if not known:
+            return ()
+        retiring = client.retire_workers(workers=known, close_workers=True, remove=True)
+        with self._translated_errors(), contextlib.suppress(TimeoutError):
+            # On timeout the scheduler carries on; whatever already left is reported below.
+            await asyncio.wait_for(retiring, self._retire_timeout)
+        after = set(await self._call(client.run_on_scheduler(_READ_ADDRESSES)))
+        return tuple(a for a in known if a not in after)
+
+    async def wait_for_change(self, timeout: float) -> bool:
+        """True as soon as the scheduler reports a change not yet seen by `observe()`; False on timeout."""
+        await self._connected()
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        except TimeoutError:
+            return False
+        self._changed.clear()
+        return True
+
+    # --- lifecycle --------------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Connect now rather than on first use (to fail fast at start-up)."""
+        await self._connected()
+
+    async def close(self) -> None:
+        await self._discard_client()
+
+    async def _discard_client(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.close(), self._timeout)
+
+    async def __aenter__(self) -> Self:
+        await self.connect()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    # --- plumbing ---------------------------------------------------------------------------------
+
+    async def _connected(self) -> Any:
+        async with self._connecting:
+            if self._client is not None and self._client.status in _DEAD_CLIENT_STATUSES:
+                # The client gives up (and closes itself) when the scheduler stays away longer than
+                # its reconnect timeout; start afresh, which also registers the watch again.
+                await self._discard_client()
+            if self._client is not None:
+                return self._client
+            client = Client(self.address, asynchronous=True, timeout=self._timeout, set_as_default=False)
+            try:
+                await self._call(client, self._timeout + 5)
+                await self._watch(client)
+            except BaseException:
+                await client.close()
+                raise
+            self._client = client
+            return client
+
+    async def _watch(self, client: Any) -> None:
+        client.subscribe_topic(CHANGE_TOPIC, self._on_change)
+        plugin = _make_watch_plugin(PLUGIN_NAME, CHANGE_TOPIC, _COALESCE)
+        await self._call(client.register_plugin(plugin, name=PLUGIN_NAME))
+
+    def _on_change(self, event: Any) -> None:
+        self._changed.set()
+
+    async def _call(self, awaitable: Awaitable[T], timeout: float | None = None) -> T:
+        with self._translated_errors():
+            try:
+                return await asyncio.wait_for(awaitable, timeout or self._timeout)
+            except TimeoutError:
+                raise EndpointError(self._endpoint, "no answer in time; is the scheduler up?") from None
+
+    @contextlib.contextmanager
+    def _translated_errors(self) -> Iterator[None]:
+        """distributed's connection failures -> EndpointError naming the scheduler."""
+        try:
+            yield
+        except (OSError, ConnectionError) as exc:
+            raise EndpointError(self._endpoint, f"{type(exc).__name__}: {exc}") from None
+        except RuntimeError as exc:
+            # The connection pool raises a bare RuntimeError once the client has closed itself.
+            if self._client is None or self._client.status not in _DEAD_CLIENT_STATUSES:
+                raise
+            raise EndpointError(self._endpoint, f"connection lost ({exc}); will reconnect") from None
+
+    def _worker(self, raw: Mapping[str, Any]) -> Worker:
+        resources, _pinned = split_resources(raw["resources"])
+        return Worker(
+            address=raw["address"],
+            name=raw["name"],
+            hostname=self._hostname(raw["name"]),
+            resources=resources,
+            processing=tuple(_task(t) for t in raw["processing"]),
+            has_unique_data=bool(raw["unique"]),
+            retiring=raw["status"] in _RETIRING_STATUSES,
+        )

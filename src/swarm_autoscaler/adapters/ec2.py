@@ -1,0 +1,462 @@
+"""`Ec2Cloud`: the `ports.Cloud` port on EC2, through one reused aiobotocore client.
+
+Ownership: every instance launched carries `managed-by=swarm-autoscaler` and
+`swarm-autoscaler/cluster=<cluster>`; only instances with both are listed, and terminating any other
+id is refused. Node labels travel as tags named `swarm-autoscaler/label/<key>`.
+
+Retries: botocore's own retries are off; tenacity retries (exponential back-off with jitter) only
+throttling, 5xx other than capacity refusals, and connection errors. RunInstances carries a
+ClientToken so that a retried launch cannot start machines twice.
+
+Capacity: a refused (type, subnet) is skipped for a back-off (30 s doubling to 10 min by default,
+forgotten after a success); `launch` moves on to the next subnet and `unavailable(now)` reports the
+pairs still blocked. Failures of the endpoint or credentials raise `EndpointError` naming the endpoint.
+
+Counters in `stats` let a benchmark check the API calls each tick costs.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+from botocore.exceptions import BotoCoreError, ClientError
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+
+from ..catalogue import CATALOGUE
+from ..errors import AutoscalerError, ConfigurationError
+from ..model import Instance, InstanceState, InstanceType, Resources, Unavailable
+from ..ports import LaunchResult
+from .ec2_support import (
+    GONE_CODES,
+    UNKNOWN_TYPE_CODES,
+    USER_DATA_LIMIT,
+    CapacityBackoff,
+    error_code,
+    error_message,
+    is_capacity,
+    is_endpoint_failure,
+    is_transient,
+    render_user_data,
+    to_endpoint_error,
+)
+
+OWNER_TAG = "managed-by"
+OWNER_VALUE = "swarm-autoscaler"
+CLUSTER_TAG = "swarm-autoscaler/cluster"
+LABEL_TAG_PREFIX = "swarm-autoscaler/label/"
+NAME_TAG = "Name"
+
+LISTED_STATES = tuple(state.value for state in InstanceState)  # terminated is not among them
+TERMINATE_BATCH = 50
+DESCRIBE_IDS_BATCH = 200  # EC2's limit on values in one filter
+MAX_TAGS = 50  # EC2's limit per resource
+_RESERVED_PREFIXES = ("aws:", LABEL_TAG_PREFIX)
+_MIB = 1024**2
+
+JoinCommand = Callable[[], Awaitable[tuple[str, str]]]
+
+
+@dataclass
+class Ec2Stats:
+    """Counters since start. `api_calls` counts every HTTP request by operation (retries included);
+    `launch_calls` the RunInstances requests; `instances_requested` the sum of counts asked of
+    `launch`; `capacity_refusals` the RunInstances refused for lack of capacity."""
+
+    launch_calls: int = 0
+    instances_requested: int = 0
+    instances_launched: int = 0
+    capacity_refusals: int = 0
+    api_calls: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def total_api_calls(self) -> int:
+        return sum(self.api_calls.values())
+
+
+def owner_tags(cluster_name: str) -> dict[str, str]:
+    """The tags that mark an instance as owned by this daemon for `cluster_name`."""
+    return {OWNER_TAG: OWNER_VALUE, CLUSTER_TAG: cluster_name}
+
+
+def node_labels(tags: Mapping[str, str]) -> dict[str, str]:
+    """The node labels carried in an instance's tags (the reverse of what `launch` writes)."""
+    return {k[len(LABEL_TAG_PREFIX) :]: v for k, v in tags.items() if k.startswith(LABEL_TAG_PREFIX)}
+
+
+def _to_instance(raw: Mapping[str, Any]) -> Instance | None:
+    try:
+        state = InstanceState(raw["State"]["Name"])
+    except ValueError:
+        return None  # terminated: filtered server-side, skipped here for safety
+    tags = {t["Key"]: t["Value"] for t in raw.get("Tags", ())}
+    return Instance(
+        id=raw["InstanceId"],
+        type_name=raw["InstanceType"],
+        state=state,
+        launched_at=raw["LaunchTime"].timestamp(),
+        hostname=(raw.get("PrivateDnsName") or "").split(".", 1)[0],
+        zone=raw.get("Placement", {}).get("AvailabilityZone", ""),
+        subnet_id=raw.get("SubnetId", ""),
+        tags=tags,
+    )
+
+
+def _chunks(items: Sequence[str], size: int) -> list[list[str]]:
+    return [list(items[i : i + size]) for i in range(0, len(items), size)]
+
+
+class Ec2Cloud:
+    """The Cloud port on EC2. Use `async with Ec2Cloud(...) as cloud`, or `start()` then `close()`."""
+
+    def __init__(
+        self,
+        *,
+        cluster_name: str,
+        region: str,
+        allowed_types: Mapping[str, tuple[str, str]],
+        subnet_ids: Sequence[str],
+        security_group_ids: Sequence[str],
+        join_command: JoinCommand,
+        endpoint: str | None = None,
+        access_key_id: str | None = None,
+        secret_access_key: str | None = None,
+        key_name: str | None = None,
+        iam_instance_profile: str | None = None,
+        custom_tags: Mapping[str, str] | None = None,
+        capacity_backoff_initial: float = 30.0,
+        capacity_backoff_max: float = 600.0,
+        clock: Callable[[], float] = time.time,
+        page_size: int = 1000,
+        retry_attempts: int = 5,
+        retry_initial: float = 0.5,
+        retry_max: float = 20.0,
+        timeout: float = 30.0,
+    ) -> None:
+        self._cluster = cluster_name
+        self._region = region
+        self._types = dict(allowed_types)  # name -> (ami id, boot script)
+        self._subnets = tuple(subnet_ids) or ("",)  # "" = let EC2 pick (default VPC)
+        self._groups = list(security_group_ids)
+        self._join_command = join_command
+        self._endpoint_url = endpoint
+        self.endpoint = endpoint or f"https://ec2.{region}.amazonaws.com"
+        self._credentials = (access_key_id, secret_access_key)
+        self._key_name = key_name
+        self._profile = iam_instance_profile
+        self._custom_tags = dict(custom_tags or {})
+        self._backoff = CapacityBackoff(capacity_backoff_initial, capacity_backoff_max)
+        self._clock = clock
+        self._page_size = page_size
+        self._retry = (retry_attempts, retry_initial, retry_max)
+        self._timeout = timeout
+        self._type_cache: dict[str, InstanceType] = {}
+        self._stack: AsyncExitStack | None = None
+        self._client: Any = None
+        self.stats = Ec2Stats()
+        self._validate()
+
+    def _validate(self) -> None:
+        if not self._cluster:
+            raise ConfigurationError("cluster_name must not be empty: it is the ownership tag")
+        reserved = (OWNER_TAG, CLUSTER_TAG, NAME_TAG)
+        bad = [k for k in self._custom_tags if k in reserved or k.startswith(_RESERVED_PREFIXES)]
+        if bad:
+            raise ConfigurationError(f"custom EC2 tags {bad} use reserved keys; rename them")
+        if not 5 <= self._page_size <= 1000:
+            raise ConfigurationError(f"page_size must be within 5..1000 (EC2 limits), got {self._page_size}")
+        if self._retry[0] < 1:
+            raise ConfigurationError("retry_attempts must be at least 1")
+
+    # ----------------------------------------------------------------------------------- lifetime
+
+    async def start(self) -> Ec2Cloud:
+        if self._client is not None:
+            return self
+        key, secret = self._credentials
+        config = AioConfig(
+            retries={"max_attempts": 1, "mode": "standard"},  # tenacity retries, selectively
+            connect_timeout=self._timeout,
+            read_timeout=self._timeout,
+        )
+        stack = AsyncExitStack()
+        creator = get_session().create_client(
+            "ec2",
+            region_name=self._region,
+            endpoint_url=self._endpoint_url,
+            aws_access_key_id=key,
+            aws_secret_access_key=secret,
+            config=config,
+        )
+        try:
+            self._client = await stack.enter_async_context(creator)
+        except (BotoCoreError, ValueError) as exc:
+            await stack.aclose()
+            raise to_endpoint_error(self.endpoint, "creating the EC2 client", exc) from None
+        self._client.meta.events.register("before-call.ec2", self._count_call)
+        self._stack = stack
+        return self
+
+    async def close(self) -> None:
+        stack, self._stack, self._client = self._stack, None, None
+        if stack is not None:
+            await stack.aclose()
+
+    async def __aenter__(self) -> Ec2Cloud:
+        return await self.start()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    def _count_call(self, model: Any, **_: Any) -> None:
+        self.stats.api_calls[model.name] += 1
+
+    # ----------------------------------------------------------------------------------- calls
+
+    def _retrying(self) -> AsyncRetrying:
+        attempts, initial, maximum = self._retry
+        return AsyncRetrying(
+            retry=retry_if_exception(is_transient),
+            wait=wait_exponential_jitter(multiplier=initial, max=maximum, jitter=initial),
+            stop=stop_after_attempt(attempts),
+            reraise=True,
+        )
+
+    async def _call(self, operation: str, **params: Any) -> dict[str, Any]:
+        """One API call with selective retries. SDK exceptions pass through for the caller to sort."""
+        if self._client is None:
+            raise RuntimeError("Ec2Cloud is not started: use `async with` or call start()")
+        async for attempt in self._retrying():
+            with attempt:
+                result: dict[str, Any] = await getattr(self._client, operation)(**params)
+                return result
+        raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
+
+    async def _pages(self, operation: str, key: str, **params: Any) -> list[dict[str, Any]]:
+        """Every item under `key` across all pages (the whole walk is retried if a page fails)."""
+        if self._client is None:
+            raise RuntimeError("Ec2Cloud is not started: use `async with` or call start()")
+        async for attempt in self._retrying():
+            with attempt:
+                items: list[dict[str, Any]] = []
+                pages: AsyncIterator[dict[str, Any]] = self._client.get_paginator(operation).paginate(
+                    **params, PaginationConfig={"PageSize": self._page_size}
+                )
+                async for page in pages:
+                    items.extend(page.get(key, ()))
+                return items
+        raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
+
+    # ----------------------------------------------------------------------------------- listing
+
+    def _ownership_filters(self) -> list[dict[str, Any]]:
+        return [
+            {"Name": f"tag:{OWNER_TAG}", "Values": [OWNER_VALUE]},
+            {"Name": f"tag:{CLUSTER_TAG}", "Values": [self._cluster]},
+        ]
+
+    def _owned(self, raw: Mapping[str, Any]) -> bool:
+        tags = {t["Key"]: t["Value"] for t in raw.get("Tags", ())}
+        return tags.get(OWNER_TAG) == OWNER_VALUE and tags.get(CLUSTER_TAG) == self._cluster
+
+    async def list_instances(self) -> tuple[Instance, ...]:
+        """Every owned instance that is not terminated, filtered server-side, all pages."""
+        filters = [*self._ownership_filters(), {"Name": "instance-state-name", "Values": list(LISTED_STATES)}]
+        try:
+            reservations = await self._pages("describe_instances", "Reservations", Filters=filters)
+        except (ClientError, BotoCoreError) as exc:
+            raise to_endpoint_error(self.endpoint, "DescribeInstances", exc) from None
+        found = (_to_instance(raw) for res in reservations for raw in res.get("Instances", ()))
+        return tuple(sorted((i for i in found if i is not None), key=lambda i: (i.launched_at, i.id)))
+
+    async def instance_types(self, names: Sequence[str]) -> tuple[InstanceType, ...]:
+        missing = [n for n in dict.fromkeys(names) if n not in self._type_cache]
+        for batch in _chunks(missing, 100):
+            await self._describe_types(batch)
+        return tuple(self._type_cache[n] for n in names)
+
+    async def _describe_types(self, names: list[str]) -> None:
+        try:
+            result = await self._call("describe_instance_types", InstanceTypes=names)
+        except ClientError as exc:
+            if error_code(exc) in UNKNOWN_TYPE_CODES:
+                raise ConfigurationError(
+                    f"EC2 at {self.endpoint} does not know instance type(s) among {names} "
+                    f"({error_message(exc)}): fix the allowed types"
+                ) from None
+            raise to_endpoint_error(self.endpoint, "DescribeInstanceTypes", exc) from None
+        except BotoCoreError as exc:
+            raise to_endpoint_error(self.endpoint, "DescribeInstanceTypes", exc) from None
+        for raw in result.get("InstanceTypes", ()):
+            gpus = sum(g.get("Count", 0) for g in raw.get("GpuInfo", {}).get("Gpus", ()))
+            resources = Resources(
+                cpus=float(raw["VCpuInfo"]["DefaultVCpus"]),
+                ram=int(raw["MemoryInfo"]["SizeInMiB"]) * _MIB,
+                gpus=gpus,
+            )
+            known = CATALOGUE.get(raw["InstanceType"])
+            price = known.price_per_hour if known else None
+            self._type_cache[raw["InstanceType"]] = InstanceType(raw["InstanceType"], resources, price)
+        unknown = [n for n in names if n not in self._type_cache]
+        if unknown:
+            raise ConfigurationError(f"EC2 at {self.endpoint} does not know instance type(s) {unknown}")
+
+    # ----------------------------------------------------------------------------------- launching
+
+    def unavailable(self, now: float) -> tuple[Unavailable, ...]:
+        return self._backoff.unavailable(now)
+
+    async def launch(self, type_name: str, count: int, labels: Mapping[str, str]) -> LaunchResult:
+        """Try the subnets in order (skipping blocked ones) until `count` instances run or all refuse.
+
+        Capacity refusals come back in `refused`; another EC2 error ends the attempt with `error`
+        (keeping what was launched). An endpoint failure before anything launched raises EndpointError.
+        """
+        if count <= 0:
+            return LaunchResult()
+        self.stats.instances_requested += count
+        prepared = await self._prepare_launch(type_name, labels)
+        if isinstance(prepared, str):
+            return LaunchResult(error=prepared)
+        launched: list[Instance] = []
+        refused: list[Unavailable] = []
+        for subnet in self._subnets:
+            remaining = count - len(launched)
+            if remaining <= 0:
+                break
+            if self._backoff.blocked(type_name, subnet, self._clock()):
+                continue
+            try:
+                launched.extend(await self._run_instances(type_name, subnet, remaining, prepared))
+            except (ClientError, BotoCoreError) as exc:
+                if is_capacity(exc):
+                    self.stats.capacity_refusals += 1
+                    refused.append(self._backoff.refused(type_name, subnet, self._clock()))
+                    continue
+                if is_endpoint_failure(exc) and not launched:
+                    raise to_endpoint_error(self.endpoint, "RunInstances", exc) from None
+                where = f" in {subnet}" if subnet else ""
+                error = f"RunInstances {type_name}{where} failed: {error_message(exc)}"
+                return LaunchResult(tuple(launched), tuple(refused), error)
+            self._backoff.succeeded(type_name, subnet)
+        if not launched and not refused:
+            refused = [u for u in self.unavailable(self._clock()) if u.type_name == type_name]
+        return LaunchResult(tuple(launched), tuple(refused))
+
+    async def _prepare_launch(self, type_name: str, labels: Mapping[str, str]) -> dict[str, Any] | str:
+        """The RunInstances parameters shared by every subnet, or an error message."""
+        spec = self._types.get(type_name)
+        if spec is None:
+            return f"instance type {type_name} is not among the allowed types {sorted(self._types)}"
+        ami_id, boot_script = spec
+        tags = self._instance_tags(labels)
+        if len(tags) > MAX_TAGS:
+            return f"{len(tags)} tags (ownership, labels, custom) exceed EC2's limit of {MAX_TAGS}"
+        try:
+            token, manager = await self._join_command()
+        except AutoscalerError as exc:
+            return f"cannot read the swarm join command: {exc}"
+        user_data = render_user_data(boot_script, token, manager)
+        if len(user_data.encode()) > USER_DATA_LIMIT:
+            return f"user data for {type_name} exceeds EC2's {USER_DATA_LIMIT} bytes: shorten the boot script"
+        params: dict[str, Any] = {
+            "ImageId": ami_id,
+            "InstanceType": type_name,
+            "UserData": user_data,  # botocore base64-encodes it
+            "TagSpecifications": [
+                {"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]},
+                {
+                    "ResourceType": "volume",
+                    "Tags": [{"Key": k, "Value": tags[k]} for k in owner_tags(self._cluster)],
+                },
+            ],
+        }
+        if self._groups:
+            params["SecurityGroupIds"] = self._groups
+        if self._key_name:
+            params["KeyName"] = self._key_name
+        if self._profile:
+            key = "Arn" if self._profile.startswith("arn:") else "Name"
+            params["IamInstanceProfile"] = {key: self._profile}
+        return params
+
+    def _instance_tags(self, labels: Mapping[str, str]) -> dict[str, str]:
+        tags = {NAME_TAG: f"{self._cluster}-worker", **self._custom_tags}
+        tags.update({f"{LABEL_TAG_PREFIX}{k}": str(v) for k, v in labels.items()})
+        tags.update(owner_tags(self._cluster))  # last: nothing may override ownership
+        return tags
+
+    async def _run_instances(
+        self, type_name: str, subnet: str, count: int, params: dict[str, Any]
+    ) -> list[Instance]:
+        # all or nothing per subnet: a partial refusal moves the whole request to the next subnet, which
+        # behaves the same on EC2 and on moto (moto launches MinCount instances, ignoring MaxCount)
+        call = dict(params, MinCount=count, MaxCount=count, ClientToken=uuid.uuid4().hex)
+        if subnet:
+            call["SubnetId"] = subnet
+        self.stats.launch_calls += 1
+        result = await self._call("run_instances", **call)
+        instances = [i for i in (_to_instance(raw) for raw in result.get("Instances", ())) if i]
+        self.stats.instances_launched += len(instances)
+        return instances
+
+    # ----------------------------------------------------------------------------------- terminating
+
+    async def terminate(self, instance_ids: Sequence[str]) -> None:
+        """Check ownership of all ids in one describe, then terminate the live ones in batches."""
+        ids = list(dict.fromkeys(instance_ids))
+        if not ids:
+            return
+        try:
+            found = await self._describe_ids(ids)
+            foreign = sorted(raw["InstanceId"] for raw in found if not self._owned(raw))
+            if foreign:
+                raise ConfigurationError(
+                    f"refusing to terminate {foreign}: not tagged as owned by cluster {self._cluster!r}"
+                )
+            live = [raw["InstanceId"] for raw in found if raw["State"]["Name"] != "terminated"]
+            for batch in _chunks(live, TERMINATE_BATCH):
+                await self._terminate_batch(batch)
+        except (ClientError, BotoCoreError) as exc:
+            raise to_endpoint_error(self.endpoint, "TerminateInstances", exc) from None
+
+    async def _describe_ids(self, ids: list[str]) -> list[dict[str, Any]]:
+        """The instances among `ids` that EC2 still knows (ids that do not exist are simply absent)."""
+        found: list[dict[str, Any]] = []
+        for batch in _chunks(ids, DESCRIBE_IDS_BATCH):
+            filters = [{"Name": "instance-id", "Values": batch}]
+            reservations = await self._pages("describe_instances", "Reservations", Filters=filters)
+            found.extend(raw for res in reservations for raw in res.get("Instances", ()))
+        return found
+
+    async def _terminate_batch(self, batch: list[str]) -> None:
+        try:
+            await self._call("terminate_instances", InstanceIds=batch)
+        except ClientError as exc:
+            if error_code(exc) not in GONE_CODES:
+                raise
+            # one id vanished since the describe: the rest still need terminating, one by one
+            for instance_id in batch if len(batch) > 1 else ():
+                await self._terminate_batch([instance_id])
+
+
+__all__ = [
+    "CLUSTER_TAG",
+    "LABEL_TAG_PREFIX",
+    "OWNER_TAG",
+    "OWNER_VALUE",
+    "Ec2Cloud",
+    "Ec2Stats",
+    "node_labels",
+    "owner_tags",
+]

@@ -1,0 +1,171 @@
+"""Pieces of the EC2 adapter that need no client: error classes, the capacity back-off, user data.
+
+Kept apart from `ec2.py` so each can be read (and tested) on its own.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from botocore.exceptions import (
+    ClientError,
+    ConnectionError,
+    CredentialRetrievalError,
+    HTTPClientError,
+    NoCredentialsError,
+    PartialCredentialsError,
+)
+
+from ..errors import EndpointError
+from ..model import Unavailable
+
+# ------------------------------------------------------------------------------------------ errors
+
+# EC2 and the AWS SDKs name throttling in several ways; all mean "slow down and try again".
+THROTTLING_CODES = frozenset(
+    {
+        "RequestLimitExceeded",
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "EC2ThrottledException",
+        "PriorRequestNotComplete",
+    }
+)
+# Refusals for lack of capacity in one zone: another subnet (zone) may have room. EC2 answers
+# InsufficientInstanceCapacity with HTTP 500, so these must be excluded from the "5xx is transient"
+# rule, or every refusal would be retried in place for nothing.
+CAPACITY_CODES = frozenset(
+    {"InsufficientInstanceCapacity", "InsufficientCapacity", "InsufficientHostCapacity", "Unsupported"}
+)
+CREDENTIAL_CODES = frozenset(
+    {
+        "AuthFailure",
+        "UnauthorizedOperation",
+        "InvalidClientTokenId",
+        "SignatureDoesNotMatch",
+        "OptInRequired",
+        "ExpiredToken",
+        "RequestExpired",
+    }
+)
+GONE_CODES = frozenset({"InvalidInstanceID.NotFound"})
+UNKNOWN_TYPE_CODES = frozenset({"InvalidInstanceType", "InvalidInstanceType.NotFound"})
+
+
+def error_code(exc: BaseException) -> str:
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code", ""))
+    return ""
+
+
+def error_message(exc: BaseException) -> str:
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        return f"{error.get('Code', '?')}: {error.get('Message', '')}"
+    return str(exc)
+
+
+def _http_status(exc: ClientError) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Worth retrying in place: throttling, 5xx other than capacity refusals, connection trouble."""
+    if isinstance(exc, ClientError):
+        code = error_code(exc)
+        if code in THROTTLING_CODES:
+            return True
+        return code not in CAPACITY_CODES and _http_status(exc) >= 500
+    return isinstance(exc, HTTPClientError | ConnectionError)
+
+
+def is_capacity(exc: BaseException) -> bool:
+    return error_code(exc) in CAPACITY_CODES
+
+
+_NO_CREDENTIALS = (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError)
+
+
+def is_endpoint_failure(exc: BaseException) -> bool:
+    """The endpoint is unreachable, keeps failing, or rejects (or never got) our credentials."""
+    if isinstance(exc, ClientError):
+        return error_code(exc) in CREDENTIAL_CODES or is_transient(exc)
+    return isinstance(exc, _NO_CREDENTIALS) or is_transient(exc)
+
+
+def to_endpoint_error(endpoint: str, operation: str, exc: BaseException) -> EndpointError:
+    """Translate an SDK failure into EndpointError. Messages never carry the secret key: botocore's
+    messages name the URL and the error only."""
+    if isinstance(exc, _NO_CREDENTIALS):
+        detail = "no usable AWS credentials: set the access key id and secret, or an instance role"
+    elif isinstance(exc, ClientError) and error_code(exc) in CREDENTIAL_CODES:
+        detail = f"credentials rejected ({error_message(exc)}): check the access key and its IAM policy"
+    elif isinstance(exc, HTTPClientError | ConnectionError):
+        detail = f"{operation} failed: cannot reach EC2 ({type(exc).__name__}: {exc}); check the endpoint"
+    else:
+        detail = f"{operation} failed: {error_message(exc)}"
+    return EndpointError(endpoint, detail)
+
+
+# ------------------------------------------------------------------------------------------ back-off
+
+
+@dataclass(slots=True)
+class _Strike:
+    count: int
+    until: float
+
+
+class CapacityBackoff:
+    """Which (type, subnet) pairs EC2 recently refused, and until when they are skipped.
+
+    The first refusal blocks the pair for `initial` seconds; each further refusal of the same pair
+    (without a success in between) doubles that, up to `maximum`. A success forgets the pair.
+    """
+
+    def __init__(self, initial: float = 30.0, maximum: float = 600.0) -> None:
+        if initial <= 0 or maximum < initial:
+            raise ValueError(f"need 0 < initial <= maximum, got {initial}, {maximum}")
+        self._initial = initial
+        self._maximum = maximum
+        self._strikes: dict[tuple[str, str], _Strike] = {}
+
+    def refused(self, type_name: str, subnet_id: str, now: float) -> Unavailable:
+        previous = self._strikes.get((type_name, subnet_id))
+        count = previous.count + 1 if previous else 1
+        delay = min(self._initial * 2 ** (count - 1), self._maximum)
+        self._strikes[(type_name, subnet_id)] = _Strike(count, now + delay)
+        return Unavailable(type_name, now + delay, subnet_id)
+
+    def succeeded(self, type_name: str, subnet_id: str) -> None:
+        self._strikes.pop((type_name, subnet_id), None)
+
+    def blocked(self, type_name: str, subnet_id: str, now: float) -> bool:
+        strike = self._strikes.get((type_name, subnet_id))
+        return strike is not None and strike.until > now
+
+    def unavailable(self, now: float) -> tuple[Unavailable, ...]:
+        return tuple(
+            Unavailable(type_name, strike.until, subnet_id)
+            for (type_name, subnet_id), strike in sorted(self._strikes.items())
+            if strike.until > now
+        )
+
+
+# ------------------------------------------------------------------------------------------ user data
+
+USER_DATA_LIMIT = 16 * 1024  # EC2's limit on raw user data, before base64
+
+
+def render_user_data(boot_script: str, token: str, manager_address: str) -> str:
+    """The configured boot script, then the swarm join. A script without a shebang runs under bash."""
+    script = boot_script.strip("\n")
+    head = "" if script.startswith("#!") else "#!/bin/bash\nset -eu\n"
+    join = f"docker swarm join --token {shlex.quote(token)} {shlex.quote(manager_address)}"
+    body = f"{script}\n\n" if script else ""
+    return f"{head}{body}# join the swarm as a worker (added by swarm-autoscaler)\n{join}\n"

@@ -1,0 +1,99 @@
+"""The `swarm-autoscaler` command: parse arguments, load settings, call the part that does the work.
+
+Thin by design: every command's work lives elsewhere (commands.py, demo.py, sim/cli.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from .settings import InvalidSettingsError, Settings, load_settings, unknown_variables
+from .settings_doc import env_template, markdown_table
+
+EXIT_CONFIGURATION = 2
+
+
+def load_settings_or_exit(env_file: str | None = None) -> Settings:
+    """Validated settings, or exit with status 2 after printing one line per wrong variable to standard
+    error (no traceback, no secret). Unknown `AUTOSCALER_*` variables are reported as warnings."""
+    for warning in unknown_variables(env_file):
+        print(f"configuration warning: {warning}", file=sys.stderr)
+    try:
+        return load_settings(env_file)
+    except InvalidSettingsError as exc:
+        for problem in exc.problems:
+            print(f"configuration error: {problem}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIGURATION) from None
+
+
+def _configured(args: argparse.Namespace) -> int:
+    from . import commands
+    from .logs import configure_logging
+
+    settings = load_settings_or_exit(args.env_file)
+    configure_logging(settings.logging.level, settings.logging.format)
+    work = {"run": commands.run, "plan": commands.explain, "status": commands.status}[args.command]
+    return commands.guarded(lambda: work(settings))
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from . import demo
+    from .logs import configure_logging
+
+    configure_logging("WARNING" if not args.verbose else "INFO", "console")
+    opts = demo.DemoOptions(
+        tasks=args.tasks, fast=args.fast, swarm=args.swarm, json=args.json, out_dir=Path(args.out_dir)
+    )
+    return demo.main(opts)
+
+
+def _cmd_env_template(args: argparse.Namespace) -> int:
+    sys.stdout.write(markdown_table() if args.markdown else env_template())
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="swarm-autoscaler",
+        description="Keeps a docker swarm of EC2 machines running dask workers right-sized.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    configured = {
+        "run": "run the daemon",
+        "plan": "observe once and print the plan without acting",
+        "status": "print the cluster's current state",
+    }
+    for name, help_text in configured.items():
+        sub = commands.add_parser(name, help=help_text)
+        sub.add_argument("--env-file", help="read variables from this file too (the environment wins)")
+        sub.set_defaults(handler=_configured)
+    demo = commands.add_parser("demo", help="run the daemon on an embedded local cloud with a workload")
+    demo.add_argument("--tasks", type=int, default=200, help="number of tasks to submit (default 200)")
+    demo.add_argument("--fast", action="store_true", help="short delays (for CI)")
+    demo.add_argument("--swarm", action="store_true", help="real dockerd swarm nodes (root, dockerd installed)")
+    demo.add_argument("--json", action="store_true", help="end with one JSON object of the results")
+    demo.add_argument("--out-dir", default="demo-out", help="where the timeline PNG goes (default demo-out)")
+    demo.add_argument("--verbose", action="store_true", help="show the daemon's log lines")
+    demo.set_defaults(handler=_cmd_demo)
+    from .sim.cli import add_parser as add_simulate
+
+    add_simulate(commands)
+    template = commands.add_parser("env-template", help="print the .env template of every variable")
+    template.add_argument("--markdown", action="store_true", help="print a Markdown table instead")
+    template.set_defaults(handler=_cmd_env_template)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `swarm-autoscaler` script; returns the exit status."""
+    args = _parser().parse_args(argv)
+    status: int = args.handler(args)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

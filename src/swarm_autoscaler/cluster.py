@@ -1,0 +1,297 @@
+"""classify(snapshot, policy) -> Cluster: every owned machine and every swarm node in one named bucket.
+
+A *member* is one machine as the daemon sees it: an owned EC2 instance, the swarm node with the same
+hostname (if it joined) and the dask workers on that node (matched by hostname). Nodes that match no
+owned instance are members too (instance None), so that nothing observed is silently dropped.
+
+Lifecycle of a machine (the buckets, in the order a healthy machine passes through them)::
+
+    new ─Launch─► launched ──node joins──► joining ──worker connects──► active ─RetireWorkers─► retiring
+                     │                        │                          │  ▲                     │
+                     └──── max_start_time ────┴──────► broken            │  └── ActivateNode ──┐  │
+                                                          │           DrainNode                │  │
+                                                      Terminate          ▼                     │  ▼
+                                                          ▼       drained / reserve ───────────┘ (drained)
+                                                    terminating ◄─── Terminate (beyond reserve)
+                                                          │
+                                                          ▼
+                                                        gone   ◄── RemoveNode ── disconnected
+
+`disconnected` is a node that went down (or whose instance vanished); it comes back to where it was
+when the node is ready again, or is removed after `node_down_timeout`. `manager` and `unowned` nodes
+are observed and never touched. An owned instance whose node is a manager is put in `manager` too:
+the daemon never scales a manager.
+
+Classification rules, first match wins (age = now - instance.launched_at):
+
+1. node is a manager                                   -> manager
+2. no owned instance with the node's hostname          -> disconnected if the node is ours (it carries
+   the `instance-type` label the daemon gives its machines, or a `ready` mark), else unowned
+3. instance stopped                                    -> broken (an owned stopped machine is useless)
+4. instance shutting-down/stopping, or the node carries
+   a `termination_started` mark                        -> terminating
+5. no node yet                                         -> launched if age < max_start_time, else broken
+6. node status not ready: accepted before (`ready`
+   mark)                                               -> disconnected; never accepted -> rule 9
+7. availability drain or pause                         -> drained; per type, the first `reserve` of them
+   (newest instance first, then instance id) are reserve
+8. a worker is retiring                                -> retiring
+9. a worker is connected, or the node was accepted
+   before (`ready` mark: its worker was retired or is
+   restarting; the planner drains it once it stayed
+   empty for `drain_delay`)                            -> active
+10. otherwise (node present, no worker yet)            -> joining if age < max_start_time, else broken
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from .model import (
+    Availability,
+    Instance,
+    InstanceState,
+    InstanceType,
+    Node,
+    NodeStatus,
+    Policy,
+    Snapshot,
+    Worker,
+)
+
+# The node label the daemon gives every machine it launches (see tick.TYPE_LABEL): marks a node as ours
+# even after its instance disappeared from the listing.
+OWNED_NODE_LABEL = "instance-type"
+
+
+class Bucket(enum.StrEnum):
+    """Where a member is in its lifecycle. NEW and GONE are pseudo-buckets for the transition table:
+    no observed member is ever in them."""
+
+    NEW = "new"
+    LAUNCHED = "launched"
+    JOINING = "joining"
+    ACTIVE = "active"
+    RETIRING = "retiring"
+    DRAINED = "drained"
+    RESERVE = "reserve"
+    TERMINATING = "terminating"
+    DISCONNECTED = "disconnected"
+    BROKEN = "broken"
+    MANAGER = "manager"
+    UNOWNED = "unowned"
+    GONE = "gone"
+
+
+# The ONE table of allowed transitions between two ticks (staying in the same bucket is always allowed).
+# Each entry says which action or outside event causes it; tests/core checks that every transition the
+# planner's actions cause is listed here.
+_TERMINAL = frozenset({Bucket.TERMINATING, Bucket.GONE})
+_NODE_STATES = frozenset({Bucket.ACTIVE, Bucket.DRAINED, Bucket.RESERVE, Bucket.RETIRING})
+TRANSITIONS: Mapping[Bucket, frozenset[Bucket]] = {
+    # Launch creates an instance; EC2 lists it as pending/running.
+    Bucket.NEW: frozenset({Bucket.LAUNCHED}),
+    # The node joins (joining, or active at once when the worker is already up); the start time passes
+    # (broken); an operator drains the fresh node (drained/reserve); Terminate.
+    Bucket.LAUNCHED: frozenset({Bucket.JOINING, Bucket.ACTIVE, Bucket.BROKEN})
+    | {Bucket.DRAINED, Bucket.RESERVE}
+    | _TERMINAL,
+    # The worker connects (active); the start time passes (broken); drained by an operator; Terminate.
+    Bucket.JOINING: frozenset({Bucket.ACTIVE, Bucket.BROKEN, Bucket.DRAINED, Bucket.RESERVE})
+    | _TERMINAL
+    | {Bucket.DISCONNECTED},
+    # RetireWorkers (retiring); DrainNode (drained/reserve); node down (disconnected); Terminate.
+    Bucket.ACTIVE: _NODE_STATES | {Bucket.DISCONNECTED} | _TERMINAL,
+    # The retired worker leaves (active, then drained); DrainNode; node down; Terminate.
+    Bucket.RETIRING: _NODE_STATES | {Bucket.DISCONNECTED} | _TERMINAL,
+    # ActivateNode (active, or joining/broken for a node never accepted); the reserve moves between
+    # drained nodes (drained <-> reserve); node down; Terminate beyond the reserve.
+    Bucket.DRAINED: _NODE_STATES | {Bucket.JOINING, Bucket.BROKEN, Bucket.DISCONNECTED} | _TERMINAL,
+    Bucket.RESERVE: _NODE_STATES | {Bucket.JOINING, Bucket.BROKEN, Bucket.DISCONNECTED} | _TERMINAL,
+    # The node comes back (its previous bucket); RemoveNode / Terminate after node_down_timeout.
+    Bucket.DISCONNECTED: _NODE_STATES | {Bucket.JOINING, Bucket.BROKEN} | _TERMINAL,
+    # A late worker finally connects (active); Terminate.
+    Bucket.BROKEN: frozenset({Bucket.ACTIVE}) | _TERMINAL,
+    # EC2 finishes terminating (gone); the instance vanishes first while its node lingers
+    # (disconnected, then RemoveNode).
+    Bucket.TERMINATING: frozenset({Bucket.GONE, Bucket.DISCONNECTED}),
+    # Never touched by the planner; an operator may remove them.
+    Bucket.MANAGER: frozenset({Bucket.GONE}),
+    Bucket.UNOWNED: frozenset({Bucket.GONE}),
+    Bucket.GONE: frozenset(),
+}
+
+
+def allowed(before: Bucket, after: Bucket) -> bool:
+    """True when a member may move from `before` to `after` between two ticks."""
+    return before == after or after in TRANSITIONS[before]
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One machine: its owned instance, its swarm node and the workers on that node (any may be missing:
+    a member always has an instance or a node). `itype` is the catalogue entry of the instance's type."""
+
+    instance: Instance | None
+    node: Node | None
+    workers: tuple[Worker, ...] = ()
+    itype: InstanceType | None = None
+
+    @property
+    def key(self) -> str:
+        """The instance id, or the node id for a node without an owned instance."""
+        if self.instance is not None:
+            return self.instance.id
+        assert self.node is not None
+        return self.node.id
+
+    @property
+    def hostname(self) -> str:
+        return self.instance.hostname if self.instance is not None else self.node.hostname  # type: ignore[union-attr]
+
+    @property
+    def type_name(self) -> str:
+        """The instance's type; for a node without an owned instance, its type label (or "")."""
+        if self.instance is not None:
+            return self.instance.type_name
+        return self.node.labels.get(OWNED_NODE_LABEL, "") if self.node is not None else ""
+
+    @property
+    def busy(self) -> bool:
+        """A worker on it runs or queues a task, or holds data no other worker has."""
+        return any(w.busy for w in self.workers)
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """The buckets of one snapshot. Every owned instance and every node is in exactly one bucket."""
+
+    launched: tuple[Member, ...] = ()
+    joining: tuple[Member, ...] = ()
+    active: tuple[Member, ...] = ()
+    retiring: tuple[Member, ...] = ()
+    drained: tuple[Member, ...] = ()
+    reserve: tuple[Member, ...] = ()
+    terminating: tuple[Member, ...] = ()
+    disconnected: tuple[Member, ...] = ()
+    broken: tuple[Member, ...] = ()
+    manager: tuple[Member, ...] = ()
+    unowned: tuple[Member, ...] = ()
+
+    def bucket(self, name: Bucket) -> tuple[Member, ...]:
+        members: tuple[Member, ...] = getattr(self, name.value)
+        return members
+
+    def counts(self) -> dict[str, int]:
+        """Bucket name -> number of members, for every observed bucket (zeros included)."""
+        return {b.value: len(self.bucket(b)) for b in OBSERVED}
+
+    def counts_by_type(self) -> dict[tuple[str, str], int]:
+        """(bucket name, instance type) -> number of members, for non-empty buckets only. Members
+        whose type is not known count under "unknown"."""
+        out: dict[tuple[str, str], int] = {}
+        for b in OBSERVED:
+            for member in self.bucket(b):
+                key = (b.value, member.type_name or "unknown")
+                out[key] = out.get(key, 0) + 1
+        return out
+
+    def bucket_of(self) -> dict[str, Bucket]:
+        """Member key -> its bucket."""
+        return {m.key: b for b in OBSERVED for m in self.bucket(b)}
+
+
+OBSERVED: tuple[Bucket, ...] = tuple(b for b in Bucket if b not in (Bucket.NEW, Bucket.GONE))
+
+
+def classify(snapshot: Snapshot, policy: Policy) -> Cluster:
+    """Put every owned instance and every node of `snapshot` in one bucket (rules in the module doc)."""
+    types = {t.name: t for t in snapshot.instance_types}
+    workers: dict[str, list[Worker]] = defaultdict(list)
+    for worker in snapshot.workers:
+        workers[worker.hostname].append(worker)
+    nodes: dict[str, list[Node]] = defaultdict(list)
+    for node in snapshot.nodes:
+        nodes[node.hostname].append(node)
+    out: dict[Bucket, list[Member]] = {b: [] for b in OBSERVED}
+    owned_hosts: set[str] = set()
+    for inst in snapshot.instances:
+        owned_hosts.add(inst.hostname)
+        picked, extra = _pick_node(nodes.get(inst.hostname, ()))
+        member = Member(inst, picked, tuple(workers.get(inst.hostname, ())), types.get(inst.type_name))
+        out[_instance_bucket(member, snapshot.now, policy)].append(member)
+        for stale in extra:  # an older entry of a node that left and joined again
+            bucket = Bucket.DISCONNECTED if stale.status != NodeStatus.READY else Bucket.UNOWNED
+            out[bucket].append(Member(None, stale))
+    for node in snapshot.nodes:
+        if node.hostname not in owned_hosts:
+            out[_orphan_bucket(node)].append(Member(None, node, tuple(workers.get(node.hostname, ()))))
+    reserve, drained = _split_reserve(out[Bucket.DRAINED], policy)
+    out[Bucket.DRAINED], out[Bucket.RESERVE] = drained, reserve
+    return Cluster(**{b.value: tuple(members) for b, members in out.items()})
+
+
+def _pick_node(candidates: Iterable[Node]) -> tuple[Node | None, list[Node]]:
+    """The node entry an instance is matched to (a ready one first), and any other entries."""
+    ordered = sorted(candidates, key=lambda n: (n.status != NodeStatus.READY, n.id))
+    if not ordered:
+        return None, []
+    return ordered[0], ordered[1:]
+
+
+def _orphan_bucket(node: Node) -> Bucket:
+    if node.is_manager:
+        return Bucket.MANAGER
+    if OWNED_NODE_LABEL in node.labels or node.marks.ready:
+        return Bucket.DISCONNECTED
+    return Bucket.UNOWNED
+
+
+def _instance_bucket(member: Member, now: float, policy: Policy) -> Bucket:
+    inst, node = member.instance, member.node
+    assert inst is not None
+    young = now - inst.launched_at < policy.max_start_time
+    if node is not None and node.is_manager:
+        return Bucket.MANAGER
+    if inst.state == InstanceState.STOPPED:
+        return Bucket.BROKEN
+    if not inst.alive or (node is not None and node.marks.termination_started is not None):
+        return Bucket.TERMINATING
+    joined = _joined_bucket(member, node) if node is not None else None
+    if joined is not None:
+        return joined
+    if node is None:
+        return Bucket.LAUNCHED if young else Bucket.BROKEN
+    return Bucket.JOINING if young else Bucket.BROKEN
+
+
+def _joined_bucket(member: Member, node: Node) -> Bucket | None:
+    """The bucket of a live machine whose node joined, or None while it is still joining."""
+    if node.status != NodeStatus.READY:
+        return Bucket.DISCONNECTED if node.marks.ready else None
+    if node.availability != Availability.ACTIVE:
+        return Bucket.DRAINED
+    if any(w.retiring for w in member.workers):
+        return Bucket.RETIRING
+    if member.workers or node.marks.ready:
+        return Bucket.ACTIVE
+    return None
+
+
+def _split_reserve(drained: list[Member], policy: Policy) -> tuple[list[Member], list[Member]]:
+    """(reserve, drained beyond the reserve): per type, the newest `reserve` drained machines are kept."""
+    ordered = sorted(drained, key=lambda m: (-m.instance.launched_at, m.key) if m.instance else (0.0, m.key))
+    kept: dict[str, int] = defaultdict(int)
+    reserve: list[Member] = []
+    beyond: list[Member] = []
+    for member in ordered:
+        tp = policy.type_policy(member.type_name)
+        if tp is not None and kept[member.type_name] < tp.reserve and not member.busy:
+            kept[member.type_name] += 1
+            reserve.append(member)
+        else:
+            beyond.append(member)
+    return reserve, beyond

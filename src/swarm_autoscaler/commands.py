@@ -1,0 +1,144 @@
+"""The daemon's commands: `run`, `plan` (explain, act on nothing) and `status`. `cli.py` parses and calls."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import structlog
+from rich.console import Console
+from rich.table import Table
+
+from .cluster import classify
+from .errors import AutoscalerError, ConfigurationError, EndpointError
+from .loop import run_clusters
+from .settings import Settings
+from .tick import TickResult, observe
+
+log = structlog.get_logger("swarm_autoscaler.commands")
+
+EXIT_ENDPOINT = 1
+EXIT_CONFIG = 2
+
+
+def guarded(coro_fn: Callable[[], Coroutine[Any, Any, int]]) -> int:
+    """Run a command; an unreachable endpoint or bad configuration becomes one clear line, no traceback."""
+    try:
+        return asyncio.run(coro_fn())
+    except EndpointError as exc:
+        print(f"error: cannot use {exc.endpoint}: {exc.detail}", file=sys.stderr)
+        return EXIT_ENDPOINT
+    except ConfigurationError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except AutoscalerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ENDPOINT
+
+
+async def run(settings: Settings) -> int:
+    """The daemon: tick until SIGTERM or SIGINT, finish the current tick, exit 0."""
+    from .app import open_daemon
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("starting", cluster=settings.cluster_name, poll_interval_s=settings.timing.poll_interval)
+    async with open_daemon(settings) as daemon:
+        await run_clusters([daemon], stop)
+    log.info("stopped", cluster=settings.cluster_name)
+    return 0
+
+
+async def explain(settings: Settings) -> int:
+    """Observe once and print the plan with every action's reason. Acts on nothing."""
+    from .app import open_daemon
+    from .plan import plan
+
+    async with open_daemon(settings, serve_http=False) as daemon:
+        snapshot = await observe(daemon.ports, daemon.catalogue, daemon.clock())
+        result = TickResult(snapshot, plan(snapshot, daemon.policy), (), acted=False)
+    print_plan(result, Console())
+    return 0
+
+
+async def status(settings: Settings) -> int:
+    """Observe once and print instances, nodes, workers, buckets and pending work."""
+    from .app import open_daemon
+    from .plan import plan
+
+    async with open_daemon(settings, serve_http=False) as daemon:
+        snapshot = await observe(daemon.ports, daemon.catalogue, daemon.clock())
+        result = TickResult(snapshot, plan(snapshot, daemon.policy), (), acted=False)
+        console = Console()
+        print_status(result, daemon.policy, console)
+    return 0
+
+
+def print_plan(result: TickResult, console: Console) -> None:
+    p = result.plan
+    console.print(f"pending tasks: {p.pending}   placed: {dict(p.placed)}")
+    table = Table(title="plan (nothing was done)")
+    table.add_column("#", justify="right")
+    table.add_column("action")
+    table.add_column("target")
+    table.add_column("reason")
+    for i, action in enumerate(p.actions, 1):
+        fields = {k: getattr(action, k) for k in getattr(type(action), "__slots__", ()) if k != "reason"}
+        table.add_row(
+            str(i), type(action).__name__, ", ".join(f"{k}={v}" for k, v in fields.items()), action.reason
+        )
+    console.print(table)
+    for u in p.unplaceable:
+        console.print(f"[yellow]unplaceable[/yellow] {u.task_key}: {u.reason}")
+    if not p.actions:
+        console.print("nothing to do")
+
+
+def print_status(result: TickResult, policy: object, console: Console) -> None:
+    snap = result.snapshot
+    instances = Table(title=f"instances ({len(snap.instances)})")
+    for col in ("id", "type", "state", "hostname", "age"):
+        instances.add_column(col)
+    for inst in sorted(snap.instances, key=lambda i: i.id):
+        instances.add_row(
+            inst.id, inst.type_name, str(inst.state), inst.hostname, f"{snap.now - inst.launched_at:.0f}s"
+        )
+    nodes = Table(title=f"nodes ({len(snap.nodes)})")
+    for col in ("hostname", "availability", "status", "manager", "marks"):
+        nodes.add_column(col)
+    for node in sorted(snap.nodes, key=lambda n: n.hostname):
+        nodes.add_row(
+            node.hostname,
+            str(node.availability),
+            str(node.status),
+            "yes" if node.is_manager else "",
+            _marks(node.marks),
+        )
+    workers = Table(title=f"workers ({len(snap.workers)})")
+    for col in ("name", "host", "resources", "processing", "unique data"):
+        workers.add_column(col)
+    for w in sorted(snap.workers, key=lambda w: w.name):
+        workers.add_row(
+            w.name, w.hostname, str(w.resources), str(len(w.processing)), "yes" if w.has_unique_data else ""
+        )
+    for table in (instances, nodes, workers):
+        console.print(table)
+    counts = classify(snap, policy).counts()  # type: ignore[arg-type]
+    console.print("buckets: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+    console.print(
+        f"unrunnable tasks: {len(snap.unrunnable)}   pending (with estimated queue): {result.plan.pending}"
+    )
+
+
+def _marks(marks: object) -> str:
+    with contextlib.suppress(TypeError):
+        return ", ".join(
+            f"{k}={v}" for k in getattr(type(marks), "__slots__", ()) if (v := getattr(marks, k))
+        )
+    return ""

@@ -1,0 +1,106 @@
+"""The demo's live terminal view (rich), degrading to plain progress lines when stdout is not a terminal."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+
+from .model import Launch
+from .tick import TickResult
+
+
+@dataclass
+class View:
+    """What the dashboard shows; updated by the demo after each tick."""
+
+    elapsed: float = 0.0
+    buckets: Mapping[str, int] = field(default_factory=dict)
+    types: Mapping[str, int] = field(default_factory=dict)
+    workers: int = 0
+    pending: int = 0
+    running: int = 0
+    done: int = 0
+    total: int = 0
+    unplaceable: int = 0
+    actions: deque[str] = field(default_factory=lambda: deque(maxlen=8))
+
+    def record_actions(self, result: TickResult, elapsed: float) -> None:
+        for outcome in result.outcomes:
+            action = outcome.action
+            what = (
+                outcome.action_kind
+                if not isinstance(action, Launch)
+                else f"Launch {action.count}x{action.type_name}"
+            )
+            status = "ok" if outcome.ok else f"FAILED ({outcome.detail})"
+            self.actions.append(f"{elapsed:6.1f}s {what}: {action.reason} -> {status}")
+
+
+class Dashboard:
+    def __init__(self, console: Console | None = None, plain_every: float = 5.0) -> None:
+        self.console = console or Console()
+        self.live_mode = sys.stdout.isatty()
+        self._live: Live | None = None
+        self._plain_every = plain_every
+        self._last_plain = 0.0
+        self._printed_actions = 0
+
+    def __enter__(self) -> Dashboard:
+        if self.live_mode:
+            self._live = Live(console=self.console, refresh_per_second=4, transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.__exit__(None, None, None)
+
+    def update(self, view: View) -> None:
+        if self._live is not None:
+            self._live.update(render(view))
+            return
+        now = time.monotonic()
+        if now - self._last_plain >= self._plain_every:
+            self._last_plain = now
+            buckets = " ".join(f"{k}={v}" for k, v in sorted(view.buckets.items()) if v)
+            print(
+                f"[{view.elapsed:6.1f}s] tasks done {view.done}/{view.total} running {view.running} "
+                f"pending {view.pending} unplaceable {view.unplaceable} | workers {view.workers} | {buckets}",
+                flush=True,
+            )
+
+
+def render(view: View) -> Group:
+    fleet = Table(title="fleet", expand=True)
+    fleet.add_column("bucket")
+    fleet.add_column("machines", justify="right")
+    for name, count in sorted(view.buckets.items()):
+        fleet.add_row(name, str(count))
+    types = Table(title="instances by type", expand=True)
+    types.add_column("type")
+    types.add_column("live", justify="right")
+    for name, count in sorted(view.types.items()):
+        types.add_row(name, str(count))
+    tasks = Table(title="tasks", expand=True)
+    for col in ("done", "running", "pending", "unplaceable", "workers"):
+        tasks.add_column(col, justify="right")
+    tasks.add_row(
+        f"{view.done}/{view.total}",
+        str(view.running),
+        str(view.pending),
+        str(view.unplaceable),
+        str(view.workers),
+    )
+    actions = Panel("\n".join(view.actions) or "(none yet)", title="last actions and their reasons")
+    header = Panel(f"swarm-autoscaler demo - {view.elapsed:.1f}s", style="bold")
+    grid = Table.grid(expand=True)
+    grid.add_row(fleet, types, tasks)
+    return Group(header, grid, actions)

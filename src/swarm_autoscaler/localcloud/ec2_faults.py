@@ -1,0 +1,200 @@
+"""EC2 fault injection for the local cloud: a WSGI layer in front of moto's application.
+
+moto always has capacity and never throttles, so on its own it cannot show how the daemon copes with
+a crowded region. `FaultInjector` wraps moto's WSGI app inside the same in-process HTTP server (no
+extra network hop) and, for the EC2 query API only, answers some requests itself with the error
+document real EC2 sends, byte-compatible with what botocore parses:
+
+- `refuse(type, probability=p, subnet_id=s)`: RunInstances for that type (in that subnet, or any)
+  gets HTTP 500 `InsufficientInstanceCapacity`, always or with probability p drawn from a seeded RNG
+  (`reseed()` to replay a sequence). Nothing is created in moto for a refused call.
+- `throttle(action, times)`: the next `times` calls of an action get HTTP 503 `RequestLimitExceeded`.
+- `fail(action, times, status, code)`: the next `times` calls get any other error (e.g. 500
+  `InternalError`, or 401 `AuthFailure`).
+
+Every rule can be changed while the server runs (the test or demo thread and the server's request
+threads share one lock). `calls()` counts every EC2 action the server saw, injected errors included,
+which is how a benchmark can check API calls per tick from the server's side.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs
+from xml.sax.saxutils import escape
+
+WsgiEnviron = dict[str, Any]
+StartResponse = Callable[..., Any]
+WsgiApp = Callable[[WsgiEnviron, StartResponse], Iterable[bytes]]
+
+_HTTP_REASONS = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """RunInstances of `type_name` (in `subnet_id`, or in any subnet when None) is refused with
+    probability `probability`."""
+
+    type_name: str
+    probability: float = 1.0
+    subnet_id: str | None = None
+
+
+@dataclass(slots=True)
+class _Injected:
+    status: int
+    code: str
+    message: str
+    remaining: int
+
+
+def ec2_error_document(code: str, message: str) -> bytes:
+    """The XML body EC2 returns for an error (the shape botocore's EC2 parser reads)."""
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f"<Response><Errors><Error><Code>{escape(code)}</Code><Message>{escape(message)}</Message>"
+        f"</Error></Errors><RequestID>{uuid.uuid4()}</RequestID></Response>"
+    ).encode()
+
+
+class FaultInjector:
+    """WSGI middleware: injects EC2 capacity refusals, throttling and other errors in front of `app`."""
+
+    def __init__(self, app: WsgiApp, seed: int = 0) -> None:
+        self._app = app
+        self._lock = threading.Lock()
+        self._rng = random.Random(seed)
+        self._refusals: list[Refusal] = []
+        self._injected: dict[str, list[_Injected]] = {}
+        self._calls: Counter[str] = Counter()
+        self.capacity_refusals = 0
+
+    # ----------------------------------------------------------------------------------- controls
+
+    def refuse(self, type_name: str, *, probability: float = 1.0, subnet_id: str | None = None) -> None:
+        """Refuse RunInstances of `type_name` (replacing an earlier rule for the same type and subnet)."""
+        if not 0.0 <= probability <= 1.0:
+            raise ValueError(f"probability must be within [0, 1], got {probability}")
+        with self._lock:
+            self._refusals = [
+                r for r in self._refusals if (r.type_name, r.subnet_id) != (type_name, subnet_id)
+            ]
+            self._refusals.append(Refusal(type_name, probability, subnet_id))
+
+    def allow(self, type_name: str | None = None) -> None:
+        """Drop the refusal rules for `type_name` (every rule when None)."""
+        with self._lock:
+            self._refusals = [r for r in self._refusals if type_name is not None and r.type_name != type_name]
+
+    def throttle(self, action: str, times: int = 1) -> None:
+        """Answer the next `times` calls of `action` with 503 RequestLimitExceeded."""
+        self.fail(action, times, status=503, code="RequestLimitExceeded", message="Request limit exceeded.")
+
+    def fail(
+        self,
+        action: str,
+        times: int = 1,
+        *,
+        status: int = 500,
+        code: str = "InternalError",
+        message: str = "An internal error has occurred",
+    ) -> None:
+        """Answer the next `times` calls of `action` with this error (queued after earlier ones)."""
+        with self._lock:
+            self._injected.setdefault(action, []).append(_Injected(status, code, message, times))
+
+    def reseed(self, seed: int) -> None:
+        with self._lock:
+            self._rng = random.Random(seed)
+
+    def reset(self) -> None:
+        """Drop every rule and zero the counters."""
+        with self._lock:
+            self._refusals.clear()
+            self._injected.clear()
+            self._calls.clear()
+            self.capacity_refusals = 0
+
+    def calls(self) -> dict[str, int]:
+        """EC2 actions seen so far, by action name (injected errors included)."""
+        with self._lock:
+            return dict(self._calls)
+
+    # ----------------------------------------------------------------------------------- WSGI
+
+    def __call__(self, environ: WsgiEnviron, start_response: StartResponse) -> Iterable[bytes]:
+        params = _query_params(environ)
+        action = params.get("Action")
+        if action is None:
+            return self._app(environ, start_response)
+        error = self._decide(action, params)
+        if error is None:
+            return self._app(environ, start_response)
+        status, code, message = error
+        body = ec2_error_document(code, message)
+        headers = [("Content-Type", "text/xml;charset=UTF-8"), ("Content-Length", str(len(body)))]
+        start_response(f"{status} {_HTTP_REASONS.get(status, 'Error')}", headers)
+        return [body]
+
+    def _decide(self, action: str, params: dict[str, str]) -> tuple[int, str, str] | None:
+        with self._lock:
+            self._calls[action] += 1
+            queue = self._injected.get(action)
+            if queue:
+                head = queue[0]
+                head.remaining -= 1
+                if head.remaining <= 0:
+                    queue.pop(0)
+                return head.status, head.code, head.message
+            if action == "RunInstances" and self._refused(params):
+                self.capacity_refusals += 1
+                type_name = params.get("InstanceType", "m1.small")
+                return 500, "InsufficientInstanceCapacity", _capacity_message(type_name, params)
+        return None
+
+    def _refused(self, params: dict[str, str]) -> bool:
+        type_name = params.get("InstanceType", "m1.small")
+        subnet = params.get("SubnetId")
+        for rule in self._refusals:
+            if rule.type_name == type_name and rule.subnet_id in (None, subnet):
+                # the draw happens only for matching calls, so a seed replays the same sequence
+                return rule.probability >= 1.0 or self._rng.random() < rule.probability
+        return False
+
+
+def _capacity_message(type_name: str, params: dict[str, str]) -> str:
+    where = params.get("SubnetId") or params.get("Placement.AvailabilityZone") or "the region"
+    return (
+        f"We currently do not have sufficient {type_name} capacity in the Availability Zone you "
+        f"requested ({where}). Our system will be working on provisioning additional capacity."
+    )
+
+
+def _query_params(environ: WsgiEnviron) -> dict[str, str]:
+    """The query-protocol parameters of a request (query string plus a form body), first values only.
+
+    A form body is read and put back so that the wrapped app reads it unchanged."""
+    raw = environ.get("QUERY_STRING", "")
+    content_type = environ.get("CONTENT_TYPE", "")
+    if environ.get("REQUEST_METHOD") == "POST" and content_type.startswith(
+        "application/x-www-form-urlencoded"
+    ):
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(length) if length else b""
+        environ["wsgi.input"] = io.BytesIO(body)
+        environ["CONTENT_LENGTH"] = str(len(body))
+        raw = f"{raw}&{body.decode('utf-8', 'replace')}" if raw else body.decode("utf-8", "replace")
+    return {key: values[0] for key, values in parse_qs(raw).items() if values}

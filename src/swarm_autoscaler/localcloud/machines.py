@@ -1,0 +1,207 @@
+"""The machine emulator: makes the daemon's EC2 instances (in a moto server) boot like real machines.
+
+It watches the cloud for instances carrying the ownership tags. After `boot_delay` seconds an instance
+"boots": it reads its own user data, finds the `docker swarm join --token T ADDR` line the daemon put
+there, and joins the swarm with that token through a `Joiner` (an in-memory swarm, or a real dockerd
+node in its own UTS namespace). While its node is active and ready it runs a dask worker named after
+its hostname, with the instance type's resources, as a swarm global service would; draining the node
+stops the worker; terminating the instance makes the machine leave.
+
+Faults for tests: `never_join` (instance ids or a probability) makes a machine boot but never join.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import random
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import boto3
+import structlog
+from distributed import Worker
+
+from ..model import Availability, InstanceType, NodeStatus, Resources
+from ..ports import Orchestrator
+
+log = structlog.get_logger("swarm_autoscaler.localcloud.machines")
+
+JOIN_RE = re.compile(r"docker\s+swarm\s+join\s+--token\s+(\S+)\s+(\S+)")
+
+
+class Joiner(Protocol):
+    """How an emulated machine becomes (and stops being) a swarm node."""
+
+    async def join(self, hostname: str, token: str, manager_address: str) -> None: ...
+
+    async def leave(self, hostname: str) -> None: ...
+
+
+def dask_resources(resources: Resources) -> dict[str, float]:
+    """The resources a worker on a machine of this type advertises to the scheduler."""
+    out: dict[str, float] = {"CPU": resources.cpus, "RAM": float(resources.ram)}
+    if resources.gpus:
+        out["GPU"] = float(resources.gpus)
+    out.update(dict(resources.generic))
+    return out
+
+
+@dataclass
+class Machine:
+    instance_id: str
+    hostname: str
+    type_name: str
+    seen_at: float
+    joined: bool = False
+    never_joins: bool = False
+    worker: Worker | None = None
+
+
+@dataclass
+class MachineEmulator:
+    """Boots, runs and stops emulated machines. Call `step()` periodically, or `run()` as a task."""
+
+    ec2_endpoint: str
+    region: str
+    tag_filters: Mapping[str, str]
+    orchestrator: Orchestrator
+    joiner: Joiner
+    scheduler_address: str
+    catalogue: Mapping[str, InstanceType]
+    boot_delay: float = 3.0
+    never_join_rate: float = 0.0
+    never_join_ids: set[str] = field(default_factory=set)
+    worker_resources: Callable[[InstanceType], dict[str, float]] = lambda t: dask_resources(t.resources)
+    seed: int = 0
+    clock: Callable[[], float] = lambda: asyncio.get_running_loop().time()
+    machines: dict[str, Machine] = field(default_factory=dict)
+    joined_total: int = 0
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+        self._ec2: Any = boto3.client(
+            "ec2",
+            endpoint_url=self.ec2_endpoint,
+            region_name=self.region,
+            aws_access_key_id="local",
+            aws_secret_access_key="local",  # the local moto server accepts any credentials
+        )
+
+    async def run(self, interval: float = 0.5) -> None:
+        while True:
+            try:
+                await self.step()
+            except Exception as exc:  # the emulator keeps going like real machines would
+                log.warning("machine emulator step failed", error=str(exc))
+            await asyncio.sleep(interval)
+
+    async def step(self) -> None:
+        live = await asyncio.to_thread(self._describe)
+        now = self.clock()
+        for iid, (hostname, type_name) in live.items():
+            if iid not in self.machines:
+                never = iid in self.never_join_ids or self._rng.random() < self.never_join_rate
+                self.machines[iid] = Machine(iid, hostname, type_name, now, never_joins=never)
+        for iid in [i for i in self.machines if i not in live]:
+            await self._shutdown(self.machines.pop(iid))
+        for machine in self.machines.values():
+            await self._advance(machine, now)
+
+    async def close(self) -> None:
+        for machine in list(self.machines.values()):
+            await self._shutdown(machine)
+        self.machines.clear()
+
+    # --- one machine ---------------------------------------------------------------------------
+
+    async def _advance(self, machine: Machine, now: float) -> None:
+        if not machine.joined:
+            if machine.never_joins or now - machine.seen_at < self.boot_delay:
+                return
+            token, address = await asyncio.to_thread(self._join_line, machine.instance_id)
+            await self.joiner.join(machine.hostname, token, address)
+            machine.joined = True
+            self.joined_total += 1
+            log.info("machine joined the swarm", hostname=machine.hostname, instance=machine.instance_id)
+        should_run = await self._node_active(machine.hostname)
+        if should_run and machine.worker is None:
+            machine.worker = await self._start_worker(machine)
+        elif not should_run and machine.worker is not None:
+            await self._stop_worker(machine)
+
+    async def _node_active(self, hostname: str) -> bool:
+        for node in await self.orchestrator.list_nodes():
+            if node.hostname == hostname:
+                return node.availability == Availability.ACTIVE and node.status == NodeStatus.READY
+        return False
+
+    async def _start_worker(self, machine: Machine) -> Worker:
+        itype = self.catalogue[machine.type_name]
+        worker = Worker(
+            self.scheduler_address,
+            name=machine.hostname,
+            nthreads=max(1, int(itype.resources.cpus)),
+            resources=self.worker_resources(itype),
+            memory_limit=0,
+            host="127.0.0.1",
+            dashboard=False,
+            validate=False,
+        )
+        await worker
+        return worker
+
+    async def _stop_worker(self, machine: Machine) -> None:
+        worker, machine.worker = machine.worker, None
+        if worker is not None:
+            with contextlib.suppress(Exception):
+                await worker.close(timeout=5)
+
+    async def _shutdown(self, machine: Machine) -> None:
+        await self._stop_worker(machine)
+        if machine.joined:
+            with contextlib.suppress(Exception):
+                await self.joiner.leave(machine.hostname)
+            log.info("machine left", hostname=machine.hostname, instance=machine.instance_id)
+
+    # --- the cloud, through boto3 (sync; run in a thread) ----------------------------------------
+
+    def _describe(self) -> dict[str, tuple[str, str]]:
+        filters = [{"Name": f"tag:{k}", "Values": [v]} for k, v in self.tag_filters.items()]
+        filters.append({"Name": "instance-state-name", "Values": ["pending", "running"]})
+        out: dict[str, tuple[str, str]] = {}
+        for page in self._ec2.get_paginator("describe_instances").paginate(Filters=filters):
+            for reservation in page["Reservations"]:
+                for inst in reservation["Instances"]:
+                    hostname = (inst.get("PrivateDnsName") or inst["InstanceId"]).split(".")[0]
+                    out[inst["InstanceId"]] = (hostname, inst["InstanceType"])
+        return out
+
+    def _join_line(self, instance_id: str) -> tuple[str, str]:
+        attr = self._ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
+        raw = attr.get("UserData", {}).get("Value", "")
+        text = base64.b64decode(raw).decode() if raw else ""
+        match = JOIN_RE.search(text)
+        if match is None:
+            raise RuntimeError(f"instance {instance_id}: no 'docker swarm join' line in its user data")
+        return match.group(1), match.group(2)
+
+
+class MemoryJoiner:
+    """Joins machines to a MemorySwarm; leaving marks the node down, as swarm does when a machine dies."""
+
+    def __init__(self, swarm: Any) -> None:
+        self.swarm = swarm
+
+    async def join(self, hostname: str, token: str, manager_address: str) -> None:
+        existing = self.swarm.by_hostname(hostname)
+        if existing is not None:
+            self.swarm.set_status(hostname, NodeStatus.READY)
+            return
+        self.swarm.join(hostname, token)
+
+    async def leave(self, hostname: str) -> None:
+        self.swarm.set_status(hostname, NodeStatus.DOWN)

@@ -1,0 +1,77 @@
+"""A swarm kept in memory behind the Orchestrator port, for the demo on machines without docker and for
+the loop's tests. It implements the same contract as the aiodocker adapter, including the lifecycle
+marks and the "already gone" rules; machines join it through `join()` as a real node would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Mapping
+
+from ..errors import NotFoundError
+from ..model import Availability, Node, NodeMarks, NodeStatus
+
+
+class MemorySwarm:
+    """Nodes in a dict. `join_token` and `manager_address` are fixed strings a machine presents."""
+
+    def __init__(self, join_token: str = "SWMTKN-memory", manager_address: str = "127.0.0.1:2377") -> None:
+        self.join_token = join_token
+        self.manager_address = manager_address
+        self.nodes: dict[str, Node] = {}
+        self._ids = itertools.count(1)
+        self.calls: list[tuple[str, str]] = []
+
+    # --- the machine side -------------------------------------------------------------------------
+
+    def join(self, hostname: str, token: str, labels: Mapping[str, str] | None = None) -> Node:
+        """A machine joins with the worker token; a wrong token is refused as swarm would."""
+        if token != self.join_token:
+            raise PermissionError("invalid join token")
+        node = Node(
+            id=f"node{next(self._ids):04d}",
+            hostname=hostname,
+            availability=Availability.ACTIVE,
+            status=NodeStatus.READY,
+            labels=dict(labels or {}),
+        )
+        self.nodes[node.id] = node
+        return node
+
+    def set_status(self, hostname: str, status: NodeStatus) -> None:
+        for node_id, node in self.nodes.items():
+            if node.hostname == hostname:
+                self.nodes[node_id] = dataclasses.replace(node, status=status)
+
+    def by_hostname(self, hostname: str) -> Node | None:
+        return next((n for n in self.nodes.values() if n.hostname == hostname), None)
+
+    # --- the Orchestrator port --------------------------------------------------------------------
+
+    async def list_nodes(self) -> tuple[Node, ...]:
+        return tuple(self.nodes.values())
+
+    async def set_availability(self, node_id: str, availability: Availability) -> None:
+        node = self._get(node_id)
+        self.calls.append(("set_availability", f"{node.hostname}:{availability}"))
+        self.nodes[node_id] = dataclasses.replace(node, availability=availability)
+
+    async def mark(self, node_id: str, marks: NodeMarks) -> None:
+        node = self._get(node_id)
+        self.calls.append(("mark", node.hostname))
+        self.nodes[node_id] = dataclasses.replace(node, marks=marks)
+
+    async def remove(self, node_id: str) -> None:
+        node = self.nodes.pop(node_id, None)
+        if node is not None:
+            self.calls.append(("remove", node.hostname))
+
+    async def join_command(self) -> tuple[str, str]:
+        return self.join_token, self.manager_address
+
+    def _get(self, node_id: str) -> Node:
+        try:
+            return self.nodes[node_id]
+        except KeyError:
+            raise NotFoundError(f"node {node_id} is not in the swarm") from None

@@ -1,0 +1,250 @@
+"""The daemon's loop: one asyncio task per managed cluster, a tick every poll interval or sooner.
+
+A tick starts at once when the scheduler reports new unrunnable or queued work or a lost worker
+(`Workload.wait_for_change`), so a burst is answered in about a second whatever the poll interval.
+The loop never dies: a failing tick is logged with its context and the next one runs. SIGTERM/SIGINT
+set `stop`; the current tick finishes and `run` returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import structlog
+
+from .cluster import classify
+from .errors import AutoscalerError
+from .model import Instance, InstanceType, Policy, Unavailable
+from .ports import Cloud, LaunchResult, Lock
+from .tick import ObserveError, Outcome, Ports, TickResult, run_tick
+
+log = structlog.get_logger("swarm_autoscaler.loop")
+
+# The shortest gap between two ticks, so a stream of scheduler events cannot spin the loop.
+MIN_TICK_GAP_S = 0.2
+
+
+class InFlightCloud:
+    """Wraps a Cloud so that instances it just launched count in every listing until EC2 lists them.
+
+    EC2 is eventually consistent: a freshly launched instance can be missing from DescribeInstances
+    for a few seconds, and a plan that does not see it would launch again. Entries expire after
+    `horizon` seconds whatever happens.
+    """
+
+    def __init__(self, inner: Cloud, clock: Callable[[], float] = time.time, horizon: float = 120.0) -> None:
+        self.inner = inner
+        self._clock = clock
+        self._horizon = horizon
+        self._recent: dict[str, tuple[float, Instance]] = {}
+
+    async def list_instances(self) -> tuple[Instance, ...]:
+        listed = await self.inner.list_instances()
+        now = self._clock()
+        seen = {i.id for i in listed}
+        self._recent = {
+            iid: (t, inst)
+            for iid, (t, inst) in self._recent.items()
+            if iid not in seen and now - t < self._horizon
+        }
+        return listed + tuple(inst for _, inst in self._recent.values())
+
+    async def instance_types(self, names: Sequence[str]) -> tuple[InstanceType, ...]:
+        return await self.inner.instance_types(names)
+
+    async def launch(self, type_name: str, count: int, labels: Mapping[str, str]) -> LaunchResult:
+        result = await self.inner.launch(type_name, count, labels)
+        now = self._clock()
+        for inst in result.instances:
+            self._recent[inst.id] = (now, inst)
+        return result
+
+    async def terminate(self, instance_ids: Sequence[str]) -> None:
+        for iid in instance_ids:
+            self._recent.pop(iid, None)
+        await self.inner.terminate(instance_ids)
+
+    def unavailable(self, now: float) -> tuple[Unavailable, ...]:
+        return self.inner.unavailable(now)
+
+
+class Leadership:
+    """Holds the leader lock for the length of one tick, extending it in the background.
+
+    `held` turns False as soon as an extension fails; `act` checks it before every action.
+    """
+
+    def __init__(self, lock: Lock, ttl: float) -> None:
+        self._lock = lock
+        self._ttl = ttl
+        self.held = False
+        self._keeper: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Leadership:
+        self.held = await self._lock.acquire()
+        if self.held:
+            self._keeper = asyncio.create_task(self._keep())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._keeper is not None:
+            self._keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keeper
+
+    async def _keep(self) -> None:
+        while self.held:
+            await asyncio.sleep(max(self._ttl / 3, 0.05))
+            try:
+                self.held = await self._lock.extend()
+            except AutoscalerError as exc:
+                log.warning("lock extension failed", error=str(exc))
+                self.held = False
+        log.warning("leadership lost during a tick; cancelling the remaining actions")
+
+
+TickHook = Callable[[TickResult | None, float, BaseException | None], None]
+
+
+@dataclass
+class Daemon:
+    """Runs ticks for one managed cluster. `clock` is the only time source (tests step it)."""
+
+    cluster_name: str
+    ports: Ports
+    lock: Lock
+    policy: Policy
+    catalogue: Mapping[str, InstanceType]
+    poll_interval: float
+    lock_ttl: float = 30.0
+    clock: Callable[[], float] = time.time
+    on_tick: TickHook | None = None
+    last_success: float | None = None
+    leader: bool = False
+    ticks: int = 0
+    _standby_logged: bool = field(default=False, repr=False)
+
+    async def tick_once(self) -> TickResult | None:
+        """One tick; never raises (except cancellation). Returns None when observe failed."""
+        started = time.perf_counter()
+        result: TickResult | None = None
+        error: BaseException | None = None
+        try:
+            async with Leadership(self.lock, self.lock_ttl) as leadership:
+                self._note_leadership(leadership.held)
+                result = await run_tick(
+                    self.ports,
+                    self.policy,
+                    self.catalogue,
+                    self.clock(),
+                    leader=leadership.held,
+                    still_leader=lambda: leadership.held,
+                )
+            self.last_success = self.clock()
+            self._log_tick(result, time.perf_counter() - started)
+        except ObserveError as exc:
+            error = exc
+            log.error("tick observed nothing", cluster=self.cluster_name, error=str(exc))
+        except Exception as exc:  # the loop never dies; the next tick runs
+            error = exc
+            log.exception("tick failed", cluster=self.cluster_name, error=str(exc))
+        self.ticks += 1
+        if self.on_tick is not None:
+            self.on_tick(result, time.perf_counter() - started, error)
+        return result
+
+    def _note_leadership(self, held: bool) -> None:
+        if held != self.leader or not self._standby_logged:
+            if held:
+                log.info("this replica is the leader", cluster=self.cluster_name)
+            else:
+                log.info("standby: another replica holds the lock; observing only", cluster=self.cluster_name)
+            self._standby_logged = True
+        self.leader = held
+
+    def _log_tick(self, result: TickResult, seconds: float) -> None:
+        buckets = classify(result.snapshot, self.policy).counts()
+        log.info(
+            "tick",
+            cluster=self.cluster_name,
+            leader=result.acted,
+            seconds=round(seconds, 3),
+            buckets=buckets,
+            pending=result.plan.pending,
+            unplaceable=len(result.plan.unplaceable),
+            plan=result.plan.summary(),
+        )
+        for outcome in result.outcomes:
+            _log_outcome(self.cluster_name, outcome)
+        if not result.acted and result.plan.actions:
+            log.info("standby: would act", cluster=self.cluster_name, plan=result.plan.summary())
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Tick until `stop` is set; the tick in progress always completes."""
+        while not stop.is_set():
+            await self.tick_once()
+            if stop.is_set():
+                break
+            await asyncio.sleep(MIN_TICK_GAP_S)
+            await self._wait(stop)
+        with contextlib.suppress(AutoscalerError):
+            await self.lock.release()
+
+    async def _wait(self, stop: asyncio.Event) -> None:
+        remaining = max(0.0, self.poll_interval - MIN_TICK_GAP_S)
+        change = asyncio.create_task(self._wait_change(remaining))
+        stopped = asyncio.create_task(stop.wait())
+        _, pending = await asyncio.wait({change, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _wait_change(self, seconds: float) -> None:
+        try:
+            woke = await self.ports.workload.wait_for_change(seconds)
+            if woke:
+                log.debug("woken by a scheduler change", cluster=self.cluster_name)
+        except Exception as exc:  # a broken event source must not stop the loop: fall back to the interval
+            log.warning("waiting for scheduler events failed", error=str(exc))
+            await asyncio.sleep(seconds)
+
+
+def _log_outcome(cluster: str, outcome: Outcome) -> None:
+    action = outcome.action
+    fields = {k: v for k, v in vars_of(action).items() if k != "reason"}
+    if outcome.ok:
+        log.info(
+            "action",
+            cluster=cluster,
+            kind=outcome.action_kind,
+            reason=action.reason,
+            result=outcome.detail,
+            **fields,
+        )
+    else:
+        log.warning(
+            "action failed",
+            cluster=cluster,
+            kind=outcome.action_kind,
+            reason=action.reason,
+            failure=outcome.kind,
+            error=outcome.detail,
+            **fields,
+        )
+
+
+def vars_of(obj: object) -> dict[str, object]:
+    slots = getattr(type(obj), "__slots__", ())
+    return {name: getattr(obj, name) for name in slots}
+
+
+async def run_clusters(daemons: Sequence[Daemon], stop: asyncio.Event) -> None:
+    """One asyncio task per managed cluster, all stopped by the same event."""
+    async with asyncio.TaskGroup() as tg:
+        for daemon in daemons:
+            tg.create_task(daemon.run(stop), name=f"cluster:{daemon.cluster_name}")

@@ -1,0 +1,127 @@
+"""Prometheus metrics and the /healthz, /metrics HTTP endpoints (aiohttp).
+
+Each daemon owns its own registry (no global state), so several daemons or tests can live in one
+process. `Metrics.observe_tick` is the loop's tick hook.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from .cluster import classify
+from .model import Policy
+from .tick import TickResult
+
+# /healthz turns 503 when the last successful tick is older than this many poll intervals.
+STALE_TICKS = 3
+
+
+class Metrics:
+    def __init__(self, cluster: str, policy: Policy) -> None:
+        self.cluster = cluster
+        self.policy = policy
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.buckets = Gauge(
+            "autoscaler_bucket_size",
+            "Machines per lifecycle bucket and instance type",
+            ["cluster", "bucket", "instance_type"],
+            registry=r,
+        )
+        self.pending = Gauge(
+            "autoscaler_pending_tasks", "Tasks waiting for capacity", ["cluster"], registry=r
+        )
+        self.unplaceable = Gauge(
+            "autoscaler_unplaceable_tasks", "Tasks no allowed instance type can run", ["cluster"], registry=r
+        )
+        self.actions = Counter(
+            "autoscaler_actions",
+            "Actions carried out, by kind and outcome",
+            ["cluster", "kind", "outcome"],
+            registry=r,
+        )
+        self.launch_failures = Counter(
+            "autoscaler_launch_failures", "Failed launches by reason", ["cluster", "reason"], registry=r
+        )
+        self.tick_seconds = Histogram(
+            "autoscaler_tick_duration_seconds",
+            "Duration of one tick (observe, plan, act)",
+            ["cluster"],
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
+            registry=r,
+        )
+        self.tick_errors = Counter("autoscaler_tick_errors", "Ticks that failed", ["cluster"], registry=r)
+        self.leader = Gauge(
+            "autoscaler_is_leader", "1 when this replica holds the lock", ["cluster"], registry=r
+        )
+        self.last_success = Gauge(
+            "autoscaler_last_successful_tick_timestamp_seconds",
+            "Epoch of the last successful tick",
+            ["cluster"],
+            registry=r,
+        )
+
+    def observe_tick(self, result: TickResult | None, seconds: float, error: BaseException | None) -> None:
+        self.tick_seconds.labels(self.cluster).observe(seconds)
+        if result is None:
+            self.tick_errors.labels(self.cluster).inc()
+            return
+        self.last_success.labels(self.cluster).set(result.snapshot.now)
+        self.leader.labels(self.cluster).set(1 if result.acted else 0)
+        self.pending.labels(self.cluster).set(result.plan.pending)
+        self.unplaceable.labels(self.cluster).set(len(result.plan.unplaceable))
+        self.buckets.clear()
+        for (bucket, type_name), count in classify(result.snapshot, self.policy).counts_by_type().items():
+            self.buckets.labels(self.cluster, bucket, type_name).set(count)
+        for outcome in result.outcomes:
+            label = "ok" if outcome.ok else outcome.kind or "error"
+            self.actions.labels(self.cluster, outcome.action_kind, label).inc()
+            if outcome.action_kind == "Launch" and not outcome.ok:
+                self.launch_failures.labels(self.cluster, outcome.kind or "error").inc()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def build_app(
+    metrics: Metrics,
+    last_success: Callable[[], float | None],
+    poll_interval: float,
+    clock: Callable[[], float] = time.time,
+) -> web.Application:
+    """/healthz: 200 while ticks succeed, 503 with the reason when the last success is too old.
+    /metrics: the Prometheus text format."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        last = last_success()
+        limit = STALE_TICKS * poll_interval + 5.0
+        if last is None:
+            return web.json_response({"status": "starting", "reason": "no successful tick yet"}, status=503)
+        age = clock() - last
+        if age > limit:
+            reason = f"last successful tick {age:.0f}s ago (limit {limit:.0f}s); see the daemon's logs"
+            return web.json_response({"status": "stale", "reason": reason}, status=503)
+        return web.json_response({"status": "ok", "last_tick_age_s": round(age, 3)})
+
+    async def metrics_handler(_: web.Request) -> web.Response:
+        body = metrics.exposition()
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics_handler)
+    return app
+
+
+async def start_http(app: web.Application, host: str, port: int) -> web.AppRunner:
+    """Start serving; the caller stops it with `await runner.cleanup()`."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    return runner

@@ -1,0 +1,335 @@
+"""plan(snapshot, policy) -> Plan: the only decision maker. Pure and deterministic.
+
+No clock (only `snapshot.now`), no randomness, no I/O, no logging; the inputs are never mutated, and the
+same snapshot always gives an equal Plan. The recipe:
+
+1. classify the machines into buckets (cluster.py) and estimate the pending work (placement.py):
+   unrunnable tasks plus each worker's estimated queue;
+2. set aside tasks no allowed type can ever run (`Plan.unplaceable`);
+3. scale up: place pending tasks virtually on free capacity of active workers, then drained and reserve
+   nodes (which get activated), then joining nodes, then launched instances (in-flight capacity always
+   counts, so a task never causes two launches), then new instances of the cheapest fitting type, within
+   `max_instances`; top up to `min_instances`;
+4. repair, even while work is pending: terminate broken instances, remove nodes whose instance is gone
+   or that stayed down past `node_down_timeout`, retry terminations that did not take;
+5. scale down only when no placeable task is pending: retire idle workers and drain nodes that stayed
+   empty for `drain_delay`, then terminate drained nodes beyond the reserve after `termination_delay`,
+   never below `min_instances` and never a type launched in the same plan;
+6. keep the lifecycle marks (node labels) up to date so the timing survives a restart.
+
+A machine whose worker runs or queues a task, or holds unique data, is never drained, retired or
+terminated. Actions come in the order they should run: marks, repairs, activations, launches, then
+scale-down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .cluster import Bucket, Cluster, Member, classify
+from .model import (
+    Action,
+    ActivateNode,
+    DrainNode,
+    Launch,
+    MarkNode,
+    NodeStatus,
+    Plan,
+    Policy,
+    RemoveNode,
+    RetireWorkers,
+    Snapshot,
+    Terminate,
+)
+from .placement import Demand, Pool, TypeOption, Vec, estimate_demand, rank_types, type_capacity
+
+# Buckets that receive pending tasks, in order, and where their capacity comes from.
+TIERS = (Bucket.ACTIVE, Bucket.DRAINED, Bucket.RESERVE, Bucket.JOINING, Bucket.LAUNCHED)
+NEW = "new"
+
+# Members that count towards min_instances: alive and expected to be useful.
+_USEFUL = (
+    Bucket.LAUNCHED,
+    Bucket.JOINING,
+    Bucket.ACTIVE,
+    Bucket.RETIRING,
+    Bucket.DRAINED,
+    Bucket.RESERVE,
+    Bucket.DISCONNECTED,
+)
+_MARK_ORDER = ("ready", "empty_since", "drained_since", "termination_started", "down_since")
+
+
+def plan(snapshot: Snapshot, policy: Policy) -> Plan:
+    """Decide one tick (see the module docstring for the rules)."""
+    cluster = classify(snapshot, policy)
+    space, demand = estimate_demand(snapshot, policy)
+    options = rank_types(snapshot, policy, space)
+    pool = Pool(demand.groups)
+    unplaceable = pool.drop_unplaceable(options, policy)
+    planner = _Planner(snapshot, policy, cluster, demand)
+    nothing_pending = pool.left == 0
+    planner.scale_up(pool, options, type_capacity(snapshot, options, space))
+    planner.repair()
+    planner.keep_marks()
+    if nothing_pending:
+        planner.scale_down()
+    return Plan(
+        actions=planner.actions(),
+        unplaceable=unplaceable,
+        pending=demand.pending,
+        placed=tuple((name, n) for name, n in planner.placed.items() if n),
+    )
+
+
+@dataclass
+class _Planner:
+    """Collects the decisions of one plan. Local and mutable; never escapes `plan()`."""
+
+    snapshot: Snapshot
+    policy: Policy
+    cluster: Cluster
+    demand: Demand
+    placed: dict[str, int] = field(default_factory=dict)
+    received: dict[str, int] = field(default_factory=dict)  # member key -> tasks placed on it
+    marks: dict[str, dict[str, float | bool | None]] = field(default_factory=dict)
+    why: dict[str, list[str]] = field(default_factory=dict)
+    launches: dict[str, list[int]] = field(default_factory=dict)  # type -> [count, tasks, for minimum]
+    activate: list[ActivateNode] = field(default_factory=list)
+    repairs: list[Action] = field(default_factory=list)
+    shrink: list[Action] = field(default_factory=list)
+    removed: set[str] = field(default_factory=set)  # node ids removed by this plan
+
+    @property
+    def now(self) -> float:
+        return self.snapshot.now
+
+    # ------------------------------------------------------------------------------ scale up
+
+    def scale_up(self, pool: Pool, options: tuple[TypeOption, ...], capacity: Mapping[str, Vec]) -> None:
+        for tier in TIERS:
+            if pool.left:
+                self._fill_tier(pool, tier, capacity)
+        budget = self._launch_budget()
+        for bins in pool.pack_new(options, budget):
+            self._launch(bins.type_name, bins.count, bins.count * bins.tasks_each)
+            self.placed[NEW] = self.placed.get(NEW, 0) + bins.count * bins.tasks_each
+        self._top_up(options, budget - self._launched())
+
+    def _fill_tier(self, pool: Pool, tier: Bucket, capacity: Mapping[str, Vec]) -> None:
+        members = self.cluster.bucket(tier)
+        if tier == Bucket.ACTIVE:
+            owner = {w.address: m for m in members for w in m.workers}
+            bins = [(a, m.type_name, self.demand.free[a]) for a, m in owner.items()]
+        else:
+            owner = {m.key: m for m in members}
+            bins = [(m.key, m.type_name, capacity[m.type_name]) for m in members if m.type_name in capacity]
+        got = pool.fill(bins)
+        self.placed[tier.value] = sum(got.values())
+        for key, n in got.items():
+            member = owner[key]
+            self.received[member.key] = self.received.get(member.key, 0) + n
+        if tier in (Bucket.DRAINED, Bucket.RESERVE):
+            for key in got:
+                self._activate(owner[key])
+
+    def _activate(self, member: Member) -> None:
+        node = member.node
+        assert node is not None
+        n = self.received[member.key]
+        self.activate.append(
+            ActivateNode(node.id, node.hostname, f"{n} pending task(s) fit on this drained node")
+        )
+        self._mark(node.id, "reactivated for pending work", drained_since=None, empty_since=None)
+
+    def _launch_budget(self) -> int:
+        alive = sum(1 for i in self.snapshot.instances if i.alive)
+        budget = max(0, self.policy.max_instances - alive)
+        if self.policy.max_launch_per_tick > 0:
+            budget = min(budget, self.policy.max_launch_per_tick)
+        return budget
+
+    def _launch(self, type_name: str, count: int, tasks: int) -> None:
+        entry = self.launches.setdefault(type_name, [0, 0, 0])
+        entry[0] += count
+        entry[1] += tasks
+        entry[2] += 0 if tasks else count
+
+    def _launched(self) -> int:
+        return sum(entry[0] for entry in self.launches.values())
+
+    def _top_up(self, options: tuple[TypeOption, ...], budget: int) -> None:
+        useful = sum(len(self.cluster.bucket(b)) for b in _USEFUL)
+        missing = min(self.policy.min_instances - useful - self._launched(), budget)
+        cheapest = next((o for o in options if o.available), None)
+        if missing > 0 and cheapest is not None:
+            self._launch(cheapest.name, missing, 0)
+
+    def _launch_actions(self) -> list[Launch]:
+        out = []
+        for type_name, (count, tasks, for_minimum) in self.launches.items():
+            parts = []
+            if tasks:
+                parts.append(
+                    f"{tasks} pending task(s) fit no existing capacity; {type_name} is the cheapest fit"
+                )
+            if for_minimum:
+                parts.append(f"{for_minimum} to keep min_instances={self.policy.min_instances}")
+            out.append(Launch(type_name, count, "; ".join(parts)))
+        return out
+
+    # ------------------------------------------------------------------------------ repair
+
+    def repair(self) -> None:
+        """Broken instances, vanished or long-down nodes, and terminations that did not take."""
+        broken = [m for m in self.cluster.broken if not m.busy]
+        if broken:
+            self._terminate(
+                self.repairs,
+                broken,
+                f"broken: not up with a worker within {self.policy.max_start_time:g}s of launch",
+            )
+        for member in self.cluster.disconnected:
+            self._repair_disconnected(member)
+        stuck = [m for m in self.cluster.terminating if self._termination_stuck(m)]
+        if stuck:
+            self._terminate(self.repairs, stuck, "termination requested earlier did not take; asking again")
+
+    def _repair_disconnected(self, member: Member) -> None:
+        node = member.node
+        assert node is not None
+        if member.busy:
+            return
+        if member.instance is None:
+            if node.status != NodeStatus.READY:
+                self.repairs.append(RemoveNode(node.id, node.hostname, "its instance is gone"))
+                self.removed.add(node.id)
+            return
+        down_since = node.marks.down_since
+        if down_since is None:
+            self._mark(node.id, f"node is {node.status}", down_since=self.now)
+        elif self.now - down_since >= self.policy.node_down_timeout:
+            timeout = self.policy.node_down_timeout
+            reason = f"node {node.status} for {self.now - down_since:g}s (node_down_timeout {timeout:g}s)"
+            self.repairs.append(RemoveNode(node.id, node.hostname, reason))
+            self.removed.add(node.id)
+            if member.instance.alive:
+                self.repairs.append(Terminate((member.instance.id,), reason))
+
+    def _termination_stuck(self, member: Member) -> bool:
+        inst, node = member.instance, member.node
+        if inst is None or not inst.alive or node is None or member.busy:
+            return False
+        started = node.marks.termination_started
+        return started is not None and self.now - started >= self.policy.termination_delay
+
+    def _terminate(self, into: list[Action], members: list[Member], reason: str) -> None:
+        ids = tuple(m.key for m in members if m.instance is not None)
+        nodes = tuple(m.node.id for m in members if m.node is not None and m.instance is not None)
+        for node_id in nodes:
+            if node_id not in self.marks or "termination_started" not in self.marks[node_id]:
+                self._mark(node_id, "terminating", termination_started=self.now)
+        if ids:
+            into.append(Terminate(ids, reason, nodes))
+
+    # ------------------------------------------------------------------------------ marks
+
+    def keep_marks(self) -> None:
+        """ready / empty_since / drained_since / down_since bookkeeping for every owned node."""
+        for member in self.cluster.active:
+            self._keep_active_marks(member)
+        for member in (*self.cluster.drained, *self.cluster.reserve):
+            node = member.node
+            if node is not None and node.marks.drained_since is None and member.key not in self.received:
+                self._mark(node.id, "seen drained", drained_since=self.now)
+        for member in (*self.cluster.active, *self.cluster.retiring, *self.cluster.joining):
+            node = member.node
+            if node is not None and node.status == NodeStatus.READY and node.marks.down_since is not None:
+                self._mark(node.id, "node is ready again", down_since=None)
+
+    def _keep_active_marks(self, member: Member) -> None:
+        node = member.node
+        assert node is not None
+        if member.workers and not node.marks.ready:
+            self._mark(node.id, "joined with a connected worker", ready=True)
+        idle = not member.busy and member.key not in self.received
+        if idle and node.marks.empty_since is None:
+            self._mark(node.id, "worker idle" if member.workers else "no worker", empty_since=self.now)
+        elif not idle and node.marks.empty_since is not None:
+            self._mark(node.id, "has work again", empty_since=None)
+        if node.marks.drained_since is not None:
+            self._mark(node.id, "active again", drained_since=None)
+
+    def _mark(self, node_id: str, why: str, **changes: float | bool | None) -> None:
+        self.marks.setdefault(node_id, {}).update(changes)
+        self.why.setdefault(node_id, []).append(why)
+
+    def _mark_actions(self) -> list[MarkNode]:
+        current = {n.id: n.marks for n in self.snapshot.nodes}
+        out = []
+        for node_id in sorted(self.marks):
+            if node_id in self.removed:
+                continue
+            changes = self.marks[node_id]
+            real = tuple(
+                (name, changes[name])
+                for name in _MARK_ORDER
+                if name in changes and getattr(current[node_id], name) != changes[name]
+            )
+            if real:
+                out.append(MarkNode(node_id, real, "; ".join(dict.fromkeys(self.why[node_id]))))
+        return out
+
+    # ------------------------------------------------------------------------------ scale down
+
+    def scale_down(self) -> None:
+        """Retire and drain nodes empty for drain_delay; terminate drained nodes beyond the reserve."""
+        retire: list[str] = []
+        for member in self.cluster.active:
+            node = member.node
+            assert node is not None
+            since = node.marks.empty_since
+            if member.busy or since is None or self.now - since < self.policy.drain_delay:
+                continue
+            retire.extend(w.address for w in member.workers)
+            reason = f"empty for {self.now - since:g}s (drain_delay {self.policy.drain_delay:g}s)"
+            self.shrink.append(DrainNode(node.id, node.hostname, reason))
+            self._mark(node.id, "drained", drained_since=self.now, empty_since=None)
+        if retire:
+            reason = f"idle for at least drain_delay={self.policy.drain_delay:g}s"
+            self.shrink.insert(0, RetireWorkers(tuple(retire), reason))
+        self._terminate_beyond_reserve()
+
+    def _terminate_beyond_reserve(self) -> None:
+        live = sum(len(self.cluster.bucket(b)) for b in _USEFUL) + self._launched()
+        chosen: list[Member] = []
+        for member in self.cluster.drained:
+            node = member.node
+            assert node is not None
+            since = node.marks.drained_since
+            if live <= self.policy.min_instances:
+                break
+            if member.busy or since is None or self.now - since < self.policy.termination_delay:
+                continue
+            if member.type_name in self.launches:  # never launch and terminate the same type
+                continue
+            chosen.append(member)
+            live -= 1
+        if chosen:
+            reason = (
+                f"drained for at least termination_delay={self.policy.termination_delay:g}s, "
+                "beyond the reserve"
+            )
+            self._terminate(self.shrink, chosen, reason)
+
+    # ------------------------------------------------------------------------------ output
+
+    def actions(self) -> tuple[Action, ...]:
+        return (
+            *self._mark_actions(),
+            *self.repairs,
+            *self.activate,
+            *self._launch_actions(),
+            *self.shrink,
+        )

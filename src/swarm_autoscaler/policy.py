@@ -1,0 +1,56 @@
+"""The planner's `Policy`, built from validated settings and the instance-type catalogue.
+
+This is where operator units become the core's units: GiB to bytes, durations already in seconds.
+Rules that need the catalogue (a type's overhead must leave room for work) are checked here, so a
+policy the planner receives is always usable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .errors import ConfigurationError
+from .model import GIB, InstanceType, Policy, Resources, TypePolicy
+from .settings import Settings
+from .settings_types import AllowedType
+
+
+def policy_from_settings(settings: Settings, catalogue: Mapping[str, InstanceType]) -> Policy:
+    """The planner's policy for `settings`. Allowed types keep their configured order (the preference
+    on price ties). Raises `ConfigurationError` when a type is missing from `catalogue` or its overhead
+    takes all of a machine's CPUs or RAM."""
+    types = tuple(
+        _type_policy(name, allowed, catalogue.get(name))
+        for name, allowed in settings.ec2.allowed_types.items()
+    )
+    timing = settings.timing
+    return Policy(
+        allowed_types=types,
+        min_instances=settings.ec2.min_instances,
+        max_instances=settings.ec2.max_instances,
+        max_start_time=timing.max_start_time,
+        drain_delay=timing.drain_delay,
+        termination_delay=timing.termination_delay,
+        node_down_timeout=timing.node_down_timeout,
+        max_launch_per_tick=settings.ec2.max_launch_per_tick,
+    )
+
+
+def _type_policy(name: str, allowed: AllowedType, known: InstanceType | None) -> TypePolicy:
+    if known is None:
+        raise ConfigurationError(
+            f"AUTOSCALER_EC2_ALLOWED_TYPES: instance type {name} is not in the catalogue; "
+            "remove it or use a known type"
+        )
+    overhead = Resources.of(
+        cpus=allowed.overhead.cpus, ram=round(allowed.overhead.ram_gib * GIB), gpus=allowed.overhead.gpus
+    )
+    capacity = known.resources
+    if overhead.cpus >= capacity.cpus or overhead.ram >= capacity.ram or overhead.gpus > capacity.gpus:
+        raise ConfigurationError(
+            f"AUTOSCALER_EC2_ALLOWED_TYPES: the overhead of {name} ({overhead}) leaves no room for work "
+            f"on its {capacity}; lower the overhead"
+        )
+    return TypePolicy(
+        name=name, reserve=allowed.reserve, overhead=overhead, price_per_hour=allowed.price_per_hour
+    )

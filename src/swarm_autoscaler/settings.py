@@ -1,0 +1,428 @@
+"""The daemon's configuration: environment variables prefixed `AUTOSCALER_`, validated once at start-up.
+
+`Settings` composes one group per concern; each group is a `BaseSettings` with its own prefix, so
+`Settings()` alone reads every group from the environment. `load_settings()` is the way in for the
+daemon: it also reads an optional env file, validates every group even when an earlier one fails, and
+turns pydantic's errors into `InvalidSettingsError.problems`: one operator-facing line per wrong
+variable, naming the variable and what it expects, never echoing a secret.
+
+Complex values (allowed types, tags) are written as JSON; id lists as JSON or comma separated.
+Durations are seconds as floats and accept `30`, `30s`, `5m`, `1h30m` or `250ms` (see `durations`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticCustomError
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
+
+from .durations import format_duration
+from .errors import ConfigurationError
+from .settings_types import (
+    AllowedType,
+    AllowedTypes,
+    ClusterName,
+    DockerUrl,
+    Duration,
+    Ec2Endpoint,
+    IdList,
+    RedisUrl,
+    SchedulerUrl,
+    Tags,
+)
+
+PREFIX = "AUTOSCALER_"
+
+
+_S = TypeVar("_S", bound=BaseSettings)
+
+
+def _read(cls: type[_S], env_file: Path | None = None, **values: Any) -> _S:
+    """Build a settings class from `values`, the environment and `env_file` (in that precedence)."""
+    return cls(_env_file=env_file, **values)
+
+
+def _from_env(cls: type[_S]) -> Callable[[], _S]:
+    return lambda: _read(cls)
+
+
+def _config(prefix: str) -> SettingsConfigDict:
+    return SettingsConfigDict(
+        env_prefix=prefix,
+        extra="ignore",  # the groups share one prefix and one env file: each ignores the others' keys
+        enable_decoding=False,  # JSON is decoded by our validators, which give readable errors
+        env_ignore_empty=True,  # `AUTOSCALER_X=` means "not set"
+        frozen=True,
+    )
+
+
+# ------------------------------------------------------------------------------------------ groups
+
+
+class TimingSettings(BaseSettings):
+    """Timing of the control loop and of the node lifecycle. All values are seconds."""
+
+    model_config = _config(PREFIX)
+
+    poll_interval: Duration = Field(
+        default=5.0, gt=0, description="Time between two ticks of the control loop."
+    )
+    max_start_time: Duration = Field(
+        default=600.0, description="A machine whose node or worker is not up after this long is broken."
+    )
+    drain_delay: Duration = Field(
+        default=60.0, description="How long an active node must be empty to be drained."
+    )
+    termination_delay: Duration = Field(
+        default=120.0, description="How long a drained node beyond the reserve waits before it is terminated."
+    )
+    node_down_timeout: Duration = Field(
+        default=300.0, description="How long a swarm node may be down before it is removed and terminated."
+    )
+    capacity_backoff_initial: Duration = Field(
+        default=30.0, gt=0, description="First pause before retrying a type EC2 refused for lack of capacity."
+    )
+    capacity_backoff_max: Duration = Field(
+        default=600.0, gt=0, description="Longest such pause (it doubles on each refusal up to this)."
+    )
+
+    @field_validator("capacity_backoff_max")
+    @classmethod
+    def _backoff_order(cls, value: float, info: ValidationInfo) -> float:
+        initial = info.data.get("capacity_backoff_initial")
+        if initial is not None and value < initial:
+            raise PydanticCustomError(
+                "order",
+                "must be at least {other} ({initial})",
+                {"other": _env(cls, "capacity_backoff_initial"), "initial": format_duration(initial)},
+            )
+        return value
+
+
+class Ec2Settings(BaseSettings):
+    """The EC2 endpoint, credentials, allowed instance types and fleet limits."""
+
+    model_config = _config(f"{PREFIX}EC2_")
+
+    endpoint: Ec2Endpoint | None = Field(
+        default=None, description="EC2 API endpoint URL (for an EC2-compatible server); unset means AWS."
+    )
+    region: str = Field(default="us-east-1", min_length=1, description="AWS region.")
+    access_key_id: SecretStr | None = Field(
+        default=None, description="AWS access key id; unset means the default AWS credential chain."
+    )
+    secret_access_key: SecretStr | None = Field(
+        default=None, description="AWS secret access key; set together with the access key id."
+    )
+    allowed_types: AllowedTypes = Field(
+        description='Instance types the fleet may use, as a JSON object: type name -> {"ami_id" (required), '
+        '"reserve" (drained machines kept warm, default 0), "price_per_hour" (USD, overrides the catalogue), '
+        '"overhead" ({"cpus", "ram_gib", "gpus"} kept back for the OS and sidecars), "boot_script" (shell '
+        "run at boot)}. Key order is the order of preference on price ties.",
+        json_schema_extra={"example": '{"m5.large": {"ami_id": "ami-0123456789abcdef0", "reserve": 1}}'},
+    )
+    min_instances: int = Field(default=0, ge=0, description="Fewest machines kept (live plus launching).")
+    max_instances: int = Field(default=10, ge=0, description="Most machines at once (live plus launching).")
+    max_launch_per_tick: int = Field(
+        default=0, ge=0, description="Most machines launched per tick; 0 = no cap."
+    )
+    subnet_ids: IdList = Field(
+        default_factory=list,
+        description="Subnet ids to launch into (JSON list or comma separated); empty = default.",
+    )
+    security_group_ids: IdList = Field(
+        default_factory=list, description="Security group ids of new machines (JSON list or comma separated)."
+    )
+    key_name: str | None = Field(default=None, description="EC2 key pair of new machines; unset means none.")
+    iam_instance_profile: str | None = Field(
+        default=None, description="IAM instance profile (name or ARN) of new machines; unset means none."
+    )
+    custom_tags: Tags = Field(
+        default_factory=dict, description="Extra tags on new machines, as a JSON object."
+    )
+
+    @field_validator("secret_access_key")
+    @classmethod
+    def _credentials_pair(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        if "access_key_id" not in info.data:  # the id itself is invalid and already reported
+            return value
+        if (value is None) != (info.data["access_key_id"] is None):
+            raise PydanticCustomError(
+                "pair",
+                "set both {a} and {b}, or neither",
+                {"a": _env(cls, "access_key_id"), "b": _env(cls, "secret_access_key")},
+            )
+        return value
+
+    @field_validator("max_instances")
+    @classmethod
+    def _limits(cls, value: int, info: ValidationInfo) -> int:
+        low = info.data.get("min_instances")
+        if low is not None and value < low:
+            raise PydanticCustomError(
+                "order", "must be at least {other} ({low})", {"other": _env(cls, "min_instances"), "low": low}
+            )
+        types: dict[str, AllowedType] = info.data.get("allowed_types") or {}
+        reserve = sum(t.reserve for t in types.values())
+        if reserve > value:
+            raise PydanticCustomError(
+                "reserve",
+                "must be at least the sum of the reserves in {other} ({reserve})",
+                {"other": _env(cls, "allowed_types"), "reserve": reserve},
+            )
+        return value
+
+
+class DaskSettings(BaseSettings):
+    """Where the dask scheduler is and how workers map to swarm nodes."""
+
+    model_config = _config(f"{PREFIX}DASK_")
+
+    scheduler_url: SchedulerUrl = Field(
+        description="Address of the dask scheduler.",
+        json_schema_extra={"example": "tcp://dask-scheduler:8786"},
+    )
+    worker_hostname_pattern: str = Field(
+        default=r"^(?P<hostname>.+)$",
+        description="Regular expression searched in a worker's name; its named group `hostname` is the "
+        "hostname of the worker's swarm node. The default takes the whole name.",
+    )
+
+    @field_validator("worker_hostname_pattern")
+    @classmethod
+    def _has_hostname_group(cls, value: str) -> str:
+        try:
+            compiled = re.compile(value)
+        except re.error as exc:
+            raise PydanticCustomError(
+                "regex", "expected a regular expression ({why})", {"why": str(exc)}
+            ) from None
+        if "hostname" not in compiled.groupindex:
+            raise PydanticCustomError("regex", "expected a regular expression with a group (?P<hostname>...)")
+        return value
+
+    def hostname_of(self, worker_name: str) -> str | None:
+        """The node hostname in `worker_name`, or None when the pattern does not match it."""
+        match = re.search(self.worker_hostname_pattern, worker_name)
+        return (match.group("hostname") or None) if match else None
+
+
+class RedisSettings(BaseSettings):
+    """Leader election between replicas."""
+
+    model_config = _config(f"{PREFIX}REDIS_")
+
+    url: RedisUrl | None = Field(
+        default=None,
+        description="Redis URL for leader election (may hold a password); unset = single replica.",
+    )
+    lock_ttl: Duration = Field(
+        default=30.0, gt=0, description="Lifetime of the leader lock unless refreshed."
+    )
+
+
+class DockerSettings(BaseSettings):
+    """The docker engine of a swarm manager."""
+
+    model_config = _config(f"{PREFIX}DOCKER_")
+
+    url: DockerUrl = Field(
+        default="unix:///var/run/docker.sock", description="Docker engine API of a manager."
+    )
+
+
+def _upper(value: object) -> object:
+    return value.upper() if isinstance(value, str) else value
+
+
+class LoggingSettings(BaseSettings):
+    """Log level and format."""
+
+    model_config = _config(f"{PREFIX}LOG_")
+
+    level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_upper)] = (
+        Field(default="INFO", description="Lowest level logged: DEBUG, INFO, WARNING, ERROR or CRITICAL.")
+    )
+    format: Literal["json", "console"] = Field(
+        default="json", description="json (one JSON object per line) or console (coloured, for humans)."
+    )
+
+
+class HttpSettings(BaseSettings):
+    """The HTTP endpoint for health and metrics."""
+
+    model_config = _config(f"{PREFIX}HTTP_")
+
+    port: int = Field(
+        default=8000, ge=0, le=65535, description="TCP port for health and metrics; 0 disables it."
+    )
+    host: str = Field(default="0.0.0.0", min_length=1, description="Address the HTTP endpoint listens on.")
+
+
+class Settings(BaseSettings):
+    """The whole configuration. `Settings()` reads every group from the environment (env files: see
+    `load_settings`)."""
+
+    model_config = _config(PREFIX)
+
+    cluster_name: ClusterName = Field(
+        description="Name of the managed cluster, used in machine tags and node labels: keep it stable.",
+        json_schema_extra={"example": "analytics"},
+    )
+    timing: TimingSettings = Field(default_factory=_from_env(TimingSettings))
+    ec2: Ec2Settings = Field(default_factory=_from_env(Ec2Settings))
+    dask: DaskSettings = Field(default_factory=_from_env(DaskSettings))
+    redis: RedisSettings = Field(default_factory=_from_env(RedisSettings))
+    docker: DockerSettings = Field(default_factory=_from_env(DockerSettings))
+    logging: LoggingSettings = Field(default_factory=_from_env(LoggingSettings))
+    http: HttpSettings = Field(default_factory=_from_env(HttpSettings))
+
+
+GROUPS: dict[str, type[BaseSettings]] = {
+    "timing": TimingSettings,
+    "ec2": Ec2Settings,
+    "dask": DaskSettings,
+    "redis": RedisSettings,
+    "docker": DockerSettings,
+    "logging": LoggingSettings,
+    "http": HttpSettings,
+}
+
+
+# ------------------------------------------------------------------------------------------ loading
+
+
+class InvalidSettingsError(ConfigurationError):
+    """Settings the daemon cannot start with. `problems` holds one line per wrong variable."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = tuple(problems)
+
+
+def _env(cls: type[BaseModel], field: str) -> str:
+    prefix = str(cls.model_config.get("env_prefix", ""))
+    return f"{prefix}{field}".upper()
+
+
+def variables() -> list[tuple[str, type[BaseSettings], str, FieldInfo]]:
+    """Every documented variable as (environment name, group class, field name, field), in order."""
+    out: list[tuple[str, type[BaseSettings], str, FieldInfo]] = []
+    classes: list[type[BaseSettings]] = [Settings, *GROUPS.values()]
+    for cls in classes:
+        for name, field in cls.model_fields.items():
+            if cls is Settings and name in GROUPS:
+                continue
+            out.append((_env(cls, name), cls, name, field))
+    return out
+
+
+def load_settings(env_file: str | os.PathLike[str] | None = None) -> Settings:
+    """Read and validate every variable from the environment and, when given, an env file (the
+    environment wins). Raises `InvalidSettingsError` listing every problem at once."""
+    path = None if env_file is None else Path(env_file)
+    if path is not None and not path.is_file():
+        raise InvalidSettingsError([f"env file {str(path)!r} not found"])
+    groups: dict[str, BaseSettings] = {}
+    problems: list[str] = []
+    for attr, cls in GROUPS.items():
+        try:
+            groups[attr] = _read(cls, path)
+        except (ValidationError, SettingsError) as exc:
+            problems.extend(_problems(exc, cls))
+            # A placeholder so the root's own fields are still checked (model_construct reads nothing).
+            groups[attr] = cls.model_construct()
+    try:
+        root = _read(Settings, path, **groups)
+    except (ValidationError, SettingsError) as exc:
+        problems = _problems(exc, Settings) + problems
+    if problems:
+        raise InvalidSettingsError(problems)
+    return root
+
+
+def unknown_variables(env_file: str | os.PathLike[str] | None = None) -> list[str]:
+    """Warnings for `AUTOSCALER_*` variables that no setting reads (usually typos), with a suggestion."""
+    from dotenv import dotenv_values  # noqa: PLC0415 - only needed here (ships with pydantic-settings)
+
+    names = {key.upper() for key in os.environ}
+    if env_file is not None and os.path.isfile(env_file):
+        names |= {key.upper() for key in dotenv_values(env_file)}
+    known = {name for name, *_ in variables()}
+    warnings = []
+    for name in sorted(n for n in names if n.startswith(PREFIX) and n not in known):
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        warnings.append(f"{name} is not a known variable and is ignored{hint}")
+    return warnings
+
+
+# ------------------------------------------------------------------------------------------ error lines
+
+
+def _problems(exc: ValidationError | SettingsError, cls: type[BaseSettings]) -> list[str]:
+    """One line per variable: `NAME: what was expected[, got 'value']`."""
+    if isinstance(exc, SettingsError):  # a source failed before validation; its message holds no value
+        return [f"{PREFIX}*: {exc}"]
+    grouped: dict[str, list[str]] = {}
+    for error in exc.errors(include_url=False):
+        loc = error["loc"]
+        field = str(loc[0]) if loc else ""
+        info = cls.model_fields.get(field)
+        name = _env(cls, field) if info is not None else f"{PREFIX}*"
+        path = ".".join(str(part) for part in loc[1:] if "[" not in str(part))
+        detail = _expectation(error["type"], error["msg"])
+        if path:
+            detail = f"{path}: {detail}"
+        if not (info is None or _is_secret(field, info)):
+            detail += _got(error)
+        grouped.setdefault(name, []).append(detail)
+    return [f"{name}: {'; '.join(details)}" for name, details in grouped.items()]
+
+
+_SECRET_WORDS = ("secret", "password", "token", "access_key")
+
+
+def _is_secret(field: str, info: FieldInfo) -> bool:
+    return "SecretStr" in repr(info.annotation) or any(word in field.lower() for word in _SECRET_WORDS)
+
+
+def _expectation(kind: str, message: str) -> str:
+    if kind == "missing":
+        return "required but not set"
+    if kind == "extra_forbidden":
+        return "unknown key"
+    for lead in ("Input should be ", "Value should be "):
+        if message.startswith(lead):
+            return "expected " + message.removeprefix(lead)
+    if message.startswith("String should "):
+        return "expected text that should " + message.removeprefix("String should ")
+    return message[:1].lower() + message[1:] if message[:2] != message[:2].upper() else message
+
+
+# Errors whose message already says all (echoing a whole JSON value would only be noise).
+_NO_ECHO = frozenset({"missing", "extra_forbidden", "no_types", "unknown_type", "tag", "pair"})
+
+
+def _got(error: Mapping[str, Any]) -> str:
+    value = error.get("input")
+    if error["type"] in _NO_ECHO or isinstance(value, bool) or not isinstance(value, str | int | float):
+        return ""
+    text = repr(value)
+    return f", got {text if len(text) <= 80 else text[:77] + '...'}"

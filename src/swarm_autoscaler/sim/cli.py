@@ -1,0 +1,130 @@
+"""`swarm-autoscaler simulate`: replay a trace against a policy and print what it cost.
+
+Wiring (in the top-level cli): `sim.cli.add_parser(subparsers)` adds the subcommand and sets
+`handler=sim.cli.main`; `main(args)` returns the exit status (0, or 2 for a bad trace or settings).
+
+Settings come from `--env-file` (or, when omitted, `TRACE.env` next to the trace if it exists) and the
+environment, through the simulator's subset loader (`sim.config`): only the variables a simulation uses
+are read or required.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..settings import InvalidSettingsError
+from .config import SimSettings, load_sim_settings
+from .engine import Options
+from .faults import RandomFaults
+from .runner import POLICIES, default_options, run_trace
+from .trace import TraceError, read_trace
+
+EXIT_INPUT = 2
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "simulate", help="replay a workload trace against a policy on a virtual clock"
+    )
+    p.add_argument("--trace", required=True, help="CSV: submit_s,duration_s,cpus,ram_gib,gpus,instance_type")
+    p.add_argument("--policy", choices=POLICIES, default="ours", help="the scaling policy (default: ours)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--plot", metavar="OUT.png", help="draw the timeline to this PNG")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random faults and join jitter")
+    p.add_argument("--env-file", help="settings file (default: TRACE.env when it exists)")
+    knobs = p.add_argument_group("simulation knobs")
+    knobs.add_argument("--tick-s", type=float, help="seconds between ticks (default: the poll interval)")
+    knobs.add_argument("--join-s", type=float, default=90.0, help="launch to node join (default 90)")
+    knobs.add_argument("--join-jitter-s", type=float, default=30.0, help="± uniform jitter of the join")
+    knobs.add_argument("--worker-start-s", type=float, default=20.0, help="node active to worker up")
+    knobs.add_argument(
+        "--refusal-rate",
+        action="append",
+        default=[],
+        metavar="[TYPE=]RATE",
+        help="probability that EC2 refuses a launch for capacity; repeat TYPE=RATE per type",
+    )
+    knobs.add_argument("--never-join-rate", type=float, default=0.0, help="probability a machine never joins")
+    knobs.add_argument("--restart-every", type=int, default=0, help="restart the daemon every N ticks")
+    knobs.add_argument(
+        "--deadline-s", type=float, default=6 * 3600.0, help="give up this long after the trace's last job"
+    )
+    p.set_defaults(handler=main)
+    return p
+
+
+def _rates(values: list[str]) -> tuple[float, dict[str, float]]:
+    default, per_type = 0.0, {}
+    for value in values:
+        name, _, rate = value.rpartition("=")
+        number = float(rate)
+        if not 0.0 <= number <= 1.0:
+            raise ValueError(f"--refusal-rate {value!r}: a rate is between 0 and 1")
+        if name:
+            per_type[name] = number
+        else:
+            default = number
+    return default, per_type
+
+
+def _settings(args: argparse.Namespace) -> SimSettings:
+    env_file = args.env_file
+    if env_file is None and Path(args.trace).with_suffix(".env").is_file():
+        env_file = str(Path(args.trace).with_suffix(".env"))
+    return load_sim_settings(env_file)
+
+
+def _options(args: argparse.Namespace, settings: SimSettings) -> Options:
+    base = default_options(
+        settings, join_s=args.join_s, join_jitter_s=args.join_jitter_s, worker_start_s=args.worker_start_s
+    )
+    tick = args.tick_s if args.tick_s is not None else base.tick_s
+    return Options(
+        tick_s=tick, knobs=base.knobs, restart_every=args.restart_every, deadline_s=args.deadline_s
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        jobs = read_trace(args.trace)
+        settings = _settings(args)
+        default, per_type = _rates(args.refusal_rate)
+    except (TraceError, ValueError) as exc:
+        print(f"simulate: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except InvalidSettingsError as exc:
+        for problem in exc.problems:
+            print(f"configuration error: {problem}", file=sys.stderr)
+        return EXIT_INPUT
+    faults = RandomFaults(args.seed, default, per_type, args.never_join_rate)
+    run, summary = run_trace(jobs, settings, args.policy, _options(args, settings), faults)
+    if args.plot:
+        from .plot import plot_run  # noqa: PLC0415 - matplotlib only when asked
+
+        plot_run(run, args.plot, title=f"{Path(args.trace).name}: {args.policy}")
+    if args.json:
+        print(json.dumps(summary, sort_keys=True))
+    else:
+        from rich.console import Console  # noqa: PLC0415
+
+        from .report import render_table  # noqa: PLC0415
+
+        Console().print(render_table([summary], title=Path(args.trace).name))
+    return 0
+
+
+def run_cli(argv: list[str] | None = None) -> int:
+    """`python -m swarm_autoscaler.sim.cli ...`: the subcommand on its own (until it is wired)."""
+    parser = argparse.ArgumentParser(prog="swarm-autoscaler")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    status: int = args.handler(args)
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_cli())

@@ -1,0 +1,192 @@
+"""The discrete-event simulation: a trace, a policy and faults in; a record of the run out.
+
+Time is virtual (`World.now`). Ticks fall every `tick_s` seconds; before each one every event due by then
+(job submissions, machines joining, workers starting, tasks finishing) is processed in time order. Each
+tick is the daemon's: `tick.run_tick` observes the world through the simulated ports, calls the
+strategy's planner (`plan.plan` for "ours"; a baseline replaces only that function) and acts through
+the same ports. A daemon restart builds new ports and a new planner, so nothing the daemon held in
+memory survives; only the instance tags and node marks kept by the world do.
+
+The run ends at the first tick where every job has completed and the fleet has settled (no more live
+instances than the policy's floor, `settled_fleet`), or, for strategies that never scale in, when the
+last job completes; and in any case at `deadline_s` after the trace's lower-bound makespan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..loop import InFlightCloud
+from ..model import InstanceState, InstanceType, Plan, Policy, Snapshot
+from ..tick import Ports, TickResult, run_tick
+from .trace import Job
+from .world import EPOCH, Faults, Knobs, SimCloud, SimOrchestrator, SimWorkload, Violation, World
+
+Planner = Callable[[Snapshot, Policy], Plan]
+
+
+class Strategy(Protocol):
+    """What is simulated: a planner per daemon start (baselines keep memory in it, lost on restart)."""
+
+    name: str
+    #: True when the strategy never scales in: the run (and billing) ends when the last job completes.
+    stops_when_done: bool
+
+    def new_planner(self) -> Planner: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    tick_s: float = 5.0
+    knobs: Knobs = Knobs()
+    restart_every: int = 0  # restart the daemon every N ticks (0 = never)
+    deadline_s: float = 6 * 3600.0  # after the lower-bound makespan, give up
+    linger_s: float = 0.0  # keep ticking this long after the run is finished (to check for leaks)
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """The world after one tick: for the timeline plot."""
+
+    t: float
+    pending: int  # unrunnable plus waiting on a worker
+    running: int
+    booting: int  # launched, node not (yet) joined
+    active: int  # nodes with availability active
+    drained: int
+    stopping: int  # shutting down
+
+
+@dataclass
+class Run:
+    """The record of one simulated run."""
+
+    strategy: str
+    jobs: Sequence[Job]
+    policy: Policy
+    world: World
+    end: float = EPOCH
+    ticks: int = 0
+    restarts: int = 0
+    peak_instances: int = 0
+    max_exceeded: int = 0
+    failed_actions: int = 0
+    samples: list[Sample] = field(default_factory=list)
+    excess: list[Violation] = field(default_factory=list)
+    finished: bool = False  # False when the deadline stopped the run
+
+    @property
+    def busy_terminations(self) -> int:
+        return len(self.world.violations)
+
+
+TickHook = Callable[[Run, TickResult], None]
+
+
+class Ours:
+    """The real planner, `swarm_autoscaler.plan.plan`, unchanged."""
+
+    name = "ours"
+    stops_when_done = False
+
+    def new_planner(self) -> Planner:
+        from ..plan import plan  # noqa: PLC0415 - the planner module is the thing under test
+
+        return plan
+
+
+def settled_fleet(policy: Policy) -> int:
+    """How many live instances the planner keeps with no work: the minimum plus the warm reserve."""
+    return policy.min_instances + sum(tp.reserve for tp in policy.allowed_types)
+
+
+def daemon_ports(world: World) -> Ports:
+    """Fresh daemon-side adapters: what a restarted daemon would build."""
+    cloud = InFlightCloud(SimCloud(world), clock=lambda: world.now)
+    return Ports(cloud, SimOrchestrator(world), SimWorkload(world))
+
+
+async def simulate(
+    jobs: Sequence[Job],
+    policy: Policy,
+    catalogue: Mapping[str, InstanceType],
+    strategy: Strategy,
+    options: Options = Options(),
+    faults: Faults | None = None,
+    on_tick: TickHook | None = None,
+) -> Run:
+    """Run `jobs` against `strategy` until done, settled or past the deadline."""
+    overhead = {tp.name: tp.overhead for tp in policy.allowed_types}
+    world = World(catalogue, {j.key: j for j in jobs}, overhead, options.knobs, faults or Faults())
+    for job in jobs:
+        world.events.push(EPOCH + job.submit_s, "submit", job.key)
+    run = Run(strategy.name, jobs, policy, world)
+    deadline = EPOCH + max((j.submit_s + j.duration_s for j in jobs), default=0.0) + options.deadline_s
+    ports, planner = daemon_ports(world), strategy.new_planner()
+    tick_no, finished_at = 0, None
+    while True:
+        now = EPOCH + tick_no * options.tick_s
+        world.advance(now)
+        if tick_no and _restart_due(options, world.faults, tick_no):
+            ports, planner = daemon_ports(world), strategy.new_planner()
+            run.restarts += 1
+        result = await run_tick(ports, policy, catalogue, now, planner=planner)
+        _record(run, result, now)
+        if on_tick is not None:
+            on_tick(run, result)
+        if finished_at is None and _finished(run, strategy, now):
+            finished_at = now
+        if (finished_at is not None and now >= finished_at + options.linger_s) or now >= deadline:
+            break
+        tick_no += 1
+    run.end, run.ticks, run.finished = now, tick_no + 1, finished_at is not None
+    world.bill_open(now)
+    return run
+
+
+def _restart_due(options: Options, faults: Faults, tick_no: int) -> bool:
+    periodic = options.restart_every > 0 and tick_no % options.restart_every == 0
+    return periodic or faults.restart(tick_no)
+
+
+def _record(run: Run, result: TickResult, now: float) -> None:
+    world = run.world
+    alive = world.alive()
+    run.peak_instances = max(run.peak_instances, len(alive))
+    run.failed_actions += sum(1 for o in result.outcomes if not o.ok)
+    if len(alive) > run.policy.max_instances:
+        run.max_exceeded += 1
+        run.excess.append(
+            Violation(now - EPOCH, f"{len(alive)} live instances > max {run.policy.max_instances}")
+        )
+    sched = world.scheduler
+    joined = {n.instance_id for n in world.nodes.values()}
+    active = sum(1 for n in world.nodes.values() if n.availability == "active" and n.status == "ready")
+    drained = sum(1 for n in world.nodes.values() if n.availability == "drain" and n.status == "ready")
+    run.samples.append(
+        Sample(
+            t=now - EPOCH,
+            pending=sched.waiting_count(),
+            running=sched.running_count(),
+            booting=sum(1 for i in alive if i.id not in joined),
+            active=active,
+            drained=drained,
+            stopping=sum(1 for i in world.instances.values() if i.state is InstanceState.SHUTTING_DOWN),
+        )
+    )
+
+
+def all_done(run: Run) -> bool:
+    return len(run.world.scheduler.completed_at) == len(run.jobs)
+
+
+def _finished(run: Run, strategy: Strategy, now: float) -> bool:
+    if not all_done(run):
+        return False
+    if strategy.stops_when_done:
+        return True
+    world = run.world
+    booting = any(i.state is InstanceState.PENDING for i in world.instances.values())
+    return not booting and len(world.alive()) <= settled_fleet(run.policy)

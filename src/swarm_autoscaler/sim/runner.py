@@ -1,0 +1,54 @@
+"""Glue: build a strategy by name and run a trace through the engine (sync entry points)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from .baselines import AdaptiveLike, QueueRule, Static, static_fleet, usable_types
+from .config import SimSettings
+from .engine import Options, Ours, Run, Strategy, TickHook, simulate
+from .report import summarize
+from .trace import Job
+from .world import Faults, Knobs
+
+POLICIES = ("ours", "queue-rule", "adaptive", "static")
+
+
+def make_strategy(name: str, jobs: Sequence[Job], settings: SimSettings) -> Strategy:
+    """The strategy called `name` (one of `POLICIES`), sized from the trace where it needs to be."""
+    if name == "ours":
+        return Ours()
+    if name == "queue-rule":
+        return QueueRule()
+    if name == "adaptive":
+        mean = sum(j.duration_s for j in jobs) / len(jobs) if jobs else 1.0
+        return AdaptiveLike(mean_duration=mean)
+    if name == "static":
+        types = usable_types(settings.catalogue.values(), settings.policy)
+        return Static(static_fleet(jobs, settings.policy, types))
+    raise ValueError(f"unknown policy {name!r}; expected one of {', '.join(POLICIES)}")
+
+
+def default_options(settings: SimSettings, **knobs: float) -> Options:
+    """Options with the settings' tick interval and capacity back-off, and `knobs` overriding
+    `Knobs` fields."""
+    base = Knobs(backoff_initial_s=settings.backoff_initial, backoff_max_s=settings.backoff_max)
+    return Options(tick_s=settings.poll_interval, knobs=dataclasses.replace(base, **knobs))
+
+
+def run_trace(
+    jobs: Sequence[Job],
+    settings: SimSettings,
+    policy_name: str = "ours",
+    options: Options | None = None,
+    faults: Faults | None = None,
+    on_tick: TickHook | None = None,
+) -> tuple[Run, dict[str, Any]]:
+    """Simulate `jobs` under one policy; return the run and its summary."""
+    options = options or default_options(settings)
+    strategy = make_strategy(policy_name, jobs, settings)
+    run = asyncio.run(simulate(jobs, settings.policy, settings.catalogue, strategy, options, faults, on_tick))
+    return run, summarize(run, settings.catalogue)

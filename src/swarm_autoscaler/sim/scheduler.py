@@ -1,0 +1,197 @@
+"""A dask-like scheduler on the virtual clock: where tasks go, when they start and finish.
+
+It follows distributed's rules closely enough for the planner to face the same situations:
+
+- A task goes to a *valid* worker: one whose total resources fit the task's needs (dask resource
+  restrictions) and, for a pinned task, one running on the pinned instance type. Among valid workers
+  it picks the least occupied (queued work divided by the worker's CPUs), like `decide_worker`.
+- A task with no valid worker is *unrunnable* (dask's `no-worker` state). When a worker joins, every
+  unrunnable task it can run is decided again; as the new worker is the only valid one they all pile
+  onto it, which is the "first worker takes the whole burst" effect described in seed 000.
+- A worker runs its tasks FIFO while their resources fit in what it has free (the worker's
+  `constrained` queue: the head blocks the rest). The scheduler lists running *and* waiting tasks as
+  `processing`; it cannot tell them apart.
+- Work stealing, simplified: a worker with free resources and nothing waiting steals waiting tasks it
+  can start at once from the most loaded valid workers.
+- A worker that leaves (drain, termination, retirement) releases its tasks: they are decided again from
+  scratch, losing the progress of the running ones.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..model import Resources, Task, Worker
+from ..ports import WorkloadView
+from .trace import Job
+
+
+class EventQueue:
+    """The simulation's future: (time, kind, payload) entries popped in time order (FIFO on ties)."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, str, Any]] = []
+        self._seq = itertools.count()
+
+    def push(self, time: float, kind: str, payload: Any) -> None:
+        heapq.heappush(self._heap, (time, next(self._seq), kind, payload))
+
+    def next_time(self) -> float | None:
+        return self._heap[0][0] if self._heap else None
+
+    def pop(self) -> tuple[float, str, Any]:
+        time, _, kind, payload = heapq.heappop(self._heap)
+        return time, kind, payload
+
+
+@dataclass(slots=True)
+class SimWorker:
+    address: str
+    name: str
+    hostname: str
+    type_name: str
+    capacity: Resources
+    free: Resources
+    running: dict[str, float] = field(default_factory=dict)  # key -> end time
+    waiting: list[str] = field(default_factory=list)
+    load: float = 0.0  # seconds of work assigned and not finished
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.running or self.waiting)
+
+
+class Scheduler:
+    """Tasks and workers. `events` receives ("done", (address, key, end)) completions."""
+
+    def __init__(self, jobs: Mapping[str, Job], events: EventQueue) -> None:
+        self.jobs = jobs
+        self.tasks: dict[str, Task] = {k: j.task() for k, j in jobs.items()}
+        self.events = events
+        self.workers: dict[str, SimWorker] = {}
+        self.unrunnable: dict[str, None] = {}  # ordered set
+        self.where: dict[str, str] = {}  # key -> worker address while processing
+        self.started_at: dict[str, float] = {}
+        self.completed_at: dict[str, float] = {}
+        self.restarts = 0
+
+    # ------------------------------------------------------------------ queries
+
+    def valid(self, key: str, worker: SimWorker) -> bool:
+        job = self.jobs[key]
+        if job.instance_type is not None and job.instance_type != worker.type_name:
+            return False
+        return self.tasks[key].needs.fits_in(worker.capacity)
+
+    def running_count(self) -> int:
+        return sum(len(w.running) for w in self.workers.values())
+
+    def waiting_count(self) -> int:
+        return len(self.unrunnable) + sum(len(w.waiting) for w in self.workers.values())
+
+    def view(self) -> WorkloadView:
+        workers = tuple(
+            Worker(
+                address=w.address,
+                name=w.name,
+                hostname=w.hostname,
+                resources=w.capacity,
+                processing=tuple(self.tasks[k] for k in itertools.chain(w.running, w.waiting)),
+            )
+            for w in self.workers.values()
+        )
+        return WorkloadView(workers, tuple(self.tasks[k] for k in self.unrunnable))
+
+    # ------------------------------------------------------------------ stimuli
+
+    def submit(self, key: str, now: float) -> None:
+        self._decide(key, now)
+
+    def add_worker(self, worker: SimWorker, now: float) -> None:
+        self.workers[worker.address] = worker
+        for key in [k for k in self.unrunnable if self.valid(k, worker)]:
+            del self.unrunnable[key]
+            self._decide(key, now)
+        self._steal_for(worker, now)
+
+    def remove_worker(self, address: str, now: float) -> int:
+        """Drop a worker; its tasks are decided again. Returns how many tasks it held."""
+        worker = self.workers.pop(address, None)
+        if worker is None:
+            return 0
+        lost = [*worker.running, *worker.waiting]
+        self.restarts += len(worker.running)
+        for key in lost:
+            del self.where[key]
+            self.started_at.pop(key, None)
+        for key in lost:
+            self._decide(key, now)
+        return len(lost)
+
+    def finish(self, address: str, key: str, end: float) -> None:
+        worker = self.workers.get(address)
+        if worker is None or worker.running.get(key) != end:
+            return  # stale: the worker left or the task was restarted elsewhere
+        del worker.running[key]
+        del self.where[key]
+        worker.free = worker.free + self.tasks[key].needs
+        worker.load -= self.jobs[key].duration_s
+        self.completed_at[key] = end
+        self._start_ready(worker, end)
+        if not worker.waiting:
+            self._steal_for(worker, end)
+
+    # ------------------------------------------------------------------ internals
+
+    def _decide(self, key: str, now: float) -> None:
+        best: SimWorker | None = None
+        best_score = 0.0
+        for worker in self.workers.values():
+            if not self.valid(key, worker):
+                continue
+            score = worker.load / max(worker.capacity.cpus, 1.0)
+            if best is None or score < best_score:
+                best, best_score = worker, score
+        if best is None:
+            self.unrunnable[key] = None
+            return
+        self._enqueue(best, key)
+        self._start_ready(best, now)
+
+    def _enqueue(self, worker: SimWorker, key: str) -> None:
+        worker.waiting.append(key)
+        worker.load += self.jobs[key].duration_s
+        self.where[key] = worker.address
+
+    def _start_ready(self, worker: SimWorker, now: float) -> None:
+        while worker.waiting:
+            key = worker.waiting[0]
+            needs = self.tasks[key].needs
+            if not needs.fits_in(worker.free):
+                return
+            worker.waiting.pop(0)
+            worker.free = worker.free - needs
+            end = now + self.jobs[key].duration_s
+            worker.running[key] = end
+            self.started_at[key] = now
+            self.events.push(end, "done", (worker.address, key, end))
+
+    def _steal_for(self, thief: SimWorker, now: float) -> None:
+        """Move waiting tasks the idle `thief` can start right now from the most loaded workers."""
+        victims = sorted(
+            (w for w in self.workers.values() if w.waiting and w is not thief),
+            key=lambda w: (-len(w.waiting), w.address),
+        )
+        for victim in victims:
+            for key in reversed(list(victim.waiting)):
+                if thief.waiting:
+                    return
+                if self.valid(key, thief) and self.tasks[key].needs.fits_in(thief.free):
+                    victim.waiting.remove(key)
+                    victim.load -= self.jobs[key].duration_s
+                    self._enqueue(thief, key)
+                    self._start_ready(thief, now)

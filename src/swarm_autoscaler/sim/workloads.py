@@ -1,0 +1,128 @@
+"""Synthetic workloads with fixed seeds: the bundled scenarios (`scenarios/generate.py` writes them) and
+the benchmark's day-long trace. Each generator is a pure function of its seed."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+
+from .trace import Job
+
+DAY = 86400.0
+
+
+def _sorted(raw: list[tuple[float, float, float, float, int, str | None]]) -> tuple[Job, ...]:
+    raw.sort(key=lambda r: r[0])
+    return tuple(Job(i, round(s, 1), round(d, 1), c, r, g, t) for i, (s, d, c, r, g, t) in enumerate(raw))
+
+
+def burst(seed: int = 0, n: int = 500) -> tuple[Job, ...]:
+    """Seed 000's video: `n` one-CPU jobs (2 GiB) sent within a minute to a cluster of at most 40
+    workers; each runs 3 to 8 minutes (log-normal around 5)."""
+    rng = random.Random(seed)
+    raw: list[tuple[float, float, float, float, int, str | None]] = [
+        (rng.uniform(0, 60), _clamp(rng.lognormvariate(math.log(300), 0.3), 180, 480), 1.0, 2.0, 0, None)
+        for _ in range(n)
+    ]
+    return _sorted(raw)
+
+
+def gpu_surge(seed: int = 4) -> tuple[Job, ...]:
+    """Seed 004: GPU jobs (1 GPU, 2 CPUs, 8 GiB, 6 to 15 minutes) arriving about every 8 minutes for
+    four hours, which an always-on base of two GPU machines absorbs, plus a surge of 30 jobs within ten
+    minutes after the first hour."""
+    rng = random.Random(seed)
+    raw: list[tuple[float, float, float, float, int, str | None]] = []
+    t = 0.0
+    while t < 4 * 3600:
+        t += rng.expovariate(1 / 480)
+        raw.append((t, rng.uniform(360, 900), 2.0, 8.0, 1, None))
+    raw += [(3600 + rng.uniform(0, 600), rng.uniform(360, 900), 2.0, 8.0, 1, None) for _ in range(30)]
+    return _sorted(raw)
+
+
+def _job_mix(rng: random.Random) -> tuple[float, float, float, int, str | None]:
+    """(duration, cpus, ram_gib, gpus, pinned type): small, medium and memory-heavy jobs."""
+    kind = rng.random()
+    if kind < 0.70:
+        return rng.uniform(120, 600), 1.0, 2.0, 0, None
+    if kind < 0.95:
+        return rng.uniform(600, 1800), 4.0, 14.0, 0, None
+    return rng.uniform(600, 1800), 2.0, 28.0, 0, None
+
+
+def day_cycle(seed: int = 7, n: int = 1500, spikes: int = 3) -> tuple[Job, ...]:
+    """A day: arrivals follow a daily cycle (quiet at night, peak mid-afternoon; rate proportional to
+    1 - 0.85 cos(2 pi t / day)), plus `spikes` bursts of 5% of the jobs within five minutes each."""
+    rng = random.Random(seed)
+    n_spiky = int(n * 0.05) * spikes
+    raw: list[tuple[float, float, float, float, int, str | None]] = []
+    while len(raw) < n - n_spiky:  # thinning of a Poisson process with the cyclic rate
+        t = rng.uniform(0, DAY)
+        if rng.random() < (1 - 0.85 * math.cos(2 * math.pi * t / DAY)) / 1.85:
+            raw.append((t, *_job_mix(rng)))
+    for _ in range(spikes):
+        at = rng.uniform(0.1 * DAY, 0.9 * DAY)
+        raw += [(at + rng.uniform(0, 300), *_job_mix(rng)) for _ in range(n_spiky // spikes)]
+    return _sorted(raw)
+
+
+PINNED_TYPES = ("c5.xlarge", "m5.xlarge", "r5.large")
+
+
+def pinned_mix(seed: int = 11, n: int = 300) -> tuple[Job, ...]:
+    """Two hours of jobs, 60% pinned to one of `PINNED_TYPES` (sized to fit it), the rest unpinned."""
+    rng = random.Random(seed)
+    raw: list[tuple[float, float, float, float, int, str | None]] = []
+    for _ in range(n):
+        submit = rng.uniform(0, 7200)
+        duration = rng.uniform(180, 900)
+        if rng.random() < 0.6:
+            pinned = rng.choice(PINNED_TYPES)
+            cpus, ram = {"c5.xlarge": (2.0, 3.0), "m5.xlarge": (2.0, 7.0), "r5.large": (1.0, 7.0)}[pinned]
+            raw.append((submit, duration, cpus, ram, 0, pinned))
+        else:
+            raw.append((submit, duration, 1.0, 1.5, 0, None))
+    return _sorted(raw)
+
+
+def _clamp(value: float, low: float, high: float) -> float:
+    return min(high, max(low, value))
+
+
+ENV_COMMON = "AUTOSCALER_POLL_INTERVAL=5s\nAUTOSCALER_DRAIN_DELAY=60s\nAUTOSCALER_TERMINATION_DELAY=120s\n"
+
+# name -> (generator, settings file body). AMI ids are ignored by the simulator; they are there so the
+# same file also validates for the daemon.
+SCENARIOS: dict[str, tuple[Callable[[], tuple[Job, ...]], str]] = {
+    "burst500": (
+        burst,
+        ENV_COMMON
+        + 'AUTOSCALER_EC2_ALLOWED_TYPES={"m5.large": {"ami_id": "ami-00000000000000000"}}\n'
+        + "AUTOSCALER_EC2_MIN_INSTANCES=0\nAUTOSCALER_EC2_MAX_INSTANCES=40\n",
+    ),
+    "gpu_surge": (
+        gpu_surge,
+        ENV_COMMON
+        + 'AUTOSCALER_EC2_ALLOWED_TYPES={"g4dn.xlarge": {"ami_id": "ami-00000000000000000"}}\n'
+        + "AUTOSCALER_EC2_MIN_INSTANCES=2\nAUTOSCALER_EC2_MAX_INSTANCES=7\n",
+    ),
+    "day_cycle": (
+        day_cycle,
+        ENV_COMMON
+        + "AUTOSCALER_EC2_ALLOWED_TYPES="
+        + '{"m5.large": {"ami_id": "ami-00000000000000000"}, "m5.xlarge": {"ami_id": "ami-00000000000000000"}, '
+        + '"r5.xlarge": {"ami_id": "ami-00000000000000000"}}\n'
+        + "AUTOSCALER_EC2_MIN_INSTANCES=0\nAUTOSCALER_EC2_MAX_INSTANCES=20\n",
+    ),
+    "pinned_mix": (
+        pinned_mix,
+        ENV_COMMON
+        + "AUTOSCALER_EC2_ALLOWED_TYPES="
+        + '{"t3.medium": {"ami_id": "ami-00000000000000000"}, "c5.xlarge": {"ami_id": "ami-00000000000000000"}, '
+        + '"m5.xlarge": {"ami_id": "ami-00000000000000000", "reserve": 1}, '
+        + '"r5.large": {"ami_id": "ami-00000000000000000"}}\n'
+        + "AUTOSCALER_EC2_MIN_INSTANCES=0\nAUTOSCALER_EC2_MAX_INSTANCES=15\n",
+    ),
+}

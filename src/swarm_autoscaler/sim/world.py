@@ -1,0 +1,412 @@
+"""The simulated world (EC2, the swarm, the dask scheduler) and the daemon's ports onto it.
+
+`World` is the truth: it outlives daemon restarts. The port classes (`SimCloud`, `SimOrchestrator`,
+`SimWorkload`) are the daemon's side: whatever they keep in memory (the capacity back-off cache) is lost
+when the simulated daemon restarts, exactly like the real adapters' memory. The daemon's durable state
+lives only in instance tags and node marks, which the world keeps.
+
+Machine lifecycle: `launch` creates a *pending* instance; after its join delay it is *running* and its
+node joins the swarm (active, ready, carrying the launch labels); a worker starts `worker_start_s` later
+on an active node. A never-join instance turns running but its node never appears. Terminating makes
+the instance *shutting-down* (listed for `shutdown_s`, then gone), kills its worker and marks its node
+down. Draining a node stops its worker; activating it starts one again; a retired worker is restarted
+by swarm after `worker_start_s` while its node stays active (docker's default restart policy).
+
+Safety accounting: draining, terminating, removing or retiring a machine whose worker holds tasks is a
+*busy termination*; each one is recorded with its time and reason in `violations`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ..errors import ConfigurationError, NotFoundError
+from ..model import (
+    Availability,
+    Instance,
+    InstanceState,
+    InstanceType,
+    Node,
+    NodeMarks,
+    NodeStatus,
+    Resources,
+    Unavailable,
+)
+from ..ports import LaunchResult, WorkloadView
+from .scheduler import EventQueue, Scheduler, SimWorker
+from .trace import Job
+
+EPOCH = 1_700_000_000.0  # virtual t=0, so that times look like the real epoch seconds the core expects
+
+
+@dataclass(frozen=True, slots=True)
+class Knobs:
+    """Physical delays of the simulated machines (seconds)."""
+
+    join_s: float = 90.0
+    join_jitter_s: float = 30.0
+    worker_start_s: float = 20.0
+    running_after_s: float = 30.0  # pending -> running for an instance that never joins
+    shutdown_s: float = 30.0
+    backoff_initial_s: float = 30.0  # the daemon's capacity back-off (settings), doubling per refusal
+    backoff_max_s: float = 600.0
+
+
+class Faults:
+    """Which launches EC2 refuses, which machines never join, when the daemon restarts, and each
+    machine's join delay. The base class injects nothing; see `RandomFaults` and `ScriptedFaults`."""
+
+    def refuse(self, call_no: int, type_name: str) -> bool:
+        return False
+
+    def never_joins(self, instance_no: int) -> bool:
+        return False
+
+    def restart(self, tick_no: int) -> bool:
+        return False
+
+    def join_delay(self, instance_no: int, knobs: Knobs) -> float:
+        return knobs.join_s
+
+
+@dataclass(slots=True)
+class SimInstance:
+    id: str
+    no: int
+    type_name: str
+    launched_at: float
+    hostname: str
+    tags: Mapping[str, str]
+    state: InstanceState = InstanceState.PENDING
+    ended_at: float | None = None  # termination requested (billing stops)
+    node_id: str | None = None
+    view: Instance | None = None
+
+    def as_model(self) -> Instance:
+        if self.view is None:
+            self.view = Instance(
+                self.id, self.type_name, self.state, self.launched_at, self.hostname, tags=self.tags
+            )
+        return self.view
+
+
+@dataclass(slots=True)
+class SimNode:
+    id: str
+    hostname: str
+    instance_id: str
+    type_name: str
+    labels: Mapping[str, str]
+    availability: Availability = Availability.ACTIVE
+    status: NodeStatus = NodeStatus.READY
+    marks: NodeMarks = NodeMarks()
+    worker: str | None = None  # worker address
+    generation: int = 0  # bumps invalidate scheduled worker starts
+    view: Node | None = None
+
+    def as_model(self) -> Node:
+        if self.view is None:
+            self.view = Node(
+                self.id, self.hostname, self.availability, self.status, marks=self.marks, labels=self.labels
+            )
+        return self.view
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    time_s: float
+    what: str
+
+
+@dataclass
+class World:
+    catalogue: Mapping[str, InstanceType]
+    jobs: Mapping[str, Job]
+    overhead: Mapping[str, Resources]
+    knobs: Knobs = Knobs()
+    faults: Faults = field(default_factory=Faults)
+    now: float = EPOCH
+    events: EventQueue = field(default_factory=EventQueue)
+    instances: dict[str, SimInstance] = field(default_factory=dict)
+    nodes: dict[str, SimNode] = field(default_factory=dict)
+    launch_calls: int = 0
+    launches: int = 0
+    terminations: int = 0
+    instance_seconds: float = 0.0
+    cost_usd: float = 0.0
+    violations: list[Violation] = field(default_factory=list)
+    on_violation: Callable[[Violation], None] | None = None
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    def __post_init__(self) -> None:
+        self.scheduler = Scheduler(self.jobs, self.events)
+
+    # ------------------------------------------------------------------ time
+
+    def advance(self, until: float) -> None:
+        """Process every event due at or before `until`, then set the clock to it."""
+        while (t := self.events.next_time()) is not None and t <= until:
+            time, kind, payload = self.events.pop()
+            self.now = time
+            self._handle(kind, payload)
+        self.now = until
+
+    def _handle(self, kind: str, payload: object) -> None:
+        if kind == "done":
+            address, key, end = payload  # type: ignore[misc]
+            self.scheduler.finish(address, key, end)
+        elif kind == "submit":
+            self.scheduler.submit(payload, self.now)  # type: ignore[arg-type]
+        elif kind == "join":
+            self._join(payload)  # type: ignore[arg-type]
+        elif kind == "running":
+            self._set_state(payload, InstanceState.RUNNING)  # type: ignore[arg-type]
+        elif kind == "worker":
+            node_id, generation = payload  # type: ignore[misc]
+            self._start_worker(node_id, generation)
+        elif kind == "gone":
+            self.instances.pop(payload, None)  # type: ignore[call-overload]
+
+    # ------------------------------------------------------------------ EC2
+
+    def alive(self) -> list[SimInstance]:
+        return [
+            i for i in self.instances.values() if i.state in (InstanceState.PENDING, InstanceState.RUNNING)
+        ]
+
+    def launch(self, type_name: str, count: int, labels: Mapping[str, str]) -> LaunchResult:
+        if type_name not in self.catalogue:
+            raise ConfigurationError(f"unknown instance type {type_name!r}")
+        self.launch_calls += 1
+        if self.faults.refuse(self.launch_calls, type_name):
+            return LaunchResult(refused=(Unavailable(type_name, self.now),))
+        return LaunchResult(instances=tuple(self._launch_one(type_name, labels) for _ in range(count)))
+
+    def _launch_one(self, type_name: str, labels: Mapping[str, str]) -> Instance:
+        no = next(self._ids)
+        inst = SimInstance(
+            f"i-{no:08x}",
+            no,
+            type_name,
+            self.now,
+            f"ip-10-{no // 65536}-{no // 256 % 256}-{no % 256}",
+            dict(labels),
+        )
+        self.instances[inst.id] = inst
+        self.launches += 1
+        if self.faults.never_joins(no):
+            self.events.push(self.now + self.knobs.running_after_s, "running", inst.id)
+        else:
+            self.events.push(self.now + self.faults.join_delay(no, self.knobs), "join", inst.id)
+        return inst.as_model()
+
+    def terminate(self, instance_ids: Sequence[str]) -> None:
+        for iid in instance_ids:
+            inst = self.instances.get(iid)
+            if inst is None or inst.ended_at is not None:
+                continue
+            self._bill(inst, self.now)
+            inst.ended_at = self.now
+            self.terminations += 1
+            self._set_state(iid, InstanceState.SHUTTING_DOWN)
+            self.events.push(self.now + self.knobs.shutdown_s, "gone", iid)
+            node = self.nodes.get(inst.node_id or "")
+            if node is not None:
+                self._stop_worker(node, f"terminated instance {iid}")
+                node.status = NodeStatus.DOWN
+                node.view = None
+
+    def _bill(self, inst: SimInstance, until: float) -> None:
+        seconds = max(0.0, until - inst.launched_at)
+        self.instance_seconds += seconds
+        price = self.catalogue[inst.type_name].price_per_hour or 0.0
+        self.cost_usd += seconds * price / 3600.0
+
+    def bill_open(self, until: float) -> None:
+        """Bill every instance still alive up to `until` (the end of the run)."""
+        for inst in self.instances.values():
+            if inst.ended_at is None:
+                self._bill(inst, until)
+                inst.ended_at = until
+
+    def _set_state(self, iid: str, state: InstanceState) -> None:
+        inst = self.instances.get(iid)
+        if inst is None or (inst.ended_at is not None and state is not InstanceState.SHUTTING_DOWN):
+            return
+        inst.state = state
+        inst.view = None
+
+    # ------------------------------------------------------------------ swarm
+
+    def _join(self, iid: str) -> None:
+        inst = self.instances.get(iid)
+        if inst is None or inst.ended_at is not None:
+            return
+        self._set_state(iid, InstanceState.RUNNING)
+        node = SimNode(f"n{inst.no:06d}", inst.hostname, iid, inst.type_name, dict(inst.tags))
+        self.nodes[node.id] = node
+        inst.node_id = node.id
+        self._schedule_worker(node)
+
+    def _schedule_worker(self, node: SimNode) -> None:
+        node.generation += 1
+        self.events.push(self.now + self.knobs.worker_start_s, "worker", (node.id, node.generation))
+
+    def _start_worker(self, node_id: str, generation: int) -> None:
+        node = self.nodes.get(node_id)
+        if node is None or node.generation != generation or node.worker is not None:
+            return
+        if node.availability is not Availability.ACTIVE or node.status is not NodeStatus.READY:
+            return
+        capacity = self.catalogue[node.type_name].resources.saturating_sub(self.overhead_of(node.type_name))
+        address = f"tcp://{node.hostname}:8786/{generation}"
+        worker = SimWorker(
+            address, f"dask-worker-{node.hostname}", node.hostname, node.type_name, capacity, capacity
+        )
+        node.worker = address
+        self.scheduler.add_worker(worker, self.now)
+
+    def overhead_of(self, type_name: str) -> Resources:
+        return self.overhead.get(type_name, Resources())
+
+    def _stop_worker(self, node: SimNode, why: str) -> None:
+        node.generation += 1
+        if node.worker is None:
+            return
+        worker = self.scheduler.workers.get(node.worker)
+        if worker is not None and worker.busy:
+            held = len(worker.running) + len(worker.waiting)
+            self._violate(f"{why}: node {node.hostname} held {held} task(s)")
+        self.scheduler.remove_worker(node.worker, self.now)
+        node.worker = None
+
+    def _violate(self, what: str) -> None:
+        violation = Violation(self.now - EPOCH, what)
+        self.violations.append(violation)
+        if self.on_violation is not None:
+            self.on_violation(violation)
+
+    def set_availability(self, node_id: str, availability: Availability) -> None:
+        node = self._node(node_id)
+        if node.availability is availability:
+            return
+        node.availability = availability
+        node.view = None
+        if availability is Availability.ACTIVE:
+            self._schedule_worker(node)
+        else:
+            self._stop_worker(node, f"{availability} set")
+
+    def mark(self, node_id: str, marks: NodeMarks) -> None:
+        node = self._node(node_id)
+        node.marks = marks
+        node.view = None
+
+    def remove_node(self, node_id: str) -> None:
+        node = self.nodes.pop(node_id, None)
+        if node is None:
+            return
+        self._stop_worker(node, "node removed")
+        inst = self.instances.get(node.instance_id)
+        if inst is not None and inst.node_id == node_id:
+            inst.node_id = None
+
+    def _node(self, node_id: str) -> SimNode:
+        node = self.nodes.get(node_id)
+        if node is None:
+            raise NotFoundError(f"node {node_id} is not in the swarm")
+        return node
+
+    # ------------------------------------------------------------------ dask
+
+    def retire(self, addresses: Sequence[str]) -> tuple[str, ...]:
+        retired = []
+        by_address = {n.worker: n for n in self.nodes.values() if n.worker is not None}
+        for address in addresses:
+            node = by_address.get(address)
+            if node is None:
+                continue
+            self._stop_worker(node, "worker retired")
+            retired.append(address)
+            if node.availability is Availability.ACTIVE:
+                self._schedule_worker(node)  # swarm restarts the exited container
+        return tuple(retired)
+
+
+class SimCloud:
+    """The daemon's EC2 adapter onto the world. Its refusal back-off (which doubles on each refusal of a
+    type, from `backoff_initial_s` up to `backoff_max_s`, like the EC2 adapter's) is daemon memory."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self._refused: list[Unavailable] = []
+        self._streak: dict[str, int] = {}
+
+    async def list_instances(self) -> tuple[Instance, ...]:
+        return tuple(i.as_model() for i in self.world.instances.values())
+
+    async def instance_types(self, names: Sequence[str]) -> tuple[InstanceType, ...]:
+        unknown = [n for n in names if n not in self.world.catalogue]
+        if unknown:
+            raise ConfigurationError(f"unknown instance types: {', '.join(unknown)}")
+        return tuple(self.world.catalogue[n] for n in names)
+
+    async def launch(self, type_name: str, count: int, labels: Mapping[str, str]) -> LaunchResult:
+        result = self.world.launch(type_name, count, labels)
+        if not result.refused:
+            self._streak.pop(type_name, None)
+            return result
+        streak = self._streak.get(type_name, 0)
+        self._streak[type_name] = streak + 1
+        knobs = self.world.knobs
+        pause = min(knobs.backoff_initial_s * 2**streak, knobs.backoff_max_s)
+        refusal = Unavailable(type_name, self.world.now + pause)
+        self._refused.append(refusal)
+        return LaunchResult(result.instances, (refusal,), result.error)
+
+    async def terminate(self, instance_ids: Sequence[str]) -> None:
+        self.world.terminate(instance_ids)
+
+    def unavailable(self, now: float) -> tuple[Unavailable, ...]:
+        self._refused = [u for u in self._refused if u.until > now]
+        return tuple(self._refused)
+
+
+class SimOrchestrator:
+    """The daemon's swarm adapter onto the world."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    async def list_nodes(self) -> tuple[Node, ...]:
+        return tuple(n.as_model() for n in self.world.nodes.values())
+
+    async def set_availability(self, node_id: str, availability: Availability) -> None:
+        self.world.set_availability(node_id, availability)
+
+    async def mark(self, node_id: str, marks: NodeMarks) -> None:
+        self.world.mark(node_id, marks)
+
+    async def remove(self, node_id: str) -> None:
+        self.world.remove_node(node_id)
+
+    async def join_command(self) -> tuple[str, str]:
+        return "SWMTKN-simulated", "10.0.0.1:2377"
+
+
+class SimWorkload:
+    """The daemon's dask adapter onto the world's scheduler."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    async def observe(self) -> WorkloadView:
+        return self.world.scheduler.view()
+
+    async def retire(self, addresses: Sequence[str]) -> tuple[str, ...]:
+        return self.world.retire(addresses)
+
+    async def wait_for_change(self, timeout: float) -> bool:
+        return False  # the engine ticks on the virtual clock

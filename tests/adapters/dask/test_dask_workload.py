@@ -1,0 +1,377 @@
+"""DaskWorkload against a real dask scheduler with in-process workers."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+from distributed import Client, Scheduler, Worker
+from distributed.protocol.pickle import dumps as dask_dumps
+
+from swarm_autoscaler.adapters import dask as dask_adapter
+from swarm_autoscaler.adapters.dask import DaskWorkload, DaskWorkloadView, split_resources
+from swarm_autoscaler.errors import ConfigurationError, EndpointError
+from swarm_autoscaler.model import Resources
+from swarm_autoscaler.ports import Workload
+
+GIB = 1024**3
+StartWorker = Callable[..., Awaitable[Worker]]
+
+# In-process workers run tasks in this process's threads, so a module-level event can hold them.
+_GATE = threading.Event()
+
+
+@pytest.fixture
+def gate() -> Iterator[threading.Event]:
+    _GATE.clear()
+    yield _GATE
+    _GATE.set()  # always open it: no worker thread may stay blocked after a test
+
+
+def held(value: Any = None) -> Any:
+    _GATE.wait(timeout=60)
+    return value
+
+
+def make_value(n: int) -> list[int]:
+    return list(range(n))
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    for _ in range(int(timeout / 0.02)):
+        if predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not met in time")
+
+
+# --------------------------------------------------------------------------------------------- observe
+
+
+async def test_implements_the_workload_port(workload: DaskWorkload) -> None:
+    assert isinstance(workload, Workload)
+
+
+async def test_observe_workers_with_resources_and_hostnames(
+    workload: DaskWorkload, start_worker: StartWorker
+) -> None:
+    await start_worker("ip-10-0-0-5", cpus=2, ram=4 * GIB)
+    await start_worker("ip-10-0-0-6", cpus=8, ram=32 * GIB, GPU=1, **{"instance-type:g4dn.2xlarge": 1e9})
+    view = await workload.observe()
+    assert isinstance(view, DaskWorkloadView)
+    by_name = {w.name: w for w in view.workers}
+    assert set(by_name) == {"ip-10-0-0-5", "ip-10-0-0-6"}
+    small, gpu = by_name["ip-10-0-0-5"], by_name["ip-10-0-0-6"]
+    assert small.hostname == "ip-10-0-0-5"
+    assert small.resources == Resources.of(cpus=2, ram=4 * GIB)
+    assert gpu.resources == Resources.of(cpus=8, ram=32 * GIB, gpus=1)  # the pin resource is stripped
+    assert not small.busy and not small.retiring and small.processing == ()
+    assert small.address.startswith("tcp://127.0.0.1:")
+    assert view.unrunnable == () and view.queued == ()
+
+
+async def test_hostname_pattern_applies_to_worker_names(
+    scheduler: Scheduler, start_worker: StartWorker
+) -> None:
+    await start_worker("dask-worker.ip-10-0-0-7.1")
+    await start_worker("something-else")
+    pattern = r"dask-worker\.(?P<hostname>ip-[0-9-]+)\.\d+"
+    async with DaskWorkload(scheduler.address, worker_hostname_pattern=pattern, timeout=5) as workload:
+        view = await workload.observe()
+    hostnames = {w.name: w.hostname for w in view.workers}
+    assert hostnames == {"dask-worker.ip-10-0-0-7.1": "ip-10-0-0-7", "something-else": ""}
+
+
+def test_hostname_pattern_without_the_named_group_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match=r"\(\?P<hostname>"):
+        DaskWorkload("tcp://127.0.0.1:1", worker_hostname_pattern=r"ip-.*")
+    with pytest.raises(ConfigurationError, match="not a regex"):
+        DaskWorkload("tcp://127.0.0.1:1", worker_hostname_pattern=r"(?P<hostname>")
+
+
+async def test_unrunnable_tasks_come_back_with_needs_and_pinned_type(
+    workload: DaskWorkload, start_worker: StartWorker, client: Client
+) -> None:
+    await start_worker("ip-10-0-0-5", cpus=2, ram=4 * GIB)
+    needs = {"CPU": 4, "RAM": 8 * GIB, "GPU": 1, "licence": 2, "instance-type:g4dn.xlarge": 1}
+    pinned = client.submit(make_value, 3, key="pinned-gpu-task", resources=needs)
+    too_big = client.submit(make_value, 4, key="too-big", resources={"CPU": 16})
+    view = await _observe_until(workload, lambda v: len(v.unrunnable) == 2)
+    tasks = {t.key: t for t in view.unrunnable}
+    assert tasks["pinned-gpu-task"].needs == Resources.of(cpus=4, ram=8 * GIB, gpus=1, licence=2)
+    assert tasks["pinned-gpu-task"].pinned_type == "g4dn.xlarge"
+    assert tasks["too-big"].needs == Resources.of(cpus=16)
+    assert tasks["too-big"].pinned_type is None
+    assert all(not w.processing for w in view.workers)
+    del pinned, too_big
+
+
+async def test_processing_lists_every_task_assigned_to_a_worker(
+    workload: DaskWorkload, start_worker: StartWorker, client: Client, gate: threading.Event
+) -> None:
+    await start_worker("ip-10-0-0-5", cpus=2, ram=4 * GIB)
+    futures = [client.submit(held, i, key=f"held-{i}", resources={"CPU": 1}) for i in range(5)]
+    view = await _observe_until(workload, lambda v: sum(len(w.processing) for w in v.workers) == 5)
+    (worker,) = view.workers
+    assert worker.busy
+    assert sorted(t.key for t in worker.processing) == [f"held-{i}" for i in range(5)]
+    assert all(t.needs == Resources.of(cpus=1) for t in worker.processing)
+    assert view.unrunnable == ()
+    gate.set()
+    assert await client.gather(futures) == list(range(5))
+
+
+async def test_scheduler_queued_tasks_are_reported_and_wake_the_waiter(
+    workload: DaskWorkload, start_worker: StartWorker, client: Client, gate: threading.Event
+) -> None:
+    await start_worker("ip-10-0-0-5")  # two threads
+    await workload.observe()
+    waiting = asyncio.create_task(workload.wait_for_change(20))
+    # Many unrestricted root tasks: the scheduler sends a few to the worker and queues the rest itself.
+    futures = client.map(held, range(12), key=[f"root-{i}" for i in range(12)])
+    async with asyncio.timeout(5):
+        assert await waiting is True
+    view = await _observe_until(workload, lambda v: sum(len(w.processing) for w in v.workers) > 0)
+    on_worker = {t.key for w in view.workers for t in w.processing}
+    queued = {t.key for t in view.queued}
+    assert queued and on_worker
+    assert on_worker | queued == {f"root-{i}" for i in range(12)}
+    assert all(t.needs.is_zero() and t.pinned_type is None for t in view.queued)
+    assert view.unrunnable == ()
+    gate.set()
+    assert await client.gather(futures) == list(range(12))
+
+
+async def test_many_workers_are_all_listed(workload: DaskWorkload, start_worker: StartWorker) -> None:
+    names = [f"ip-10-0-1-{i}" for i in range(12)]
+    for name in names:
+        await start_worker(name, cpus=1, ram=GIB)
+    view = await workload.observe()
+    assert sorted(w.hostname for w in view.workers) == sorted(names)
+
+
+async def _observe_until(
+    workload: DaskWorkload, predicate: Callable[[DaskWorkloadView], bool], timeout: float = 10.0
+) -> DaskWorkloadView:
+    async with asyncio.timeout(timeout):
+        while True:
+            view = await workload.observe()
+            if predicate(view):
+                return view
+            await asyncio.sleep(0.05)
+
+
+# --------------------------------------------------------------------------------------------- retire
+
+
+async def test_retire_an_idle_worker(
+    workload: DaskWorkload, start_worker: StartWorker, scheduler: Scheduler
+) -> None:
+    idle = await start_worker("ip-10-0-0-5")
+    await start_worker("ip-10-0-0-6")
+    retired = await workload.retire([idle.address, "tcp://127.0.0.1:1"])  # unknown address ignored
+    assert retired == (idle.address,)
+    assert idle.address not in scheduler.workers
+    await until(lambda: idle.status.name in ("closing", "closed"))  # close_workers: it shuts down
+    view = await workload.observe()
+    assert [w.name for w in view.workers] == ["ip-10-0-0-6"]
+
+
+async def test_retire_nothing_known_returns_nothing(
+    workload: DaskWorkload, start_worker: StartWorker
+) -> None:
+    await start_worker("ip-10-0-0-5")
+    assert await workload.retire([]) == ()
+    assert await workload.retire(["tcp://127.0.0.1:1"]) == ()
+    assert len((await workload.observe()).workers) == 1
+
+
+async def test_retire_moves_unique_data_to_another_worker(
+    workload: DaskWorkload, start_worker: StartWorker, client: Client
+) -> None:
+    holder = await start_worker("ip-10-0-0-5")
+    other = await start_worker("ip-10-0-0-6")
+    result = client.submit(make_value, 10, key="result", workers=[holder.address])
+    await result
+    view = await workload.observe()
+    assert {w.name: w.has_unique_data for w in view.workers} == {"ip-10-0-0-5": True, "ip-10-0-0-6": False}
+    # The scheduler copies the only replica to the other worker, then retires the holder.
+    assert await workload.retire([holder.address]) == (holder.address,)
+    assert await client.who_has(result) == {"result": (other.address,)}
+    assert await result == list(range(10))
+    (remaining,) = (await workload.observe()).workers
+    assert remaining.address == other.address and remaining.has_unique_data
+
+
+async def test_retire_the_last_worker_holding_a_result_is_refused(
+    workload: DaskWorkload, start_worker: StartWorker, client: Client
+) -> None:
+    holder = await start_worker("ip-10-0-0-5")
+    result = client.submit(make_value, 10, key="result")
+    await result
+    assert await workload.retire([holder.address]) == ()
+    (worker,) = (await workload.observe()).workers
+    assert worker.address == holder.address
+    assert worker.has_unique_data and worker.busy
+    await until(lambda: holder.status.name == "running")  # retirement aborted: back to running
+    assert await result == list(range(10))
+
+
+# ------------------------------------------------------------------------------------- wait_for_change
+
+
+async def test_wait_for_change_times_out_without_change(
+    workload: DaskWorkload, start_worker: StartWorker
+) -> None:
+    await start_worker("ip-10-0-0-5")
+    await workload.observe()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert await workload.wait_for_change(0.3) is False
+    assert 0.25 <= loop.time() - started < 2
+
+
+async def test_wait_for_change_wakes_on_new_unrunnable_task(
+    workload: DaskWorkload, start_worker: StartWorker, client: Client
+) -> None:
+    await start_worker("ip-10-0-0-5")
+    await workload.observe()
+    waiting = asyncio.create_task(workload.wait_for_change(20))
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    future = client.submit(make_value, 1, key="needs-gpu", resources={"GPU": 1})
+    async with asyncio.timeout(5):
+        assert await waiting is True
+    assert [t.key for t in (await workload.observe()).unrunnable] == ["needs-gpu"]
+    del future
+
+
+async def test_wait_for_change_wakes_when_a_worker_leaves(
+    workload: DaskWorkload, start_worker: StartWorker
+) -> None:
+    await start_worker("ip-10-0-0-5")
+    leaving = await start_worker("ip-10-0-0-6")
+    await workload.observe()
+    waiting = asyncio.create_task(workload.wait_for_change(20))
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    await leaving.close()
+    async with asyncio.timeout(5):
+        assert await waiting is True
+
+
+async def test_wait_for_change_wakes_when_work_queues_on_a_worker(
+    workload: DaskWorkload, start_worker: StartWorker, client: Client, gate: threading.Event
+) -> None:
+    await start_worker("ip-10-0-0-5", cpus=2)
+    running = [client.submit(held, i, key=f"run-{i}", resources={"CPU": 1}) for i in range(2)]
+    await _observe_until(workload, lambda v: sum(len(w.processing) for w in v.workers) == 2)
+    assert await workload.wait_for_change(0.3) is False  # two tasks on two CPUs: nothing waits
+    waiting = asyncio.create_task(workload.wait_for_change(20))
+    extra = client.submit(held, 9, key="queued-behind", resources={"CPU": 1})
+    async with asyncio.timeout(5):
+        assert await waiting is True
+    gate.set()
+    assert await client.gather([*running, extra]) == [0, 1, 9]
+
+
+async def test_a_change_during_a_tick_is_not_lost(
+    workload: DaskWorkload, start_worker: StartWorker, client: Client
+) -> None:
+    await start_worker("ip-10-0-0-5")
+    await workload.observe()
+    future = client.submit(make_value, 1, key="needs-gpu", resources={"GPU": 1})
+    await asyncio.sleep(0.5)  # the change arrives while the daemon is busy elsewhere
+    assert await workload.wait_for_change(0.01) is True
+    assert await workload.wait_for_change(0.2) is False  # consumed
+    del future
+
+
+# ------------------------------------------------------------------------------------ errors, pickling
+
+
+async def test_unreachable_scheduler_is_an_endpoint_error() -> None:
+    address = "tcp://127.0.0.1:1"
+    workload = DaskWorkload(address, timeout=1.0)
+    for operation in (workload.observe, lambda: workload.retire(["tcp://127.0.0.1:2"])):
+        with pytest.raises(EndpointError) as caught:
+            await operation()
+        assert caught.value.endpoint == f"dask scheduler {address}"
+        assert address in str(caught.value)
+    await workload.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def _scheduler_on(port: int) -> Scheduler:
+    return Scheduler(host="127.0.0.1", port=port, dashboard=False, dashboard_address="127.0.0.1:0")
+
+
+async def test_scheduler_restart_is_an_endpoint_error_then_recovers() -> None:
+    port = _free_port()
+    async with _scheduler_on(port) as first:
+        address = first.address
+        workload = DaskWorkload(address, timeout=1.0)
+        await workload.connect()
+    try:
+        with pytest.raises(EndpointError, match=address):
+            await workload.observe()
+        async with _scheduler_on(port) as second, Worker(address, name="ip-10-0-0-9", dashboard=False):
+            view = await _observe_until_reachable(workload)
+            assert [w.name for w in view.workers] == ["ip-10-0-0-9"]
+            assert "swarm-autoscaler-watch" in second.plugins  # the watch is registered again
+    finally:
+        await workload.close()
+
+
+async def _observe_until_reachable(workload: DaskWorkload, attempts: int = 10) -> DaskWorkloadView:
+    for _ in range(attempts):
+        try:
+            return await workload.observe()
+        except EndpointError:
+            await asyncio.sleep(0.1)  # the old client may still be giving up; the next call reconnects
+    raise AssertionError("never reconnected")
+
+
+_LOAD_WITHOUT_PACKAGE = """
+import sys
+sys.modules["swarm_autoscaler"] = None  # any by-reference import of this package now fails
+from distributed.protocol.pickle import loads
+for blob in sys.stdin.buffer.read().split(b"<END>")[:-1]:
+    print(type(loads(blob)).__name__)
+"""
+
+
+def test_scheduler_side_code_is_shipped_by_value() -> None:
+    """The scheduler needs only `distributed`, not this package: what runs there must unpickle without it."""
+    plugin = dask_adapter._make_watch_plugin("name", "topic", 0.1)
+    blobs = [dask_dumps(obj) for obj in (dask_adapter._READ_STATE, dask_adapter._READ_ADDRESSES, plugin)]
+    done = subprocess.run(
+        [sys.executable, "-c", _LOAD_WITHOUT_PACKAGE],
+        input=b"".join(blob + b"<END>" for blob in blobs),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().split() == ["function", "function", "ChangeWatch"]
+
+
+def test_split_resources_conventions() -> None:
+    resources, pinned = split_resources(
+        {"CPU": 1.5, "RAM": 2e9, "GPU": 2.0, "scratch": 3, "instance-type:m5.large": 1}
+    )
+    assert resources == Resources.of(cpus=1.5, ram=2_000_000_000, gpus=2, scratch=3)
+    assert pinned == "m5.large"
+    assert split_resources({}) == (Resources(), None)

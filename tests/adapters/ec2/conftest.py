@@ -1,0 +1,117 @@
+"""A real moto server over HTTP for the EC2 adapter's contract tests, started once per session.
+
+moto's state is process-wide, so every test gets its own cluster name (the ownership tag) and sees
+only its own instances; fault rules are cleared after each test.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+
+from swarm_autoscaler.adapters.ec2 import Ec2Cloud
+from swarm_autoscaler.localcloud import FaultInjector, LocalNetwork, MotoServer, provision_network
+
+ACCESS_KEY = "AKIATESTEXAMPLE0001"
+SECRET_KEY = "tEsT/SeCrEt+Key/that-must-never-leak"
+TOKEN = "SWMTKN-1-testtoken-abcdef"
+MANAGER = "10.0.0.2:2377"
+BOOT_SCRIPT = "echo booting-the-worker > /var/log/boot-marker"
+TYPES = ("t3.micro", "m5.large", "c5.large", "m5.bogus")
+_cluster_ids = itertools.count(1)
+
+
+@dataclass
+class SteppedClock:
+    now: float = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def step(self, seconds: float) -> None:
+        self.now += seconds
+
+
+async def join_command() -> tuple[str, str]:
+    return TOKEN, MANAGER
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[MotoServer]:
+    with MotoServer(seed=1) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def network(moto_server: MotoServer) -> LocalNetwork:
+    return provision_network(moto_server.endpoint)
+
+
+@pytest.fixture
+def faults(moto_server: MotoServer) -> Iterator[FaultInjector]:
+    moto_server.faults.reset()
+    yield moto_server.faults
+    moto_server.faults.reset()
+
+
+@pytest.fixture(scope="session")
+async def raw_ec2(moto_server: MotoServer) -> AsyncIterator[Any]:
+    """A plain aiobotocore client, for arranging and checking what the adapter did."""
+    async with get_session().create_client(
+        "ec2",
+        region_name="us-east-1",
+        endpoint_url=moto_server.endpoint,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+        config=AioConfig(retries={"max_attempts": 1, "mode": "standard"}),  # see every injected fault
+    ) as client:
+        yield client
+
+
+@pytest.fixture
+def clock() -> SteppedClock:
+    return SteppedClock()
+
+
+CloudFactory = Callable[..., Awaitable[Ec2Cloud]]
+
+
+@pytest.fixture
+async def make_cloud(
+    moto_server: MotoServer, network: LocalNetwork, clock: SteppedClock, faults: FaultInjector
+) -> AsyncIterator[CloudFactory]:
+    """Builds started clouds on the moto server, each with a fresh cluster name unless one is given."""
+    clouds: list[Ec2Cloud] = []
+
+    async def make(**overrides: Any) -> Ec2Cloud:
+        options: dict[str, Any] = {
+            "cluster_name": f"test-{next(_cluster_ids)}",
+            "region": network.region,
+            "endpoint": moto_server.endpoint,
+            "access_key_id": ACCESS_KEY,
+            "secret_access_key": SECRET_KEY,
+            "allowed_types": {name: (network.ami_id, BOOT_SCRIPT) for name in TYPES},
+            "subnet_ids": network.subnet_ids,
+            "security_group_ids": [network.security_group_id],
+            "key_name": network.key_name,
+            "iam_instance_profile": network.instance_profile,
+            "custom_tags": {"team": "science"},
+            "join_command": join_command,
+            "clock": clock,
+            "retry_initial": 0.01,
+            "retry_max": 0.05,
+        }
+        options.update(overrides)
+        cloud = await Ec2Cloud(**options).start()
+        clouds.append(cloud)
+        return cloud
+
+    yield make
+    for cloud in clouds:
+        await cloud.close()

@@ -1,0 +1,232 @@
+"""The loop over in-memory fakes of the ports, with a stepped clock and injected faults."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+
+import pytest
+from tests.fakes import FakeCloud, FakeLock, FakeWorkload, SteppedClock
+
+from swarm_autoscaler.errors import EndpointError
+from swarm_autoscaler.localcloud.memswarm import MemorySwarm
+from swarm_autoscaler.loop import Daemon, InFlightCloud
+from swarm_autoscaler.model import (
+    GIB,
+    Instance,
+    InstanceState,
+    InstanceType,
+    Launch,
+    Policy,
+    Resources,
+    Task,
+    Terminate,
+    TypePolicy,
+    Worker,
+)
+from swarm_autoscaler.tick import Ports
+
+CATALOGUE = {
+    "m5.large": InstanceType("m5.large", Resources(2, 8 * GIB), 0.096),
+    "m5.xlarge": InstanceType("m5.xlarge", Resources(4, 16 * GIB), 0.192),
+}
+POLICY = Policy(
+    allowed_types=(TypePolicy("m5.large"), TypePolicy("m5.xlarge")),
+    min_instances=0,
+    max_instances=5,
+    max_start_time=300,
+    drain_delay=30,
+    termination_delay=60,
+)
+
+
+async def until(predicate: Callable[[], bool], seconds: float = 5.0) -> None:
+    for _ in range(int(seconds / 0.01)):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached in time")
+
+
+def task(key: str, cpus: float = 1.0) -> Task:
+    return Task(key, Resources(cpus, GIB))
+
+
+class Harness:
+    def __init__(self, token: str = "a", lock_state: dict[str, str | None] | None = None) -> None:
+        self.clock = SteppedClock()
+        self.cloud = FakeCloud(self.clock, CATALOGUE)
+        self.swarm = MemorySwarm()
+        self.workload = FakeWorkload()
+        self.lock = FakeLock(token, lock_state if lock_state is not None else {"holder": None})
+        self.daemon = self.make_daemon(self.cloud, self.lock)
+
+    def make_daemon(self, cloud: FakeCloud, lock: FakeLock, poll: float = 5.0) -> Daemon:
+        return Daemon(
+            cluster_name="test",
+            ports=Ports(InFlightCloud(cloud, self.clock), self.swarm, self.workload),
+            lock=lock,
+            policy=POLICY,
+            catalogue=CATALOGUE,
+            poll_interval=poll,
+            clock=self.clock,
+        )
+
+    def launches(self) -> list[object]:
+        return [args for kind, args in self.cloud.calls if kind == "launch"]
+
+
+async def test_a_burst_launches_once_across_ticks() -> None:
+    h = Harness()
+    h.workload.unrunnable = [task(f"t{i}") for i in range(3)]
+    first = await h.daemon.tick_once()
+    assert first is not None and first.acted
+    assert h.launches() == [("m5.large", 2)]  # 3 one-cpu tasks -> two 2-cpu machines
+    h.clock.step(5)
+    second = await h.daemon.tick_once()
+    assert second is not None
+    assert second.plan.of_kind(Launch) == ()
+    assert h.launches() == [("m5.large", 2)]
+
+
+async def test_in_flight_launch_counts_even_when_ec2_does_not_list_it_yet() -> None:
+    h = Harness()
+    h.workload.unrunnable = [task("t0")]
+    await h.daemon.tick_once()
+    assert h.launches() == [("m5.large", 1)]
+    hidden = dict(h.cloud.instances)
+    h.cloud.instances.clear()  # eventual consistency: DescribeInstances does not show it yet
+    h.clock.step(5)
+    result = await h.daemon.tick_once()
+    assert result is not None and result.plan.of_kind(Launch) == ()
+    assert {i.id for i in result.snapshot.instances} == set(hidden)
+
+
+async def test_a_failing_source_means_the_tick_acts_on_nothing_and_the_loop_goes_on() -> None:
+    h = Harness()
+    h.workload.unrunnable = [task("t0")]
+    h.cloud.fail_list = EndpointError("http://ec2", "connection refused")
+    assert await h.daemon.tick_once() is None
+    assert h.launches() == []
+    assert h.daemon.last_success is None
+    h.cloud.fail_list = None
+    h.clock.step(5)
+    assert await h.daemon.tick_once() is not None
+    assert h.launches() == [("m5.large", 1)]
+    assert h.daemon.last_success == h.clock.now
+
+
+async def test_a_failing_action_is_data_and_the_others_still_run() -> None:
+    h = Harness()
+    broken = Instance("i-broken", "m5.large", InstanceState.RUNNING, h.clock.now - 1000, "ip-10-9-9-9")
+    h.cloud.instances[broken.id] = broken
+    h.workload.unrunnable = [task("t0")]
+    h.cloud.fail_launch = EndpointError("http://ec2", "500 internal error")
+    result = await h.daemon.tick_once()
+    assert result is not None
+    by_kind = {o.action_kind: o for o in result.outcomes}
+    assert not by_kind["Launch"].ok and "500 internal error" in by_kind["Launch"].detail
+    assert by_kind["Terminate"].ok
+    assert "i-broken" not in h.cloud.instances
+
+
+class SlowCloud(FakeCloud):
+    async def terminate(self, instance_ids: Sequence[str]) -> None:
+        await asyncio.sleep(0.3)
+        await super().terminate(instance_ids)
+
+
+async def test_losing_the_lock_mid_tick_cancels_the_remaining_actions() -> None:
+    h = Harness()
+    slow = SlowCloud(h.clock, CATALOGUE)
+    slow.instances["i-broken"] = Instance(
+        "i-broken", "m5.large", InstanceState.RUNNING, h.clock.now - 1000, "ip-10-9-9-9"
+    )
+    lock = FakeLock("a", lose_on_extend=True)
+    daemon = h.make_daemon(slow, lock)
+    daemon.lock_ttl = 0.15  # the keeper extends every 50 ms and finds the lock gone
+    h.workload.unrunnable = [task("t0")]
+    result = await daemon.tick_once()
+    assert result is not None
+    assert [type(o.action) for o in result.outcomes] == [Terminate, Launch]
+    launch = result.outcomes[1]
+    assert not launch.ok and launch.kind == "cancelled"
+    assert [c for c in slow.calls if c[0] == "launch"] == []
+
+
+async def test_two_replicas_exactly_one_acts() -> None:
+    shared: dict[str, str | None] = {"holder": None}
+    a, b = Harness("a", shared), Harness("b", shared)
+    b.cloud, b.workload, b.swarm = a.cloud, a.workload, a.swarm
+    b.daemon = b.make_daemon(a.cloud, b.lock)
+    a.workload.unrunnable = [task("t0")]
+    ra = await a.daemon.tick_once()
+    rb = await b.daemon.tick_once()
+    assert ra is not None and ra.acted
+    assert rb is not None and not rb.acted and rb.outcomes == ()
+    assert a.launches() == [("m5.large", 1)]
+    assert (a.daemon.leader, b.daemon.leader) == (True, False)
+
+
+async def test_an_unreachable_lock_is_a_failed_tick_not_a_dead_loop() -> None:
+    h = Harness()
+    h.lock.fail = True
+    h.workload.unrunnable = [task("t0")]
+    assert await h.daemon.tick_once() is None
+    assert h.launches() == []
+    h.lock.fail = False
+    assert await h.daemon.tick_once() is not None
+
+
+async def test_a_scheduler_change_starts_a_tick_long_before_the_poll_interval() -> None:
+    h = Harness()
+    daemon = h.make_daemon(h.cloud, h.lock, poll=60.0)
+    stop = asyncio.Event()
+    runner = asyncio.create_task(daemon.run(stop))
+    await until(lambda: daemon.ticks >= 1)
+    assert h.launches() == []
+    started = time.perf_counter()
+    h.workload.unrunnable = [task("t0")]
+    h.workload.changed.set()
+    await until(lambda: daemon.ticks >= 2)
+    elapsed = time.perf_counter() - started
+    stop.set()
+    await asyncio.wait_for(runner, 5)
+    assert h.launches() == [("m5.large", 1)]
+    assert elapsed < 2.0
+    assert h.lock.state["holder"] is None  # released on the way out
+
+
+async def test_stop_finishes_the_current_tick_and_returns() -> None:
+    h = Harness()
+    stop = asyncio.Event()
+    runner = asyncio.create_task(h.daemon.run(stop))
+    await until(lambda: h.daemon.ticks >= 1)
+    stop.set()
+    await asyncio.wait_for(runner, 2)
+    assert runner.done() and runner.exception() is None
+
+
+@pytest.mark.parametrize("busy", [True, False])
+async def test_idle_worker_is_retired_only_when_not_busy(busy: bool) -> None:
+    h = Harness()
+    inst = Instance("i-1", "m5.large", InstanceState.RUNNING, h.clock.now - 600, "ip-10-0-0-1")
+    h.cloud.instances[inst.id] = inst
+    node = h.swarm.join("ip-10-0-0-1", h.swarm.join_token)
+    w = Worker(
+        "tcp://10.0.0.1:1",
+        "ip-10-0-0-1",
+        "ip-10-0-0-1",
+        Resources(2, 8 * GIB),
+        processing=(task("running"),) if busy else (),
+    )
+    h.workload.workers = [w]
+    for _ in range(4):  # ready mark, empty-since mark, then the drain delay passes
+        await h.daemon.tick_once()
+        h.clock.step(40)
+    if busy:
+        assert h.workload.retired == []
+        assert h.swarm.nodes[node.id].availability == "active"
+    else:
+        assert h.workload.retired == ["tcp://10.0.0.1:1"]

@@ -1,0 +1,143 @@
+"""In-memory implementations of our own ports, for the loop's tests. They follow the ports' contracts
+(ports.py), record every call, and can be told to fail."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from swarm_autoscaler.errors import ConfigurationError, EndpointError
+from swarm_autoscaler.model import Instance, InstanceState, InstanceType, Task, Unavailable, Worker
+from swarm_autoscaler.ports import LaunchResult, WorkloadView
+
+
+@dataclass
+class SteppedClock:
+    """The only clock the loop sees in tests; `step` moves it forward."""
+
+    now: float = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def step(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
+class FakeCloud:
+    clock: SteppedClock
+    catalogue: Mapping[str, InstanceType]
+    instances: dict[str, Instance] = field(default_factory=dict)
+    calls: list[tuple[str, object]] = field(default_factory=list)
+    fail_list: Exception | None = None
+    fail_launch: Exception | None = None
+    refuse_types: set[str] = field(default_factory=set)
+    refusals: list[Unavailable] = field(default_factory=list)
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    async def list_instances(self) -> tuple[Instance, ...]:
+        self.calls.append(("list", None))
+        if self.fail_list is not None:
+            raise self.fail_list
+        return tuple(self.instances.values())
+
+    async def instance_types(self, names: Sequence[str]) -> tuple[InstanceType, ...]:
+        unknown = [n for n in names if n not in self.catalogue]
+        if unknown:
+            raise ConfigurationError(f"unknown instance types: {unknown}")
+        return tuple(self.catalogue[n] for n in names)
+
+    async def launch(self, type_name: str, count: int, labels: Mapping[str, str]) -> LaunchResult:
+        self.calls.append(("launch", (type_name, count)))
+        if self.fail_launch is not None:
+            raise self.fail_launch
+        if type_name in self.refuse_types:
+            refusal = Unavailable(type_name, self.clock() + 30.0)
+            self.refusals.append(refusal)
+            return LaunchResult(refused=(refusal,))
+        launched = []
+        for _ in range(count):
+            n = next(self._ids)
+            inst = Instance(
+                id=f"i-{n:08x}",
+                type_name=type_name,
+                state=InstanceState.PENDING,
+                launched_at=self.clock(),
+                hostname=f"ip-10-0-{n // 250}-{n % 250}",
+                tags=dict(labels),
+            )
+            self.instances[inst.id] = inst
+            launched.append(inst)
+        return LaunchResult(instances=tuple(launched))
+
+    async def terminate(self, instance_ids: Sequence[str]) -> None:
+        self.calls.append(("terminate", tuple(instance_ids)))
+        for iid in instance_ids:
+            self.instances.pop(iid, None)
+
+    def unavailable(self, now: float) -> tuple[Unavailable, ...]:
+        return tuple(u for u in self.refusals if u.until > now)
+
+
+@dataclass
+class FakeWorkload:
+    workers: list[Worker] = field(default_factory=list)
+    unrunnable: list[Task] = field(default_factory=list)
+    fail_observe: Exception | None = None
+    fail_retire: Exception | None = None
+    keep_on_retire: set[str] = field(default_factory=set)
+    retired: list[str] = field(default_factory=list)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    waits: int = 0
+
+    async def observe(self) -> WorkloadView:
+        if self.fail_observe is not None:
+            raise self.fail_observe
+        return WorkloadView(tuple(self.workers), tuple(self.unrunnable))
+
+    async def retire(self, addresses: Sequence[str]) -> tuple[str, ...]:
+        if self.fail_retire is not None:
+            raise self.fail_retire
+        gone = tuple(a for a in addresses if a not in self.keep_on_retire)
+        self.workers = [w for w in self.workers if w.address not in gone]
+        self.retired.extend(gone)
+        return gone
+
+    async def wait_for_change(self, timeout: float) -> bool:
+        self.waits += 1
+        try:
+            await asyncio.wait_for(self.changed.wait(), timeout)
+        except TimeoutError:
+            return False
+        self.changed.clear()
+        return True
+
+
+@dataclass
+class FakeLock:
+    """A lock shared by fake replicas: `holder` is the token of the replica that holds it."""
+
+    token: str
+    state: dict[str, str | None] = field(default_factory=lambda: {"holder": None})
+    fail: bool = False
+    lose_on_extend: bool = False
+
+    async def acquire(self) -> bool:
+        if self.fail:
+            raise EndpointError("redis://fake", "connection refused")
+        if self.state["holder"] in (None, self.token):
+            self.state["holder"] = self.token
+            return True
+        return False
+
+    async def extend(self) -> bool:
+        if self.lose_on_extend:
+            self.state["holder"] = "someone-else"
+        return self.state["holder"] == self.token
+
+    async def release(self) -> None:
+        if self.state["holder"] == self.token:
+            self.state["holder"] = None

@@ -1,0 +1,82 @@
+"""policy_from_settings: settings and a catalogue in, the planner's Policy out."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+
+from swarm_autoscaler.errors import ConfigurationError
+from swarm_autoscaler.model import GIB, InstanceType, Policy, Resources, TypePolicy
+from swarm_autoscaler.policy import policy_from_settings
+from swarm_autoscaler.settings import load_settings
+
+SetEnv = Callable[..., None]
+
+CATALOGUE = {
+    "m5.large": InstanceType("m5.large", Resources.of(cpus=2, ram=8 * GIB), 0.096),
+    "c5.large": InstanceType("c5.large", Resources.of(cpus=2, ram=4 * GIB), 0.085),
+    "g4dn.xlarge": InstanceType("g4dn.xlarge", Resources.of(cpus=4, ram=16 * GIB, gpus=1), 0.526),
+}
+
+
+def test_builds_the_whole_policy(set_env: SetEnv) -> None:
+    set_env(
+        AUTOSCALER_EC2_ALLOWED_TYPES=json.dumps(
+            {
+                "g4dn.xlarge": {
+                    "ami_id": "ami-12345678",
+                    "overhead": {"cpus": 0.5, "ram_gib": 1.5, "gpus": 0},
+                },
+                "m5.large": {"ami_id": "ami-12345678", "reserve": 1, "price_per_hour": 0.05},
+                "c5.large": {"ami_id": "ami-12345678"},
+            }
+        ),
+        AUTOSCALER_EC2_MIN_INSTANCES="1",
+        AUTOSCALER_EC2_MAX_INSTANCES="7",
+        AUTOSCALER_EC2_MAX_LAUNCH_PER_TICK="3",
+        AUTOSCALER_MAX_START_TIME="8m",
+        AUTOSCALER_DRAIN_DELAY="45s",
+        AUTOSCALER_TERMINATION_DELAY="3m",
+        AUTOSCALER_NODE_DOWN_TIMEOUT="1h",
+    )
+    assert policy_from_settings(load_settings(), CATALOGUE) == Policy(
+        allowed_types=(
+            TypePolicy("g4dn.xlarge", reserve=0, overhead=Resources.of(cpus=0.5, ram=3 * GIB // 2)),
+            TypePolicy("m5.large", reserve=1, price_per_hour=0.05),
+            TypePolicy("c5.large"),
+        ),
+        min_instances=1,
+        max_instances=7,
+        max_start_time=480.0,
+        drain_delay=45.0,
+        termination_delay=180.0,
+        node_down_timeout=3600.0,
+        max_launch_per_tick=3,
+    )
+
+
+def test_type_missing_from_the_catalogue(set_env: SetEnv) -> None:
+    set_env(AUTOSCALER_EC2_ALLOWED_TYPES=json.dumps({"t3.micro": {"ami_id": "ami-12345678"}}))
+    with pytest.raises(ConfigurationError, match=r"t3\.micro is not in the catalogue"):
+        policy_from_settings(load_settings(), CATALOGUE)
+
+
+@pytest.mark.parametrize("overhead", [{"cpus": 2}, {"ram_gib": 4}, {"gpus": 1}])
+def test_overhead_that_leaves_no_room_is_refused(set_env: SetEnv, overhead: dict[str, float]) -> None:
+    set_env(
+        AUTOSCALER_EC2_ALLOWED_TYPES=json.dumps(
+            {"c5.large": {"ami_id": "ami-12345678", "overhead": overhead}}
+        )
+    )
+    with pytest.raises(ConfigurationError, match="leaves no room for work"):
+        policy_from_settings(load_settings(), CATALOGUE)
+
+
+def test_works_with_the_bundled_catalogue(set_env: SetEnv) -> None:
+    from swarm_autoscaler.catalogue import CATALOGUE as BUNDLED
+
+    set_env()
+    policy = policy_from_settings(load_settings(), BUNDLED)
+    assert [t.name for t in policy.allowed_types] == ["m5.large"]
