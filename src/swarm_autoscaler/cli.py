@@ -45,6 +45,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from .logs import configure_logging
 
     configure_logging("WARNING" if not args.verbose else "INFO", "console")
+    if not args.verbose:  # the embedded scheduler, workers and moto are chatty; the dashboard says enough
+        import logging
+
+        import distributed  # noqa: F401 - configures its loggers on import; quiet them afterwards
+
+        for name in ("distributed", "werkzeug", "tornado"):
+            logging.getLogger(name).setLevel(logging.ERROR)
     opts = demo.DemoOptions(
         tasks=args.tasks, fast=args.fast, swarm=args.swarm, json=args.json, out_dir=Path(args.out_dir)
     )

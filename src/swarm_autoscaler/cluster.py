@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import enum
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .model import (
@@ -234,11 +234,11 @@ def classify(snapshot: Snapshot, policy: Policy) -> Cluster:
     return Cluster(**{b.value: tuple(members) for b, members in out.items()})
 
 
-def _pick_node(candidates: Iterable[Node]) -> tuple[Node | None, list[Node]]:
+def _pick_node(candidates: Sequence[Node]) -> tuple[Node | None, list[Node]]:
     """The node entry an instance is matched to (a ready one first), and any other entries."""
+    if len(candidates) <= 1:  # the common case
+        return (candidates[0] if candidates else None), []
     ordered = sorted(candidates, key=lambda n: (n.status != NodeStatus.READY, n.id))
-    if not ordered:
-        return None, []
     return ordered[0], ordered[1:]
 
 
@@ -284,12 +284,12 @@ def _joined_bucket(member: Member, node: Node) -> Bucket | None:
 def _split_reserve(drained: list[Member], policy: Policy) -> tuple[list[Member], list[Member]]:
     """(reserve, drained beyond the reserve): per type, the newest `reserve` drained machines are kept."""
     ordered = sorted(drained, key=lambda m: (-m.instance.launched_at, m.key) if m.instance else (0.0, m.key))
+    wanted = {tp.name: tp.reserve for tp in policy.allowed_types}
     kept: dict[str, int] = defaultdict(int)
     reserve: list[Member] = []
     beyond: list[Member] = []
     for member in ordered:
-        tp = policy.type_policy(member.type_name)
-        if tp is not None and kept[member.type_name] < tp.reserve and not member.busy:
+        if kept[member.type_name] < wanted.get(member.type_name, 0) and not member.busy:
             kept[member.type_name] += 1
             reserve.append(member)
         else:

@@ -160,6 +160,7 @@ async def run_demo(opts: DemoOptions) -> dict[str, Any]:
             await hopeless.cancel()
             for f in futures:
                 await f.cancel()
+            submitted = len(jobs) + 1
         stop.set()
         await runner
         wall = time.monotonic() - started
@@ -168,7 +169,7 @@ async def run_demo(opts: DemoOptions) -> dict[str, Any]:
         )
         return {
             "completed_tasks": completed,
-            "submitted_tasks": len(jobs) + 1,
+            "submitted_tasks": submitted,
             "unplaceable_tasks": len(recorder.unplaceable),
             "unplaceable_keys": sorted(recorder.unplaceable),
             "launches": len(recorder.seen_instances),
@@ -184,19 +185,23 @@ async def run_demo(opts: DemoOptions) -> dict[str, Any]:
         }
 
 
-async def _watch(
-    futures: list[Any], recorder: Recorder, dash: Dashboard, started: float, timeout: float
-) -> int:
-    """Wait for every placeable task, then for the scale-down; refresh the dashboard meanwhile."""
+async def _watch(futures: list[Any], recorder: Recorder, dash: Dashboard, started: float, timeout: float) -> int:
+    """Wait for every placeable task, release the results (a worker holding the only copy of a result is
+    never retired), then wait for the scale-down; refresh the dashboard meanwhile."""
     deadline = started + timeout
+    completed = 0
     while time.monotonic() < deadline:
-        done = sum(1 for f in futures if f.status == "finished")
-        recorder.view.done = done
+        completed = max(completed, sum(1 for f in futures if f.status == "finished"))
+        recorder.view.done = completed
         dash.update(recorder.view)
-        if done == len(futures) and recorder.settled():
+        if futures and completed == len(futures):
+            for f in futures:
+                f.release()
+            futures.clear()
+        if not futures and recorder.settled():
             break
         await asyncio.sleep(0.25)
-    return sum(1 for f in futures if f.status == "finished")
+    return completed
 
 
 def summary_lines(result: dict[str, Any]) -> Iterator[str]:

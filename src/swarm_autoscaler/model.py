@@ -24,7 +24,7 @@ class NegativeResourcesError(ValueError):
 class Resources:
     """An amount of machine capacity or of a task's needs.
 
-    `generic` holds named resources (dask's resource restrictions other than CPU, MEM and GPU) as a
+    `generic` holds named resources (dask resource restrictions other than CPU, RAM and GPU) as a
     sorted tuple of (name, amount) pairs so that the value is hashable and compares by content.
     Arithmetic never silently goes negative: `-` raises `NegativeResourcesError`; use `saturating_sub`
     where clamping at zero is meant.

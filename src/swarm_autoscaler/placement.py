@@ -13,7 +13,6 @@ Speed matters (tens of thousands of tasks, a thousand nodes, dozens of types eve
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -130,12 +129,12 @@ def estimate_demand(snapshot: Snapshot, policy: Policy) -> tuple[Space, Demand]:
     shapes: dict[ShapeKey, Task] = {}
     keys: dict[ShapeKey, list[str]] = {}
     _collect(snapshot.unrunnable, shapes, keys)
-    loads = [_shape_counts(w.processing) for w in snapshot.workers]
+    loads = [_load(w.processing) for w in snapshot.workers]
     space = Space.over(_all_resources(snapshot, policy, shapes.values(), loads))
     free: dict[str, Vec] = {}
     queued: dict[str, int] = {}
-    for worker, counts in zip(snapshot.workers, loads, strict=True):
-        left, waiting = _worker_load(worker, counts, space)
+    for worker, load in zip(snapshot.workers, loads, strict=True):
+        left, waiting = _worker_load(worker, load, space)
         free[worker.address] = left
         if waiting:
             queued[worker.address] = len(waiting)
@@ -163,57 +162,86 @@ def _collect(tasks: Iterable[Task], shapes: dict[ShapeKey, Task], keys: dict[Sha
             same.append(task.key)
 
 
-def _shape_counts(tasks: Sequence[Task]) -> dict[ShapeKey, list[int | Resources]]:
-    """Distinct needs of `tasks` -> [how many, the needs]."""
-    counts: dict[ShapeKey, list[int | Resources]] = {}
+@dataclass(frozen=True, slots=True)
+class _Load:
+    """The summed cpus/ram/gpus of a worker's processing tasks, the smallest amount of each any one of
+    them needs, and the needs of those tasks that ask for generic resources (None when none do)."""
+
+    cpus: float
+    ram: float
+    gpus: float
+    smallest: tuple[float, float, float]
+    generic: tuple[Resources, ...] | None
+
+
+def _load(tasks: Sequence[Task]) -> _Load:
+    cpus = ram = gpus = 0.0
+    min_c = min_r = min_g = float("inf")
+    generic: list[Resources] | None = None
     for task in tasks:
         n = task.needs
-        shape = (n.cpus, n.ram, n.gpus, n.generic, None)
-        entry = counts.get(shape)
-        if entry is None:
-            counts[shape] = [1, n]
-        else:
-            entry[0] += 1  # type: ignore[operator]
-    return counts
+        cpus += n.cpus
+        ram += n.ram
+        gpus += n.gpus
+        if n.cpus < min_c:  # noqa: PLR1730 - min() costs a call per task here
+            min_c = n.cpus
+        if n.ram < min_r:  # noqa: PLR1730 - min() costs a call per task here
+            min_r = n.ram
+        if n.gpus < min_g:  # noqa: PLR1730 - min() costs a call per task here
+            min_g = n.gpus
+        if n.generic:
+            generic = [*(generic or ()), n]
+    return _Load(cpus, ram, gpus, (min_c, min_r, min_g), tuple(generic) if generic is not None else None)
 
 
 def _all_resources(
-    snapshot: Snapshot,
-    policy: Policy,
-    tasks: Iterable[Task],
-    loads: Sequence[Mapping[ShapeKey, list[int | Resources]]],
+    snapshot: Snapshot, policy: Policy, tasks: Iterable[Task], loads: Sequence[_Load]
 ) -> Iterable[Resources]:
     yield from (t.needs for t in tasks)
-    for counts in loads:
-        yield from (needs for _, needs in counts.values())  # type: ignore[misc]
+    for load in loads:
+        yield from load.generic or ()
     yield from (w.resources for w in snapshot.workers)
     yield from (t.resources for t in snapshot.instance_types)
     yield from (tp.overhead for tp in policy.allowed_types)
 
 
-def _worker_load(
-    worker: Worker, counts: Mapping[ShapeKey, list[int | Resources]], space: Space
-) -> tuple[Vec, list[Task]]:
+def _worker_load(worker: Worker, load: _Load, space: Space) -> tuple[Vec, list[Task]]:
     """(free capacity, processing tasks that do not fit at once), fitting tasks in order."""
     capacity = space.vec(worker.resources)
-    total = space.zero
-    needs = [(space.vec(r), k) for k, r in counts.values()]  # type: ignore[arg-type]
-    for need, n in needs:
-        total = plus(total, need, n)  # type: ignore[arg-type]
-    if fits(total, capacity):  # the common case: everything runs, nothing is queued
-        return minus(capacity, total), []
-    smallest = tuple(map(min, *(v for v, _ in needs))) if len(needs) > 1 else needs[0][0]
+    if load.generic is None and len(capacity) == 3:  # the common case, on plain floats
+        cpus, ram, gpus = capacity
+        if load.cpus <= cpus + EPS and load.ram <= ram + EPS and load.gpus <= gpus + EPS:
+            return (max(0.0, cpus - load.cpus), max(0.0, ram - load.ram), max(0.0, gpus - load.gpus)), []
+        return _greedy3(worker.processing, (cpus, ram, gpus), load.smallest)
     free, waiting = capacity, []
-    for i, task in enumerate(worker.processing):
+    for task in worker.processing:
         need = space.vec(task.needs)
         if fits(need, free):
             free = minus(free, need)
+        else:
+            waiting.append(task)
+    return free, waiting
+
+
+def _greedy3(
+    tasks: Sequence[Task], free: tuple[float, float, float], smallest: tuple[float, float, float]
+) -> tuple[Vec, list[Task]]:
+    """Fit `tasks` in order into `free` (cpus, ram, gpus); the ones that do not fit wait. Once even the
+    smallest amount any task needs of some resource no longer fits, nothing later can: stop there."""
+    cpus, ram, gpus = free
+    min_c, min_r, min_g = smallest
+    waiting: list[Task] = []
+    for i, task in enumerate(tasks):
+        n = task.needs
+        c, r, g = n.cpus, n.ram, n.gpus
+        if c <= cpus + EPS and r <= ram + EPS and g <= gpus + EPS:
+            cpus, ram, gpus = cpus - c, ram - r, gpus - g
             continue
         waiting.append(task)
-        if not fits(smallest, free):  # full: every later task waits too
-            waiting.extend(worker.processing[i + 1 :])
+        if min_c > cpus + EPS or min_r > ram + EPS or min_g > gpus + EPS:
+            waiting.extend(tasks[i + 1 :])
             break
-    return free, waiting
+    return (max(0.0, cpus), max(0.0, ram), max(0.0, gpus)), waiting
 
 
 # ------------------------------------------------------------------------------------------ types
@@ -275,20 +303,25 @@ def unplaceable_reason(group: Group, options: Sequence[TypeOption], policy: Poli
 
 @dataclass(frozen=True, slots=True)
 class NewBins:
-    """`count` new instances of `type_name`, each receiving `tasks_each` pending tasks."""
+    """`count` new instances of `type_name`, each receiving `tasks_each` pending tasks: `pattern` says
+    how many of which group (by index into the pool's groups)."""
 
     type_name: str
     count: int
     tasks_each: int
+    pattern: tuple[tuple[int, int], ...] = ()
 
 
 class Pool:
     """The pending groups and how many tasks of each are still unplaced."""
 
-    def __init__(self, groups: Sequence[Group]) -> None:
+    def __init__(self, groups: Sequence[Group], ledger: list[tuple[str, int, int]] | None = None) -> None:
         self.groups = groups
         self.remaining = [len(g.keys) for g in groups]
         self.left = sum(self.remaining)
+        # When given, every placement onto an existing bin is recorded as (bin key, group index, count):
+        # tests check that each bin's placements fit it.
+        self.ledger = ledger
 
     def drop_unplaceable(self, options: Sequence[TypeOption], policy: Policy) -> tuple[Unplaceable, ...]:
         out: list[Unplaceable] = []
@@ -365,11 +398,18 @@ class Pool:
         self.left -= used
         for key in keys:
             received[key] = received.get(key, 0) + each
+        if self.ledger is not None:
+            self.ledger.extend((key, gi, each) for key in keys)
 
     def pack_new(self, options: Sequence[TypeOption], budget: int) -> list[NewBins]:
-        """Pack what is left onto at most `budget` new instances: each group goes to the cheapest
-        available type that fits it; per type, first-fit decreasing. Groups whose fitting types are all
-        unavailable stay unplaced."""
+        """Pack what is left onto at most `budget` new instances.
+
+        Each group opens bins of the cheapest available type that fits it (honouring its pin); per type,
+        in the order of their largest group, bins are filled first-fit decreasing with the groups that
+        chose the type, then the room left is filled with smaller tasks of any group the type can run,
+        so they do not open bins of their own. Groups whose fitting types are all unavailable stay
+        unplaced.
+        """
         by_type: dict[str, list[int]] = {}
         for gi, group in enumerate(self.groups):
             if self.remaining[gi]:
@@ -378,24 +418,38 @@ class Pool:
                     by_type.setdefault(option.name, []).append(gi)
         capacity = {o.name: o.capacity for o in options}
         out: list[NewBins] = []
-        for type_name, members in by_type.items():
+        for type_name, openers in by_type.items():
+            chosen = set(openers)
+            fillers = [
+                gi for gi, g in enumerate(self.groups) if gi not in chosen and g.pinned in (None, type_name)
+            ]
             while budget > 0:
-                pattern = self._pattern(capacity[type_name], members)
+                pattern = self._pattern(capacity[type_name], openers, fillers)
                 if not pattern:
                     break
                 k = min(budget, *(self.remaining[gi] // n for gi, n in pattern))
                 for gi, n in pattern:
                     self.remaining[gi] -= n * k
                     self.left -= n * k
-                out.append(NewBins(type_name, k, sum(n for _, n in pattern)))
+                out.append(NewBins(type_name, k, sum(n for _, n in pattern), tuple(pattern)))
                 budget -= k
         return out
 
-    def _pattern(self, capacity: Vec, members: Sequence[int]) -> list[tuple[int, int]]:
-        """How many of each group one fresh bin takes, first-fit decreasing."""
+    def _pattern(
+        self, capacity: Vec, openers: Sequence[int], fillers: Sequence[int]
+    ) -> list[tuple[int, int]]:
+        """How many of each group one fresh bin takes: openers first-fit decreasing, then fillers in
+        the room left. Empty when no opener is left (fillers never open a bin)."""
         free, pattern = capacity, []
-        for gi in members:
+        for gi in openers:
             n = min(self.remaining[gi], fit_count_nz(self.groups[gi].nz, free))
+            if n:
+                pattern.append((gi, n))
+                free = minus(free, self.groups[gi].vec, n)
+        if not pattern:
+            return pattern
+        for gi in fillers:
+            n = min(self.remaining[gi], fit_count_nz(self.groups[gi].nz, free)) if self.remaining[gi] else 0
             if n:
                 pattern.append((gi, n))
                 free = minus(free, self.groups[gi].vec, n)

@@ -42,7 +42,18 @@ from .model import (
     Snapshot,
     Terminate,
 )
-from .placement import Demand, Pool, TypeOption, Vec, estimate_demand, rank_types, type_capacity
+from .placement import (
+    Demand,
+    Group,
+    NewBins,
+    Pool,
+    Space,
+    TypeOption,
+    Vec,
+    estimate_demand,
+    rank_types,
+    type_capacity,
+)
 
 # Buckets that receive pending tasks, in order, and where their capacity comes from.
 TIERS = (Bucket.ACTIVE, Bucket.DRAINED, Bucket.RESERVE, Bucket.JOINING, Bucket.LAUNCHED)
@@ -63,24 +74,59 @@ _MARK_ORDER = ("ready", "empty_since", "drained_since", "termination_started", "
 
 def plan(snapshot: Snapshot, policy: Policy) -> Plan:
     """Decide one tick (see the module docstring for the rules)."""
+    return _decide(snapshot, policy, None)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """How a plan placed the pending work, for tests and an explain view.
+
+    `bins` maps each existing bin (worker address, or instance id of a drained, joining or launched
+    machine) to its type and free capacity before placement; `placements` lists (bin key, group index,
+    tasks) onto existing bins; `new` the fill patterns of new instances; vectors are in `space`.
+    """
+
+    groups: tuple[Group, ...]
+    bins: Mapping[str, tuple[str, Vec]]
+    placements: tuple[tuple[str, int, int], ...]
+    new: tuple[NewBins, ...]
+    capacity: Mapping[str, Vec]
+    space: Space
+
+
+def plan_traced(snapshot: Snapshot, policy: Policy) -> tuple[Plan, Trace]:
+    """`plan()` plus the Trace of its placements (slower: records every placement)."""
+    result, trace = _decide(snapshot, policy, [])
+    assert trace is not None
+    return result, trace
+
+
+def _decide(
+    snapshot: Snapshot, policy: Policy, ledger: list[tuple[str, int, int]] | None
+) -> tuple[Plan, Trace | None]:
     cluster = classify(snapshot, policy)
     space, demand = estimate_demand(snapshot, policy)
     options = rank_types(snapshot, policy, space)
-    pool = Pool(demand.groups)
+    pool = Pool(demand.groups, ledger)
     unplaceable = pool.drop_unplaceable(options, policy)
-    planner = _Planner(snapshot, policy, cluster, demand)
+    planner = _Planner(snapshot, policy, cluster, demand, tracing=ledger is not None)
     nothing_pending = pool.left == 0
-    planner.scale_up(pool, options, type_capacity(snapshot, options, space))
+    capacity = type_capacity(snapshot, options, space)
+    planner.scale_up(pool, options, capacity)
     planner.repair()
     planner.keep_marks()
     if nothing_pending:
         planner.scale_down()
-    return Plan(
+    result = Plan(
         actions=planner.actions(),
         unplaceable=unplaceable,
         pending=demand.pending,
         placed=tuple((name, n) for name, n in planner.placed.items() if n),
     )
+    if ledger is None:
+        return result, None
+    new = tuple(planner.new_bins)
+    return result, Trace(demand.groups, planner.bins, tuple(ledger), new, capacity, space)
 
 
 @dataclass
@@ -100,6 +146,9 @@ class _Planner:
     repairs: list[Action] = field(default_factory=list)
     shrink: list[Action] = field(default_factory=list)
     removed: set[str] = field(default_factory=set)  # node ids removed by this plan
+    tracing: bool = False
+    bins: dict[str, tuple[str, Vec]] = field(default_factory=dict)  # only when tracing
+    new_bins: list[NewBins] = field(default_factory=list)
 
     @property
     def now(self) -> float:
@@ -113,6 +162,7 @@ class _Planner:
                 self._fill_tier(pool, tier, capacity)
         budget = self._launch_budget()
         for bins in pool.pack_new(options, budget):
+            self.new_bins.append(bins)
             self._launch(bins.type_name, bins.count, bins.count * bins.tasks_each)
             self.placed[NEW] = self.placed.get(NEW, 0) + bins.count * bins.tasks_each
         self._top_up(options, budget - self._launched())
@@ -125,6 +175,8 @@ class _Planner:
         else:
             owner = {m.key: m for m in members}
             bins = [(m.key, m.type_name, capacity[m.type_name]) for m in members if m.type_name in capacity]
+        if self.tracing:
+            self.bins.update((key, (type_name, free)) for key, type_name, free in bins)
         got = pool.fill(bins)
         self.placed[tier.value] = sum(got.values())
         for key, n in got.items():
@@ -156,11 +208,16 @@ class _Planner:
         entry[1] += tasks
         entry[2] += 0 if tasks else count
 
+    def _useful(self) -> int:
+        """Alive instances expected to be useful (not broken, not terminating): what min_instances counts."""
+        members = (m for b in _USEFUL for m in self.cluster.bucket(b))
+        return sum(1 for m in members if m.instance is not None and m.instance.alive)
+
     def _launched(self) -> int:
         return sum(entry[0] for entry in self.launches.values())
 
     def _top_up(self, options: tuple[TypeOption, ...], budget: int) -> None:
-        useful = sum(len(self.cluster.bucket(b)) for b in _USEFUL)
+        useful = self._useful()
         missing = min(self.policy.min_instances - useful - self._launched(), budget)
         cheapest = next((o for o in options if o.available), None)
         if missing > 0 and cheapest is not None:
@@ -171,9 +228,7 @@ class _Planner:
         for type_name, (count, tasks, for_minimum) in self.launches.items():
             parts = []
             if tasks:
-                parts.append(
-                    f"{tasks} pending task(s) fit no existing capacity; {type_name} is the cheapest fit"
-                )
+                parts.append(f"{tasks} pending task(s) need new capacity; cheapest fitting type: {type_name}")
             if for_minimum:
                 parts.append(f"{for_minimum} to keep min_instances={self.policy.min_instances}")
             out.append(Launch(type_name, count, "; ".join(parts)))
@@ -199,17 +254,15 @@ class _Planner:
     def _repair_disconnected(self, member: Member) -> None:
         node = member.node
         assert node is not None
-        if member.busy:
-            return
         if member.instance is None:
-            if node.status != NodeStatus.READY:
+            if node.status != NodeStatus.READY and not member.busy:
                 self.repairs.append(RemoveNode(node.id, node.hostname, "its instance is gone"))
                 self.removed.add(node.id)
             return
         down_since = node.marks.down_since
         if down_since is None:
             self._mark(node.id, f"node is {node.status}", down_since=self.now)
-        elif self.now - down_since >= self.policy.node_down_timeout:
+        elif self.now - down_since >= self.policy.node_down_timeout and not member.busy:
             timeout = self.policy.node_down_timeout
             reason = f"node {node.status} for {self.now - down_since:g}s (node_down_timeout {timeout:g}s)"
             self.repairs.append(RemoveNode(node.id, node.hostname, reason))
@@ -227,9 +280,9 @@ class _Planner:
     def _terminate(self, into: list[Action], members: list[Member], reason: str) -> None:
         ids = tuple(m.key for m in members if m.instance is not None)
         nodes = tuple(m.node.id for m in members if m.node is not None and m.instance is not None)
-        for node_id in nodes:
-            if node_id not in self.marks or "termination_started" not in self.marks[node_id]:
-                self._mark(node_id, "terminating", termination_started=self.now)
+        for member in members:
+            if member.node is not None and member.node.marks.termination_started is None:
+                self._mark(member.node.id, "terminating", termination_started=self.now)
         if ids:
             into.append(Terminate(ids, reason, nodes))
 
@@ -293,7 +346,7 @@ class _Planner:
             if member.busy or since is None or self.now - since < self.policy.drain_delay:
                 continue
             retire.extend(w.address for w in member.workers)
-            reason = f"empty for {self.now - since:g}s (drain_delay {self.policy.drain_delay:g}s)"
+            reason = f"empty for {self.now - since:.0f}s (drain_delay {self.policy.drain_delay:g}s)"
             self.shrink.append(DrainNode(node.id, node.hostname, reason))
             self._mark(node.id, "drained", drained_since=self.now, empty_since=None)
         if retire:
@@ -302,7 +355,7 @@ class _Planner:
         self._terminate_beyond_reserve()
 
     def _terminate_beyond_reserve(self) -> None:
-        live = sum(len(self.cluster.bucket(b)) for b in _USEFUL) + self._launched()
+        live = self._useful() + self._launched()
         chosen: list[Member] = []
         for member in self.cluster.drained:
             node = member.node

@@ -359,7 +359,7 @@ def load_settings(env_file: str | os.PathLike[str] | None = None) -> Settings:
 
 def unknown_variables(env_file: str | os.PathLike[str] | None = None) -> list[str]:
     """Warnings for `AUTOSCALER_*` variables that no setting reads (usually typos), with a suggestion."""
-    from dotenv import dotenv_values  # noqa: PLC0415 - only needed here (ships with pydantic-settings)
+    from dotenv import dotenv_values
 
     names = {key.upper() for key in os.environ}
     if env_file is not None and os.path.isfile(env_file):

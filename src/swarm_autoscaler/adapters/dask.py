@@ -120,9 +120,10 @@ def _make_oversubscribed() -> Callable[[Any, Any], bool]:
 
 def _make_watch_plugin(name: str, topic: str, coalesce: float) -> Any:
     """A SchedulerPlugin publishing on `topic` when work waits for capacity or a worker leaves."""
-    import asyncio as aio  # noqa: PLC0415 - bound in the closure, so the plugin pickles by value
+    # Imported here so that they are bound in the closure and the plugin pickles by value.
+    import asyncio as aio
 
-    from distributed.diagnostics.plugin import SchedulerPlugin  # noqa: PLC0415
+    from distributed.diagnostics.plugin import SchedulerPlugin
 
     oversubscribed = _make_oversubscribed()
 

@@ -33,13 +33,14 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from ..catalogue import CATALOGUE
 from ..errors import AutoscalerError, ConfigurationError
-from ..model import Instance, InstanceState, InstanceType, Resources, Unavailable
+from ..model import Instance, InstanceState, InstanceType, Unavailable
 from ..ports import LaunchResult
 from .ec2_support import (
     GONE_CODES,
     UNKNOWN_TYPE_CODES,
     USER_DATA_LIMIT,
     CapacityBackoff,
+    chunks,
     error_code,
     error_message,
     is_capacity,
@@ -47,6 +48,8 @@ from .ec2_support import (
     is_transient,
     render_user_data,
     to_endpoint_error,
+    to_instance,
+    to_instance_type,
 )
 
 OWNER_TAG = "managed-by"
@@ -60,7 +63,6 @@ TERMINATE_BATCH = 50
 DESCRIBE_IDS_BATCH = 200  # EC2's limit on values in one filter
 MAX_TAGS = 50  # EC2's limit per resource
 _RESERVED_PREFIXES = ("aws:", LABEL_TAG_PREFIX)
-_MIB = 1024**2
 
 JoinCommand = Callable[[], Awaitable[tuple[str, str]]]
 
@@ -90,28 +92,6 @@ def owner_tags(cluster_name: str) -> dict[str, str]:
 def node_labels(tags: Mapping[str, str]) -> dict[str, str]:
     """The node labels carried in an instance's tags (the reverse of what `launch` writes)."""
     return {k[len(LABEL_TAG_PREFIX) :]: v for k, v in tags.items() if k.startswith(LABEL_TAG_PREFIX)}
-
-
-def _to_instance(raw: Mapping[str, Any]) -> Instance | None:
-    try:
-        state = InstanceState(raw["State"]["Name"])
-    except ValueError:
-        return None  # terminated: filtered server-side, skipped here for safety
-    tags = {t["Key"]: t["Value"] for t in raw.get("Tags", ())}
-    return Instance(
-        id=raw["InstanceId"],
-        type_name=raw["InstanceType"],
-        state=state,
-        launched_at=raw["LaunchTime"].timestamp(),
-        hostname=(raw.get("PrivateDnsName") or "").split(".", 1)[0],
-        zone=raw.get("Placement", {}).get("AvailabilityZone", ""),
-        subnet_id=raw.get("SubnetId", ""),
-        tags=tags,
-    )
-
-
-def _chunks(items: Sequence[str], size: int) -> list[list[str]]:
-    return [list(items[i : i + size]) for i in range(0, len(items), size)]
 
 
 class Ec2Cloud:
@@ -183,7 +163,7 @@ class Ec2Cloud:
             return self
         key, secret = self._credentials
         config = AioConfig(
-            retries={"max_attempts": 1, "mode": "standard"},  # tenacity retries, selectively
+            retries={"total_max_attempts": 1, "mode": "standard"},  # tenacity retries, selectively
             connect_timeout=self._timeout,
             read_timeout=self._timeout,
         )
@@ -276,12 +256,12 @@ class Ec2Cloud:
             reservations = await self._pages("describe_instances", "Reservations", Filters=filters)
         except (ClientError, BotoCoreError) as exc:
             raise to_endpoint_error(self.endpoint, "DescribeInstances", exc) from None
-        found = (_to_instance(raw) for res in reservations for raw in res.get("Instances", ()))
+        found = (to_instance(raw) for res in reservations for raw in res.get("Instances", ()))
         return tuple(sorted((i for i in found if i is not None), key=lambda i: (i.launched_at, i.id)))
 
     async def instance_types(self, names: Sequence[str]) -> tuple[InstanceType, ...]:
         missing = [n for n in dict.fromkeys(names) if n not in self._type_cache]
-        for batch in _chunks(missing, 100):
+        for batch in chunks(missing, 100):
             await self._describe_types(batch)
         return tuple(self._type_cache[n] for n in names)
 
@@ -298,15 +278,10 @@ class Ec2Cloud:
         except BotoCoreError as exc:
             raise to_endpoint_error(self.endpoint, "DescribeInstanceTypes", exc) from None
         for raw in result.get("InstanceTypes", ()):
-            gpus = sum(g.get("Count", 0) for g in raw.get("GpuInfo", {}).get("Gpus", ()))
-            resources = Resources(
-                cpus=float(raw["VCpuInfo"]["DefaultVCpus"]),
-                ram=int(raw["MemoryInfo"]["SizeInMiB"]) * _MIB,
-                gpus=gpus,
-            )
             known = CATALOGUE.get(raw["InstanceType"])
-            price = known.price_per_hour if known else None
-            self._type_cache[raw["InstanceType"]] = InstanceType(raw["InstanceType"], resources, price)
+            self._type_cache[raw["InstanceType"]] = to_instance_type(
+                raw, known.price_per_hour if known else None
+            )
         unknown = [n for n in names if n not in self._type_cache]
         if unknown:
             raise ConfigurationError(f"EC2 at {self.endpoint} does not know instance type(s) {unknown}")
@@ -406,7 +381,7 @@ class Ec2Cloud:
             call["SubnetId"] = subnet
         self.stats.launch_calls += 1
         result = await self._call("run_instances", **call)
-        instances = [i for i in (_to_instance(raw) for raw in result.get("Instances", ())) if i]
+        instances = [i for i in (to_instance(raw) for raw in result.get("Instances", ())) if i]
         self.stats.instances_launched += len(instances)
         return instances
 
@@ -425,7 +400,7 @@ class Ec2Cloud:
                     f"refusing to terminate {foreign}: not tagged as owned by cluster {self._cluster!r}"
                 )
             live = [raw["InstanceId"] for raw in found if raw["State"]["Name"] != "terminated"]
-            for batch in _chunks(live, TERMINATE_BATCH):
+            for batch in chunks(live, TERMINATE_BATCH):
                 await self._terminate_batch(batch)
         except (ClientError, BotoCoreError) as exc:
             raise to_endpoint_error(self.endpoint, "TerminateInstances", exc) from None
@@ -433,7 +408,7 @@ class Ec2Cloud:
     async def _describe_ids(self, ids: list[str]) -> list[dict[str, Any]]:
         """The instances among `ids` that EC2 still knows (ids that do not exist are simply absent)."""
         found: list[dict[str, Any]] = []
-        for batch in _chunks(ids, DESCRIBE_IDS_BATCH):
+        for batch in chunks(ids, DESCRIBE_IDS_BATCH):
             filters = [{"Name": "instance-id", "Values": batch}]
             reservations = await self._pages("describe_instances", "Reservations", Filters=filters)
             found.extend(raw for res in reservations for raw in res.get("Instances", ()))
@@ -448,15 +423,3 @@ class Ec2Cloud:
             # one id vanished since the describe: the rest still need terminating, one by one
             for instance_id in batch if len(batch) > 1 else ():
                 await self._terminate_batch([instance_id])
-
-
-__all__ = [
-    "CLUSTER_TAG",
-    "LABEL_TAG_PREFIX",
-    "OWNER_TAG",
-    "OWNER_VALUE",
-    "Ec2Cloud",
-    "Ec2Stats",
-    "node_labels",
-    "owner_tags",
-]

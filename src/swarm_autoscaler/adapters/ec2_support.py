@@ -1,4 +1,5 @@
-"""Pieces of the EC2 adapter that need no client: error classes, the capacity back-off, user data.
+"""Pieces of the EC2 adapter that need no client: error classes, the capacity back-off, user data,
+and the translation of EC2's instance records into model values.
 
 Kept apart from `ec2.py` so each can be read (and tested) on its own.
 """
@@ -6,7 +7,9 @@ Kept apart from `ec2.py` so each can be read (and tested) on its own.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from botocore.exceptions import (
     ClientError,
@@ -18,7 +21,7 @@ from botocore.exceptions import (
 )
 
 from ..errors import EndpointError
-from ..model import Unavailable
+from ..model import Instance, InstanceState, InstanceType, Resources, Unavailable
 
 # ------------------------------------------------------------------------------------------ errors
 
@@ -169,3 +172,39 @@ def render_user_data(boot_script: str, token: str, manager_address: str) -> str:
     join = f"docker swarm join --token {shlex.quote(token)} {shlex.quote(manager_address)}"
     body = f"{script}\n\n" if script else ""
     return f"{head}{body}# join the swarm as a worker (added by swarm-autoscaler)\n{join}\n"
+
+
+# ------------------------------------------------------------------------------------------ mapping
+
+
+def to_instance(raw: Mapping[str, Any]) -> Instance | None:
+    try:
+        state = InstanceState(raw["State"]["Name"])
+    except ValueError:
+        return None  # terminated: filtered server-side, skipped here for safety
+    tags = {t["Key"]: t["Value"] for t in raw.get("Tags", ())}
+    return Instance(
+        id=raw["InstanceId"],
+        type_name=raw["InstanceType"],
+        state=state,
+        launched_at=raw["LaunchTime"].timestamp(),
+        hostname=(raw.get("PrivateDnsName") or "").split(".", 1)[0],
+        zone=raw.get("Placement", {}).get("AvailabilityZone", ""),
+        subnet_id=raw.get("SubnetId", ""),
+        tags=tags,
+    )
+
+
+def chunks(items: Sequence[str], size: int) -> list[list[str]]:
+    return [list(items[i : i + size]) for i in range(0, len(items), size)]
+
+
+def to_instance_type(raw: Mapping[str, Any], price_per_hour: float | None) -> InstanceType:
+    """An InstanceType from one DescribeInstanceTypes record (memory in MiB there, bytes here)."""
+    gpus = sum(g.get("Count", 0) for g in raw.get("GpuInfo", {}).get("Gpus", ()))
+    resources = Resources(
+        cpus=float(raw["VCpuInfo"]["DefaultVCpus"]),
+        ram=int(raw["MemoryInfo"]["SizeInMiB"]) * 1024**2,
+        gpus=gpus,
+    )
+    return InstanceType(raw["InstanceType"], resources, price_per_hour)

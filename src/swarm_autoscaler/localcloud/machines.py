@@ -25,7 +25,8 @@ import boto3
 import structlog
 from distributed import Worker
 
-from ..model import Availability, InstanceType, NodeStatus, Resources
+from ..adapters.dask import PIN_PREFIX
+from ..model import Availability, InstanceType, NodeStatus
 from ..ports import Orchestrator
 
 log = structlog.get_logger("swarm_autoscaler.localcloud.machines")
@@ -41,12 +42,19 @@ class Joiner(Protocol):
     async def leave(self, hostname: str) -> None: ...
 
 
-def dask_resources(resources: Resources) -> dict[str, float]:
+# A worker advertises its machine's type as a resource of this huge amount, so that a task pinned with
+# `instance-type:<name>` (the dask adapter's convention) can run only there, however many such tasks.
+PIN_AMOUNT = 1e9
+
+
+def dask_resources(itype: InstanceType) -> dict[str, float]:
     """The resources a worker on a machine of this type advertises to the scheduler."""
+    resources = itype.resources
     out: dict[str, float] = {"CPU": resources.cpus, "RAM": float(resources.ram)}
     if resources.gpus:
         out["GPU"] = float(resources.gpus)
     out.update(dict(resources.generic))
+    out[f"{PIN_PREFIX}{itype.name}"] = PIN_AMOUNT
     return out
 
 
@@ -75,7 +83,7 @@ class MachineEmulator:
     boot_delay: float = 3.0
     never_join_rate: float = 0.0
     never_join_ids: set[str] = field(default_factory=set)
-    worker_resources: Callable[[InstanceType], dict[str, float]] = lambda t: dask_resources(t.resources)
+    worker_resources: Callable[[InstanceType], dict[str, float]] = dask_resources
     seed: int = 0
     clock: Callable[[], float] = lambda: asyncio.get_running_loop().time()
     machines: dict[str, Machine] = field(default_factory=dict)

@@ -132,6 +132,16 @@ class LocalNetwork:
     instance_profile: str | None
 
 
+def _local_client(service: str, endpoint: str, region: str) -> Any:
+    return botocore.session.get_session().create_client(
+        service,
+        region_name=region,
+        endpoint_url=endpoint,
+        aws_access_key_id=LOCAL_ACCESS_KEY,
+        aws_secret_access_key=LOCAL_SECRET_KEY,
+    )
+
+
 def provision_network(
     endpoint: str,
     *,
@@ -143,19 +153,8 @@ def provision_network(
     """Create a VPC with one subnet per zone suffix, a security group, a key pair, an AMI and an IAM
     instance profile on the EC2 (and IAM) at `endpoint`. Names get a random suffix, so it can be
     called many times against the same server."""
-    suffix = uuid.uuid4().hex[:8]
-    session = botocore.session.get_session()
-
-    def client(service: str) -> Any:
-        return session.create_client(
-            service,
-            region_name=region,
-            endpoint_url=endpoint,
-            aws_access_key_id=LOCAL_ACCESS_KEY,
-            aws_secret_access_key=LOCAL_SECRET_KEY,
-        )
-
-    ec2 = client("ec2")
+    unique = f"{name}-{uuid.uuid4().hex[:8]}"
+    ec2 = _local_client("ec2", endpoint, region)
     vpc_id = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     subnet_ids = tuple(
         ec2.create_subnet(VpcId=vpc_id, CidrBlock=f"10.0.{i}.0/24", AvailabilityZone=f"{region}{zone}")[
@@ -164,12 +163,11 @@ def provision_network(
         for i, zone in enumerate(zones)
     )
     group_id = ec2.create_security_group(
-        GroupName=f"{name}-{suffix}", Description="swarm-autoscaler local workers", VpcId=vpc_id
+        GroupName=unique, Description="swarm-autoscaler local workers", VpcId=vpc_id
     )["GroupId"]
-    key_name = f"{name}-{suffix}"
-    ec2.create_key_pair(KeyName=key_name)
+    ec2.create_key_pair(KeyName=unique)
     ami_id = ec2.register_image(
-        Name=f"{name}-{suffix}",
+        Name=unique,
         Architecture="x86_64",
         RootDeviceName="/dev/xvda",
         VirtualizationType="hvm",
@@ -177,6 +175,6 @@ def provision_network(
     )["ImageId"]
     profile = None
     if instance_profile:
-        profile = f"{name}-{suffix}"
-        client("iam").create_instance_profile(InstanceProfileName=profile)
-    return LocalNetwork(region, vpc_id, subnet_ids, group_id, key_name, ami_id, profile)
+        profile = unique
+        _local_client("iam", endpoint, region).create_instance_profile(InstanceProfileName=profile)
+    return LocalNetwork(region, vpc_id, subnet_ids, group_id, unique, ami_id, profile)

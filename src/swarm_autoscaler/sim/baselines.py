@@ -49,7 +49,7 @@ def usable(snapshot: Snapshot, policy: Policy) -> dict[str, tuple[Resources, flo
 def usable_types(catalogue: Iterable[InstanceType], policy: Policy) -> dict[str, tuple[Resources, float]]:
     """Allowed type name -> (capacity less overhead, price per hour), in the policy's order."""
     known = {t.name: t for t in catalogue}
-    out = {}
+    out: dict[str, tuple[Resources, float]] = {}
     for tp in policy.allowed_types:
         it = known.get(tp.name)
         if it is not None:
@@ -72,7 +72,7 @@ def launch_type(task: Task, types: Mapping[str, tuple[Resources, float]]) -> str
 def waiting_tasks(worker: Worker) -> list[Task]:
     """The worker's processing tasks beyond those that fit at once (FIFO): its estimated queue."""
     free = worker.resources
-    out = []
+    out: list[Task] = []
     for i, task in enumerate(worker.processing):
         if task.needs.fits_in(free):
             free = free - task.needs
@@ -156,8 +156,10 @@ class QueueRule:
     plus "scale in machines that have not pulled a trial for a while", busy machines being protected.
     Here it is evaluated every tick, once per instance type (as one auto-scaling group per type): the
     queue of a type is the unrunnable tasks plus the workers' estimated queues (`waiting_tasks`) whose
-    launch type is that type. Scale-in: with an empty queue, a machine whose worker has been idle for
-    `policy.drain_delay` is terminated (its worker retired first), down to `policy.min_instances`.
+    launch type is that type. Scale-in: with an empty queue for its type, a machine whose worker has
+    been idle for `policy.drain_delay + policy.termination_delay` (the same total idle time the settings
+    allow the daemon's machines before termination) is terminated (its worker retired first), down to
+    `policy.min_instances`.
     Limits `min_instances`/`max_instances` are respected.
     """
 
@@ -196,7 +198,11 @@ class QueueRule:
         for inst in fl.live:
             if fl.idle(inst.id):
                 since = self.idle_since.setdefault(inst.id, now)
-                if spare > 0 and not per_type[inst.type_name] and now - since >= policy.drain_delay:
+                if (
+                    spare > 0
+                    and not per_type[inst.type_name]
+                    and now - since >= policy.drain_delay + policy.termination_delay
+                ):
                     out.append(inst.id)
                     spare -= 1
         return out
@@ -311,15 +317,17 @@ def share(needs: Resources, capacity: Resources) -> float:
 def static_fleet(
     jobs: Sequence[Job], policy: Policy, types: Mapping[str, tuple[Resources, float]]
 ) -> dict[str, int]:
-    work: Counter[str] = Counter()
+    work: dict[str, float] = {}
     for job in jobs:
         name = launch_type(job.task(), types)
         if name is not None:
-            work[name] += job.duration_s * share(job.needs, types[name][0])
+            work[name] = work.get(name, 0.0) + job.duration_s * share(job.needs, types[name][0])
     if not work:
         return {next(iter(types)): policy.max_instances}
     total = sum(work.values())
-    counts = {name: max(1, math.floor(policy.max_instances * w / total)) for name, w in work.items()}
+    counts: dict[str, int] = {
+        name: max(1, math.floor(policy.max_instances * w / total)) for name, w in work.items()
+    }
     while sum(counts.values()) > policy.max_instances and max(counts.values()) > 1:
         counts[max(counts, key=lambda n: counts[n])] -= 1
     by_work = sorted(work, key=lambda n: -work[n])

@@ -103,15 +103,15 @@ def main(args: argparse.Namespace) -> int:
     faults = RandomFaults(args.seed, default, per_type, args.never_join_rate)
     run, summary = run_trace(jobs, settings, args.policy, _options(args, settings), faults)
     if args.plot:
-        from .plot import plot_run  # noqa: PLC0415 - matplotlib only when asked
+        from .plot import plot_run
 
         plot_run(run, args.plot, title=f"{Path(args.trace).name}: {args.policy}")
     if args.json:
         print(json.dumps(summary, sort_keys=True))
     else:
-        from rich.console import Console  # noqa: PLC0415
+        from rich.console import Console
 
-        from .report import render_table  # noqa: PLC0415
+        from .report import render_table
 
         Console().print(render_table([summary], title=Path(args.trace).name))
     return 0

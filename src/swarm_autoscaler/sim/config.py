@@ -19,9 +19,17 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Annotated, Any
+from typing import Annotated
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from ..catalogue import CATALOGUE
@@ -29,11 +37,9 @@ from ..model import GIB, InstanceType, Policy, Resources, TypePolicy
 from ..settings import PREFIX, InvalidSettingsError, TimingSettings
 from ..settings_types import Overhead
 
-_GROUP_CONFIG: dict[str, Any] = {"extra": "ignore", "enable_decoding": False, "env_ignore_empty": True}
-
 
 def _json_object(value: object) -> object:
-    import json  # noqa: PLC0415 - tiny helper
+    import json
 
     if isinstance(value, str):
         try:
@@ -54,23 +60,32 @@ class SimType(BaseModel):
 
 
 class SimEc2Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix=f"{PREFIX}EC2_", **_GROUP_CONFIG)
+    model_config = SettingsConfigDict(
+        env_prefix=f"{PREFIX}EC2_", extra="ignore", enable_decoding=False, env_ignore_empty=True
+    )
 
     allowed_types: Annotated[dict[str, SimType], BeforeValidator(_json_object)]
     min_instances: int = Field(0, ge=0)
     max_instances: int = Field(10, ge=0)
     max_launch_per_tick: int = Field(0, ge=0)
 
-    @model_validator(mode="after")
-    def _consistent(self) -> SimEc2Settings:
-        unknown = [n for n in self.allowed_types if n not in CATALOGUE]
+    @field_validator("allowed_types")
+    @classmethod
+    def _known(cls, types: dict[str, SimType]) -> dict[str, SimType]:
+        if not types:
+            raise ValueError("expected at least one allowed instance type")
+        unknown = [n for n in types if n not in CATALOGUE]
         if unknown:
             raise ValueError(f"unknown EC2 instance type(s) {', '.join(unknown)}")
-        if not self.allowed_types:
-            raise ValueError("expected at least one allowed instance type")
-        if self.max_instances < self.min_instances:
-            raise ValueError("max_instances must be at least min_instances")
-        return self
+        return types
+
+    @field_validator("max_instances")
+    @classmethod
+    def _order(cls, value: int, info: ValidationInfo) -> int:
+        low = info.data.get("min_instances", 0)
+        if value < low:
+            raise ValueError(f"must be at least AUTOSCALER_EC2_MIN_INSTANCES ({low})")
+        return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +127,8 @@ def _lines(exc: ValidationError | SettingsError, prefix: str) -> list[str]:
         loc = [str(p) for p in error["loc"]]
         name = f"{prefix}{loc[0].upper()}" if loc else f"{prefix}*"
         path = ".".join(loc[1:])
-        out.append(f"{name}: {path + ': ' if path else ''}{error['msg']}")
+        message = str(error["msg"]).removeprefix("Value error, ")
+        out.append(f"{name}: {path + ': ' if path else ''}{message}")
     return out
 
 

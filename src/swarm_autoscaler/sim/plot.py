@@ -8,10 +8,10 @@ from .engine import Run
 
 
 def plot_run(run: Run, path: str | Path, title: str = "") -> None:
-    import matplotlib  # noqa: PLC0415 - heavy, only when a plot is asked for
+    import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt
 
     t = [s.t / 60.0 for s in run.samples]
     fig, (tasks, machines) = plt.subplots(2, 1, sharex=True, figsize=(11, 6.5), constrained_layout=True)

@@ -122,7 +122,7 @@ def unplaceable_jobs(jobs: Sequence[Job], policy: Policy, catalogue: Mapping[str
 
 def render_table(summaries: Sequence[Mapping[str, Any]], title: str = "simulation") -> Any:
     """A rich Table with one column per summary."""
-    from rich.table import Table  # noqa: PLC0415 - only for terminal output
+    from rich.table import Table
 
     table = Table(title=title)
     table.add_column("metric")

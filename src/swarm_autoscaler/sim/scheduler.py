@@ -59,6 +59,7 @@ class SimWorker:
     running: dict[str, float] = field(default_factory=dict)  # key -> end time
     waiting: list[str] = field(default_factory=list)
     load: float = 0.0  # seconds of work assigned and not finished
+    view: Worker | None = None  # cached model value, dropped on every change
 
     @property
     def busy(self) -> bool:
@@ -78,6 +79,7 @@ class Scheduler:
         self.started_at: dict[str, float] = {}
         self.completed_at: dict[str, float] = {}
         self.restarts = 0
+        self._view: WorkloadView | None = None  # cached until anything changes
 
     # ------------------------------------------------------------------ queries
 
@@ -94,17 +96,26 @@ class Scheduler:
         return len(self.unrunnable) + sum(len(w.waiting) for w in self.workers.values())
 
     def view(self) -> WorkloadView:
-        workers = tuple(
-            Worker(
+        if self._view is None:
+            workers = tuple(self._worker_view(w) for w in self.workers.values())
+            self._view = WorkloadView(workers, tuple(self.tasks[k] for k in self.unrunnable))
+        return self._view
+
+    def _worker_view(self, w: SimWorker) -> Worker:
+        if w.view is None:
+            w.view = Worker(
                 address=w.address,
                 name=w.name,
                 hostname=w.hostname,
                 resources=w.capacity,
                 processing=tuple(self.tasks[k] for k in itertools.chain(w.running, w.waiting)),
             )
-            for w in self.workers.values()
-        )
-        return WorkloadView(workers, tuple(self.tasks[k] for k in self.unrunnable))
+        return w.view
+
+    def _changed(self, worker: SimWorker | None = None) -> None:
+        self._view = None
+        if worker is not None:
+            worker.view = None
 
     # ------------------------------------------------------------------ stimuli
 
@@ -113,8 +124,10 @@ class Scheduler:
 
     def add_worker(self, worker: SimWorker, now: float) -> None:
         self.workers[worker.address] = worker
+        self._changed(worker)
         for key in [k for k in self.unrunnable if self.valid(k, worker)]:
             del self.unrunnable[key]
+            self._changed()
             self._decide(key, now)
         self._steal_for(worker, now)
 
@@ -123,6 +136,7 @@ class Scheduler:
         worker = self.workers.pop(address, None)
         if worker is None:
             return 0
+        self._changed(worker)
         lost = [*worker.running, *worker.waiting]
         self.restarts += len(worker.running)
         for key in lost:
@@ -136,6 +150,7 @@ class Scheduler:
         worker = self.workers.get(address)
         if worker is None or worker.running.get(key) != end:
             return  # stale: the worker left or the task was restarted elsewhere
+        self._changed(worker)
         del worker.running[key]
         del self.where[key]
         worker.free = worker.free + self.tasks[key].needs
@@ -158,11 +173,13 @@ class Scheduler:
                 best, best_score = worker, score
         if best is None:
             self.unrunnable[key] = None
+            self._changed()
             return
         self._enqueue(best, key)
         self._start_ready(best, now)
 
     def _enqueue(self, worker: SimWorker, key: str) -> None:
+        self._changed(worker)
         worker.waiting.append(key)
         worker.load += self.jobs[key].duration_s
         self.where[key] = worker.address
@@ -173,6 +190,7 @@ class Scheduler:
             needs = self.tasks[key].needs
             if not needs.fits_in(worker.free):
                 return
+            self._changed(worker)
             worker.waiting.pop(0)
             worker.free = worker.free - needs
             end = now + self.jobs[key].duration_s
@@ -191,6 +209,7 @@ class Scheduler:
                 if thief.waiting:
                     return
                 if self.valid(key, thief) and self.tasks[key].needs.fits_in(thief.free):
+                    self._changed(victim)
                     victim.waiting.remove(key)
                     victim.load -= self.jobs[key].duration_s
                     self._enqueue(thief, key)

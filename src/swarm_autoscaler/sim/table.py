@@ -63,7 +63,9 @@ def misses(results: Mapping[str, Mapping[str, Mapping[str, Any]]], burst: str = 
     for scenario, by in results.items():
         ours, rule, static = by["ours"], by["queue-rule"], by["static"]
         if ours["busy_terminations"] or ours["max_exceeded"]:
-            out.append(f"{scenario}: busy terminations {ours['busy_terminations']}, above max {ours['max_exceeded']}")
+            out.append(
+                f"{scenario}: busy terminations {ours['busy_terminations']}, above max {ours['max_exceeded']}"
+            )
         if ours["completed_jobs"] != ours["jobs"]:
             out.append(f"{scenario}: only {ours['completed_jobs']}/{ours['jobs']} jobs completed")
         if ours["wait_p95_s"] > rule["wait_p95_s"]:

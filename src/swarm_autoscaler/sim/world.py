@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import ConfigurationError, NotFoundError
 from ..model import (
@@ -101,7 +102,7 @@ class SimNode:
     labels: Mapping[str, str]
     availability: Availability = Availability.ACTIVE
     status: NodeStatus = NodeStatus.READY
-    marks: NodeMarks = NodeMarks()
+    marks: NodeMarks = field(default_factory=NodeMarks)
     worker: str | None = None  # worker address
     generation: int = 0  # bumps invalidate scheduled worker starts
     view: Node | None = None
@@ -125,7 +126,7 @@ class World:
     catalogue: Mapping[str, InstanceType]
     jobs: Mapping[str, Job]
     overhead: Mapping[str, Resources]
-    knobs: Knobs = Knobs()
+    knobs: Knobs = field(default_factory=Knobs)
     faults: Faults = field(default_factory=Faults)
     now: float = EPOCH
     events: EventQueue = field(default_factory=EventQueue)
@@ -153,21 +154,21 @@ class World:
             self._handle(kind, payload)
         self.now = until
 
-    def _handle(self, kind: str, payload: object) -> None:
+    def _handle(self, kind: str, payload: Any) -> None:
         if kind == "done":
-            address, key, end = payload  # type: ignore[misc]
+            address, key, end = payload
             self.scheduler.finish(address, key, end)
         elif kind == "submit":
-            self.scheduler.submit(payload, self.now)  # type: ignore[arg-type]
+            self.scheduler.submit(payload, self.now)
         elif kind == "join":
-            self._join(payload)  # type: ignore[arg-type]
+            self._join(payload)
         elif kind == "running":
-            self._set_state(payload, InstanceState.RUNNING)  # type: ignore[arg-type]
+            self._set_state(payload, InstanceState.RUNNING)
         elif kind == "worker":
-            node_id, generation = payload  # type: ignore[misc]
+            node_id, generation = payload
             self._start_worker(node_id, generation)
         elif kind == "gone":
-            self.instances.pop(payload, None)  # type: ignore[call-overload]
+            self.instances.pop(payload, None)
 
     # ------------------------------------------------------------------ EC2
 

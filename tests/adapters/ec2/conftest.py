@@ -6,40 +6,25 @@ only its own instances; fault rules are cleared after each test.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
+from tests.adapters.ec2.ec2_helpers import (
+    ACCESS_KEY,
+    BOOT_SCRIPT,
+    SECRET_KEY,
+    TYPES,
+    CloudFactory,
+    SteppedClock,
+    cluster_ids,
+    join_command,
+)
 
 from swarm_autoscaler.adapters.ec2 import Ec2Cloud
 from swarm_autoscaler.localcloud import FaultInjector, LocalNetwork, MotoServer, provision_network
-
-ACCESS_KEY = "AKIATESTEXAMPLE0001"
-SECRET_KEY = "tEsT/SeCrEt+Key/that-must-never-leak"
-TOKEN = "SWMTKN-1-testtoken-abcdef"
-MANAGER = "10.0.0.2:2377"
-BOOT_SCRIPT = "echo booting-the-worker > /var/log/boot-marker"
-TYPES = ("t3.micro", "m5.large", "c5.large", "m5.bogus")
-_cluster_ids = itertools.count(1)
-
-
-@dataclass
-class SteppedClock:
-    now: float = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def step(self, seconds: float) -> None:
-        self.now += seconds
-
-
-async def join_command() -> tuple[str, str]:
-    return TOKEN, MANAGER
 
 
 @pytest.fixture(scope="session")
@@ -69,7 +54,7 @@ async def raw_ec2(moto_server: MotoServer) -> AsyncIterator[Any]:
         endpoint_url=moto_server.endpoint,
         aws_access_key_id=ACCESS_KEY,
         aws_secret_access_key=SECRET_KEY,
-        config=AioConfig(retries={"max_attempts": 1, "mode": "standard"}),  # see every injected fault
+        config=AioConfig(retries={"total_max_attempts": 1, "mode": "standard"}),  # see every injected fault
     ) as client:
         yield client
 
@@ -77,9 +62,6 @@ async def raw_ec2(moto_server: MotoServer) -> AsyncIterator[Any]:
 @pytest.fixture
 def clock() -> SteppedClock:
     return SteppedClock()
-
-
-CloudFactory = Callable[..., Awaitable[Ec2Cloud]]
 
 
 @pytest.fixture
@@ -91,7 +73,7 @@ async def make_cloud(
 
     async def make(**overrides: Any) -> Ec2Cloud:
         options: dict[str, Any] = {
-            "cluster_name": f"test-{next(_cluster_ids)}",
+            "cluster_name": f"test-{next(cluster_ids)}",
             "region": network.region,
             "endpoint": moto_server.endpoint,
             "access_key_id": ACCESS_KEY,

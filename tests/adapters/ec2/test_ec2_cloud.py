@@ -6,15 +6,14 @@ import base64
 from typing import Any
 
 import pytest
+from tests.adapters.ec2.ec2_helpers import BOOT_SCRIPT, MANAGER, TOKEN, CloudFactory
 
 from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, OWNER_TAG, OWNER_VALUE, node_labels
 from swarm_autoscaler.catalogue import CATALOGUE
-from swarm_autoscaler.errors import ConfigurationError
+from swarm_autoscaler.errors import ConfigurationError, EndpointError
 from swarm_autoscaler.localcloud import LocalNetwork
 from swarm_autoscaler.model import InstanceState
 from swarm_autoscaler.ports import Cloud
-
-from .conftest import BOOT_SCRIPT, MANAGER, TOKEN, CloudFactory
 
 
 async def _describe(raw_ec2: Any, instance_id: str) -> dict[str, Any]:
@@ -27,7 +26,8 @@ async def test_launch_tags_and_lists_owned_instances(
     make_cloud: CloudFactory, network: LocalNetwork, raw_ec2: Any
 ) -> None:
     cloud = await make_cloud()
-    assert isinstance(cloud, Cloud)
+    port: Cloud = cloud  # statically, and at run time below
+    assert isinstance(port, Cloud)
 
     result = await cloud.launch("t3.micro", 2, {"pool": "cpu", "tier": "a"})
 
@@ -45,7 +45,7 @@ async def test_launch_tags_and_lists_owned_instances(
         assert instance.tags[CLUSTER_TAG] == result.instances[0].tags[CLUSTER_TAG]
         assert instance.tags["team"] == "science"
         assert node_labels(instance.tags) == {"pool": "cpu", "tier": "a"}
-    raw = await _describe(raw_ec2, listed[0].id)
+    raw = await _describe(raw_ec2, result.instances[0].id)  # moto sets the profile on the first only
     assert raw["ImageId"] == network.ami_id
     assert raw["KeyName"] == network.key_name
     assert [g["GroupId"] for g in raw["SecurityGroups"]] == [network.security_group_id]
@@ -56,7 +56,9 @@ async def test_launch_tags_and_lists_owned_instances(
     assert cloud.stats.api_calls["RunInstances"] == 1
 
 
-async def test_user_data_runs_boot_script_then_joins_the_swarm(make_cloud: CloudFactory, raw_ec2: Any) -> None:
+async def test_user_data_runs_boot_script_then_joins_the_swarm(
+    make_cloud: CloudFactory, raw_ec2: Any
+) -> None:
     cloud = await make_cloud()
     (instance,) = (await cloud.launch("m5.large", 1, {})).instances
 
@@ -89,7 +91,11 @@ async def test_instances_of_others_are_never_listed_nor_terminated(
     (mine,) = (await cloud.launch("t3.micro", 1, {})).instances
     (theirs,) = (await other_cluster.launch("t3.micro", 1, {})).instances
     untagged = await raw_ec2.run_instances(
-        ImageId=network.ami_id, InstanceType="t3.micro", MinCount=1, MaxCount=1, SubnetId=network.subnet_ids[0]
+        ImageId=network.ami_id,
+        InstanceType="t3.micro",
+        MinCount=1,
+        MaxCount=1,
+        SubnetId=network.subnet_ids[0],
     )
     untagged_id = untagged["Instances"][0]["InstanceId"]
 
@@ -173,8 +179,6 @@ async def test_launching_a_bogus_type_is_an_error_not_a_refusal(make_cloud: Clou
 
 async def test_launch_reports_configuration_problems_as_data(make_cloud: CloudFactory) -> None:
     async def broken_join() -> tuple[str, str]:
-        from swarm_autoscaler.errors import EndpointError
-
         raise EndpointError("unix:///var/run/docker.sock", "connection refused")
 
     cloud = await make_cloud(join_command=broken_join)

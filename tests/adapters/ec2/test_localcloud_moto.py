@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
 from typing import Any
 
+import botocore.session
 import pytest
-from botocore.exceptions import ClientError
+from botocore.config import Config
+from botocore.exceptions import ClientError, EndpointConnectionError
 
 from swarm_autoscaler.catalogue import CATALOGUE, known_type
 from swarm_autoscaler.localcloud import FaultInjector, LocalNetwork, MotoServer
@@ -81,13 +81,24 @@ async def test_throttling_is_injected_for_the_next_calls_only(raw_ec2: Any, faul
 
 
 def test_server_starts_on_a_free_port_and_stops() -> None:
+    def zones(endpoint: str) -> list[Any]:
+        client = botocore.session.get_session().create_client(
+            "ec2",
+            region_name="eu-west-1",
+            endpoint_url=endpoint,
+            aws_access_key_id="x",
+            aws_secret_access_key="y",
+            config=Config(retries={"total_max_attempts": 1}, connect_timeout=2),
+        )
+        return list(client.describe_availability_zones()["AvailabilityZones"])
+
     with MotoServer() as server:
         endpoint = server.endpoint
-        with urllib.request.urlopen(f"{endpoint}/moto-api/data.json", timeout=10) as response:
-            assert response.status == 200
+        assert endpoint.startswith("http://127.0.0.1:")
+        assert zones(endpoint)
 
-    with pytest.raises(urllib.error.URLError):
-        urllib.request.urlopen(f"{endpoint}/moto-api/data.json", timeout=2)
+    with pytest.raises(EndpointConnectionError):
+        zones(endpoint)
     with pytest.raises(RuntimeError, match="not started"):
         _ = server.endpoint
 

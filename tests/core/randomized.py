@@ -1,0 +1,206 @@
+"""Random snapshots for property tests (hypothesis strategies), and `apply()`: a tiny world that carries
+out a plan's actions at once, to see which bucket every machine lands in next."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import strategies as st
+from tests.builders import CATALOGUE, NOW, hostname, make_task
+
+from swarm_autoscaler.model import (
+    ActivateNode,
+    Availability,
+    DrainNode,
+    Instance,
+    InstanceState,
+    Launch,
+    MarkNode,
+    Node,
+    NodeMarks,
+    NodeStatus,
+    Plan,
+    Policy,
+    RemoveNode,
+    Resources,
+    RetireWorkers,
+    Snapshot,
+    Task,
+    Terminate,
+    TypePolicy,
+    Unavailable,
+    Worker,
+)
+
+TYPES = tuple(t.name for t in CATALOGUE)
+SHAPES = (
+    {"cpus": 0.5, "ram_gib": 1},
+    {"cpus": 1, "ram_gib": 2},
+    {"cpus": 2, "ram_gib": 4},
+    {"cpus": 3, "ram_gib": 12},
+    {"cpus": 1, "ram_gib": 2, "gpus": 1},
+    {"cpus": 1, "ram_gib": 1, "pinned": "c5.2xlarge"},
+    {"cpus": 2, "ram_gib": 2, "pinned": "m5.xlarge"},
+    {"cpus": 64, "ram_gib": 1},  # never placeable
+    {"cpus": 0, "ram_gib": 0},  # no restrictions at all
+)
+TIMES = st.sampled_from((None, NOW - 1000, NOW - 200, NOW - 90, NOW - 10, NOW))
+
+
+@st.composite
+def tasks(draw: st.DrawFn, prefix: str, max_size: int) -> tuple[Task, ...]:
+    shapes = draw(st.lists(st.sampled_from(SHAPES), max_size=max_size))
+    return tuple(make_task(f"{prefix}{i}", **shape) for i, shape in enumerate(shapes))  # type: ignore[arg-type]
+
+
+@st.composite
+def machines(draw: st.DrawFn, n: int) -> tuple[Instance | None, Node | None, Worker | None]:
+    """Machine `n` in any state: instance (or none), node (or none), worker (or none)."""
+    type_name = draw(st.sampled_from(TYPES))
+    host = hostname(n)
+    instance = None
+    if draw(st.integers(0, 9)):
+        state = draw(st.sampled_from([InstanceState.RUNNING] * 5 + list(InstanceState)))
+        age = draw(st.sampled_from((5.0, 300.0, 700.0, 5000.0)))
+        instance = Instance(f"i-{n:04d}", type_name, state, NOW - age, host)
+    node = None
+    if draw(st.integers(0, 3)):
+        marks = NodeMarks(
+            draw(st.booleans()),
+            draw(TIMES),
+            draw(TIMES),
+            draw(TIMES) if not draw(st.integers(0, 4)) else None,
+            draw(TIMES),
+        )
+        node = Node(
+            f"node-{n}",
+            host,
+            draw(st.sampled_from([Availability.ACTIVE] * 3 + list(Availability))),
+            draw(st.sampled_from([NodeStatus.READY] * 4 + list(NodeStatus))),
+            is_manager=not draw(st.integers(0, 15)),
+            marks=marks,
+            labels={"instance-type": type_name} if draw(st.booleans()) else {},
+        )
+    worker = None
+    if node is not None and draw(st.integers(0, 3)):
+        res = next(t.resources for t in CATALOGUE if t.name == type_name)
+        worker = Worker(
+            f"tcp://{host}:8786",
+            host,
+            host,
+            res,
+            processing=draw(tasks(f"w{n}-", 6)) if draw(st.booleans()) else (),
+            has_unique_data=not draw(st.integers(0, 5)),
+            retiring=not draw(st.integers(0, 8)),
+        )
+    return instance, node, worker
+
+
+@st.composite
+def snapshots(draw: st.DrawFn) -> Snapshot:
+    parts = [draw(machines(n)) for n in range(1, draw(st.integers(0, 8)) + 1)]
+    unavailable = draw(
+        st.lists(
+            st.builds(Unavailable, st.sampled_from(TYPES), st.sampled_from((NOW - 5, NOW + 30))), max_size=2
+        )
+    )
+    return Snapshot(
+        now=NOW,
+        instance_types=CATALOGUE,
+        instances=tuple(i for i, _, _ in parts if i is not None),
+        nodes=tuple(n for _, n, _ in parts if n is not None),
+        workers=tuple(w for _, _, w in parts if w is not None),
+        unrunnable=draw(tasks("u", 12)) if draw(st.booleans()) else (),
+        unavailable=tuple(unavailable),
+    )
+
+
+@st.composite
+def policies(draw: st.DrawFn) -> Policy:
+    allowed = draw(st.lists(st.sampled_from(TYPES), min_size=1, max_size=4, unique=True))
+    overhead = draw(st.sampled_from((Resources(), Resources(0.25, 512 * 1024**2))))
+    return Policy(
+        allowed_types=tuple(
+            TypePolicy(name, reserve=draw(st.integers(0, 2)), overhead=overhead) for name in allowed
+        ),
+        min_instances=draw(st.integers(0, 3)),
+        max_instances=draw(st.integers(0, 12)),
+        max_start_time=600.0,
+        drain_delay=60.0,
+        termination_delay=120.0,
+        node_down_timeout=300.0,
+        max_launch_per_tick=draw(st.sampled_from((0, 0, 2))),
+    )
+
+
+def apply(snapshot: Snapshot, plan: Plan) -> Snapshot:
+    """The snapshot right after every action of `plan` took effect (same `now`). Launched instances get
+    ids `new-<type>-<k>`."""
+    world = _World(
+        {i.id: i for i in snapshot.instances},
+        {n.id: n for n in snapshot.nodes},
+        {w.address: w for w in snapshot.workers},
+    )
+    for action in plan.actions:
+        world.carry_out(action, snapshot.now)
+    return dataclasses.replace(
+        snapshot,
+        instances=tuple(world.instances.values()),
+        nodes=tuple(world.nodes.values()),
+        workers=tuple(world.workers.values()),
+    )
+
+
+@dataclasses.dataclass
+class _World:
+    instances: dict[str, Instance]
+    nodes: dict[str, Node]
+    workers: dict[str, Worker]
+
+    def carry_out(self, action: object, now: float) -> None:
+        match action:
+            case MarkNode(node_id=node_id, changes=changes):
+                node = self.nodes[node_id]
+                marks = dataclasses.replace(node.marks, **dict(changes))  # type: ignore[arg-type]
+                self.nodes[node_id] = dataclasses.replace(node, marks=marks)
+            case ActivateNode(node_id=node_id):
+                self.nodes[node_id] = dataclasses.replace(
+                    self.nodes[node_id], availability=Availability.ACTIVE
+                )
+            case DrainNode(node_id=node_id):
+                self.nodes[node_id] = dataclasses.replace(
+                    self.nodes[node_id], availability=Availability.DRAIN
+                )
+            case RetireWorkers(addresses=addresses):
+                for a in addresses:
+                    self.workers[a] = dataclasses.replace(self.workers[a], retiring=True)
+            case Terminate(instance_ids=ids, node_ids=node_ids):
+                for iid in ids:
+                    self.instances[iid] = dataclasses.replace(
+                        self.instances[iid], state=InstanceState.SHUTTING_DOWN
+                    )
+                for node_id in node_ids:
+                    self.nodes.pop(node_id, None)
+            case RemoveNode(node_id=node_id):
+                self.nodes.pop(node_id, None)
+            case Launch(type_name=type_name, count=count):
+                for k in range(count):
+                    iid = f"new-{type_name}-{k}"
+                    self.instances[iid] = Instance(iid, type_name, InstanceState.PENDING, now, f"host-{iid}")
+
+
+def clone(snapshot: Snapshot) -> Snapshot:
+    """An equal snapshot made of new objects (copy.deepcopy cannot copy the mapping proxies)."""
+
+    def fresh(items: tuple[object, ...]) -> tuple[object, ...]:
+        return tuple(dataclasses.replace(x) for x in items)  # type: ignore[type-var]
+
+    return Snapshot(
+        snapshot.now,
+        fresh(snapshot.instance_types),  # type: ignore[arg-type]
+        fresh(snapshot.instances),  # type: ignore[arg-type]
+        fresh(snapshot.nodes),  # type: ignore[arg-type]
+        fresh(snapshot.workers),  # type: ignore[arg-type]
+        fresh(snapshot.unrunnable),  # type: ignore[arg-type]
+        fresh(snapshot.unavailable),  # type: ignore[arg-type]
+    )

@@ -1,0 +1,46 @@
+"""Placement details: the estimated queue with generic resources, and fitting arithmetic."""
+
+from __future__ import annotations
+
+from tests.builders import make_policy, make_snapshot
+
+from swarm_autoscaler.model import GIB, Resources, Task, Worker
+from swarm_autoscaler.placement import Pool, Space, estimate_demand, fit_count, rank_types
+
+
+def licensed(key: str) -> Task:
+    return Task(key, Resources.of(0.5, GIB, licence=1))
+
+
+def test_generic_resources_limit_the_queue_and_make_tasks_unplaceable() -> None:
+    worker = Worker(
+        "tcp://w:1", "w", "w", Resources.of(4, 8 * GIB, licence=1), (licensed("a"), licensed("b"))
+    )
+    snapshot = make_snapshot(workers=[worker])
+    policy = make_policy()
+    space, demand = estimate_demand(snapshot, policy)
+    assert space.names == ("licence",)
+    assert demand.queued == {"tcp://w:1": 1}
+    assert demand.free["tcp://w:1"] == (3.5, 7 * GIB, 0.0, 0.0)
+    assert [g.keys for g in demand.groups] == [("b",)]
+    pool = Pool(demand.groups)
+    (unplaceable,) = pool.drop_unplaceable(rank_types(snapshot, policy, space), policy)
+    assert unplaceable.task_key == "b" and "more than any allowed instance type" in unplaceable.reason
+    assert pool.left == 0
+
+
+def test_fit_count_is_exact_on_fractional_cpus_and_unbounded_for_zero_needs() -> None:
+    space = Space(())
+    assert fit_count(space.vec(Resources(0.1, 0)), space.vec(Resources(0.3, 0))) == 3
+    assert fit_count(space.vec(Resources(1, GIB)), space.vec(Resources(8, 3 * GIB))) == 3
+    assert fit_count(space.vec(Resources(2, 0)), space.vec(Resources(1, GIB))) == 0
+    assert fit_count(space.zero, space.vec(Resources(1, GIB))) > 10**9
+
+
+def test_identical_bins_split_when_a_group_runs_out() -> None:
+    space = Space(())
+    snapshot = make_snapshot(unrunnable=[Task(f"t{i}", Resources(1, GIB)) for i in range(5)])
+    _, demand = estimate_demand(snapshot, make_policy())
+    pool = Pool(demand.groups)
+    got = pool.fill([(f"b{i}", "m5.large", space.vec(Resources(2, 8 * GIB))) for i in range(4)])
+    assert got == {"b0": 2, "b1": 2, "b2": 1} and pool.left == 0

@@ -1,0 +1,445 @@
+"""One scenario per planner rule: plain data in, the WHOLE Plan compared out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from tests.builders import (
+    CATALOGUE,
+    NOW,
+    assemble,
+    hostname,
+    machine,
+    make_instance,
+    make_instance_type,
+    make_node,
+    make_policy,
+    make_snapshot,
+    make_task,
+    make_tasks,
+)
+from tests.core.randomized import apply
+
+from swarm_autoscaler.cluster import Bucket, allowed, classify
+from swarm_autoscaler.model import (
+    ActivateNode,
+    Availability,
+    DrainNode,
+    InstanceState,
+    Launch,
+    MarkNode,
+    NodeMarks,
+    NodeStatus,
+    Plan,
+    Policy,
+    RemoveNode,
+    Resources,
+    RetireWorkers,
+    Snapshot,
+    Terminate,
+    TypePolicy,
+    Unavailable,
+    Unplaceable,
+)
+from swarm_autoscaler.plan import plan
+
+GIB = 1024**3
+DRAINED = NodeMarks(ready=True, drained_since=NOW - 10)
+
+
+def launch(type_name: str, count: int, tasks: int) -> Launch:
+    return Launch(
+        type_name, count, f"{tasks} pending task(s) need new capacity; cheapest fitting type: {type_name}"
+    )
+
+
+def mark(n: int, why: str, **changes: float | bool | None) -> MarkNode:
+    order = ("ready", "empty_since", "drained_since", "termination_started", "down_since")
+    return MarkNode(f"node-{n}", tuple((k, changes[k]) for k in order if k in changes), why)
+
+
+def addr(n: int) -> str:
+    return f"tcp://10.0.0.{n}:8786"
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    snapshot: Snapshot
+    expected: Plan
+    policy: Policy = field(default_factory=make_policy)
+
+
+def busy_large(n: int, **kw: object) -> tuple[object, ...]:
+    """An m5.large machine whose worker runs two 1-cpu tasks: full, nothing queued."""
+    return machine(n, processing=make_tasks(2, f"run{n}-"), **kw)  # type: ignore[arg-type]
+
+
+SCALE_UP = [
+    Case("nothing observed, nothing to do", make_snapshot(), Plan()),
+    Case(
+        "a burst is packed onto the cheapest type that fits",
+        make_snapshot(unrunnable=make_tasks(3)),
+        Plan((launch("m5.large", 2, 3),), pending=3, placed=(("new", 3),)),
+    ),
+    Case(
+        "a worker's processing tasks beyond its resources are the estimated queue",
+        assemble(machine(1, processing=make_tasks(4, "p"))),
+        Plan((launch("m5.large", 1, 2),), pending=2, placed=(("new", 2),)),
+    ),
+    Case(
+        "a queued task is never placed back onto its own worker",
+        # 4 cpus: the 3-cpu task runs, the 2-cpu one waits; the 1 cpu left cannot take it.
+        assemble(machine(1, "m5.xlarge", processing=[make_task("big", 3), make_task("q", 2)])),
+        Plan((launch("m5.large", 1, 1),), pending=1, placed=(("new", 1),)),
+    ),
+    Case(
+        "free capacity of active workers is used first",
+        assemble(machine(1, "m5.xlarge", processing=make_tasks(1, "p")), unrunnable=make_tasks(2)),
+        Plan(pending=2, placed=(("active", 2),)),
+    ),
+    Case(
+        "a drained node that receives tasks is activated instead of launching",
+        assemble(
+            machine(1, worker=False, availability=Availability.DRAIN, marks=DRAINED),
+            unrunnable=make_tasks(3),
+        ),
+        Plan(
+            (
+                mark(1, "reactivated for pending work", drained_since=None),
+                ActivateNode("node-1", hostname(1), "2 pending task(s) fit on this drained node"),
+                launch("m5.large", 1, 1),
+            ),
+            pending=3,
+            placed=(("drained", 2), ("new", 1)),
+        ),
+    ),
+    Case(
+        "a reserve node is activated too, after the drained ones",
+        assemble(
+            machine(1, worker=False, availability=Availability.DRAIN, marks=DRAINED),
+            machine(2, worker=False, availability=Availability.DRAIN, marks=DRAINED, age=10),
+            unrunnable=make_tasks(3),
+        ),
+        Plan(
+            (
+                mark(1, "reactivated for pending work", drained_since=None),
+                mark(2, "reactivated for pending work", drained_since=None),
+                ActivateNode("node-1", hostname(1), "2 pending task(s) fit on this drained node"),
+                ActivateNode("node-2", hostname(2), "1 pending task(s) fit on this drained node"),
+            ),
+            pending=3,
+            placed=(("drained", 2), ("reserve", 1)),
+        ),
+        make_policy(types=[TypePolicy("m5.large", reserve=1)]),
+    ),
+    Case(
+        "a joining node's capacity counts before anything new",
+        assemble(machine(1, worker=False, marks=NodeMarks(), age=30), unrunnable=make_tasks(1)),
+        Plan(pending=1, placed=(("joining", 1),)),
+    ),
+    Case(
+        "an in-flight instance's capacity counts, so one task never causes two launches",
+        make_snapshot(instances=[make_instance(1, age=5)], unrunnable=make_tasks(3)),
+        Plan((launch("m5.large", 1, 1),), pending=3, placed=(("launched", 2), ("new", 1))),
+    ),
+    Case(
+        "the type's overhead is taken from its capacity before fitting",
+        make_snapshot(unrunnable=[make_task("t", cpus=2)]),
+        Plan((launch("m5.xlarge", 1, 1),), pending=1, placed=(("new", 1),)),
+        make_policy(types=[TypePolicy("m5.large", overhead=Resources(0.25, GIB)), TypePolicy("m5.xlarge")]),
+    ),
+    Case(
+        "a type without a known price sorts after priced ones",
+        make_snapshot(
+            unrunnable=make_tasks(1),
+            types=[make_instance_type("m5.large", price=None), *CATALOGUE[1:]],
+        ),
+        Plan((launch("m5.xlarge", 1, 1),), pending=1, placed=(("new", 1),)),
+    ),
+    Case(
+        "the policy's price overrides the catalogue's",
+        make_snapshot(unrunnable=make_tasks(1)),
+        Plan((launch("m5.xlarge", 1, 1),), pending=1, placed=(("new", 1),)),
+        make_policy(types=[TypePolicy("m5.large", price_per_hour=1.0), TypePolicy("m5.xlarge")]),
+    ),
+    Case(
+        "on equal prices the smaller type wins",
+        make_snapshot(
+            unrunnable=make_tasks(1),
+            types=[make_instance_type("big", 8, 32, price=0.1), make_instance_type("small", 2, 8, price=0.1)],
+        ),
+        Plan((launch("small", 1, 1),), pending=1, placed=(("new", 1),)),
+        make_policy(types=["big", "small"]),
+    ),
+    Case(
+        "a pinned task gets its type",
+        make_snapshot(unrunnable=[make_task("p", pinned="c5.2xlarge")]),
+        Plan((launch("c5.2xlarge", 1, 1),), pending=1, placed=(("new", 1),)),
+    ),
+    Case(
+        "a type EC2 refused recently is skipped for the next best",
+        make_snapshot(unrunnable=make_tasks(1), unavailable=[Unavailable("m5.large", NOW + 30)]),
+        Plan((launch("m5.xlarge", 1, 1),), pending=1, placed=(("new", 1),)),
+    ),
+    Case(
+        "a refusal that expired no longer counts",
+        make_snapshot(unrunnable=make_tasks(1), unavailable=[Unavailable("m5.large", NOW)]),
+        Plan((launch("m5.large", 1, 1),), pending=1, placed=(("new", 1),)),
+    ),
+    Case(
+        "small tasks fill the room left in a bigger new instance",
+        make_snapshot(unrunnable=[make_task("big", 3), *make_tasks(3)]),
+        Plan((launch("m5.xlarge", 1, 2), launch("m5.large", 1, 2)), pending=4, placed=(("new", 4),)),
+    ),
+    Case(
+        "launches stop at max_instances (live plus in-flight)",
+        assemble(busy_large(1), unrunnable=make_tasks(5, cpus=2)),  # type: ignore[arg-type]
+        Plan((launch("m5.large", 2, 2),), pending=5, placed=(("new", 2),)),
+        make_policy(max_instances=3),
+    ),
+    Case(
+        "launches stop at max_launch_per_tick",
+        make_snapshot(unrunnable=make_tasks(5, cpus=2)),
+        Plan((launch("m5.large", 3, 3),), pending=5, placed=(("new", 3),)),
+        make_policy(max_launch_per_tick=3),
+    ),
+    Case(
+        "min_instances are kept with the cheapest type",
+        make_snapshot(),
+        Plan((Launch("m5.large", 2, "2 to keep min_instances=2"),)),
+        make_policy(min_instances=2),
+    ),
+    Case(
+        "tasks no allowed type can run are unplaceable and do not block the others",
+        make_snapshot(
+            unrunnable=[
+                make_task("huge", cpus=64),
+                make_task("pinned-away", pinned="x1.32xlarge"),
+                make_task("pinned-small", cpus=3, pinned="m5.large"),
+                make_task("ok"),
+            ]
+        ),
+        Plan(
+            (launch("m5.large", 1, 1),),
+            unplaceable=(
+                Unplaceable(
+                    "huge",
+                    "needs cpus=64 ram=1GiB, more than any allowed instance type offers after its overhead",
+                ),
+                Unplaceable("pinned-away", "pinned to x1.32xlarge, which is not an allowed instance type"),
+                Unplaceable(
+                    "pinned-small", "needs cpus=3 ram=1GiB, more than m5.large offers after its overhead"
+                ),
+            ),
+            pending=4,
+            placed=(("new", 1),),
+        ),
+    ),
+]
+
+EMPTY_LONG = NodeMarks(ready=True, empty_since=NOW - 100)
+SCALE_DOWN = [
+    Case(
+        "a node whose worker becomes idle is marked empty",
+        assemble(machine(1)),
+        Plan((mark(1, "worker idle", empty_since=NOW),)),
+    ),
+    Case(
+        "an idle node not yet empty for drain_delay is left alone",
+        assemble(machine(1, marks=NodeMarks(ready=True, empty_since=NOW - 30))),
+        Plan(),
+    ),
+    Case(
+        "an idle worker empty for drain_delay is retired and its node drained",
+        assemble(machine(1, marks=EMPTY_LONG)),
+        Plan(
+            (
+                mark(1, "drained", empty_since=None, drained_since=NOW),
+                RetireWorkers((addr(1),), "idle for at least drain_delay=60s"),
+                DrainNode("node-1", hostname(1), "empty for 100s (drain_delay 60s)"),
+            )
+        ),
+    ),
+    Case(
+        "a node whose worker is gone is drained after drain_delay",
+        assemble(machine(1, worker=False, marks=EMPTY_LONG)),
+        Plan(
+            (
+                mark(1, "drained", empty_since=None, drained_since=NOW),
+                DrainNode("node-1", hostname(1), "empty for 100s (drain_delay 60s)"),
+            )
+        ),
+    ),
+    Case(
+        "a worker holding unique data is never retired nor drained; its empty mark is cleared",
+        assemble(machine(1, unique=True, marks=NodeMarks(ready=True, empty_since=NOW - 1000))),
+        Plan((mark(1, "has work again", empty_since=None),)),
+    ),
+    Case(
+        "pending work blocks scale-down",
+        assemble(machine(1, marks=EMPTY_LONG), unrunnable=[make_task("p", pinned="c5.2xlarge")]),
+        Plan((launch("c5.2xlarge", 1, 1),), pending=1, placed=(("new", 1),)),
+    ),
+    Case(
+        "unplaceable work does not block scale-down",
+        assemble(machine(1, marks=EMPTY_LONG), unrunnable=[make_task("huge", cpus=99)]),
+        Plan(
+            (
+                mark(1, "drained", empty_since=None, drained_since=NOW),
+                RetireWorkers((addr(1),), "idle for at least drain_delay=60s"),
+                DrainNode("node-1", hostname(1), "empty for 100s (drain_delay 60s)"),
+            ),
+            unplaceable=(
+                Unplaceable(
+                    "huge",
+                    "needs cpus=99 ram=1GiB, more than any allowed instance type offers after its overhead",
+                ),
+            ),
+            pending=1,
+        ),
+    ),
+    Case(
+        "drained nodes beyond the reserve are terminated after termination_delay; the newest is kept",
+        assemble(
+            machine(
+                1,
+                worker=False,
+                availability=Availability.DRAIN,
+                marks=NodeMarks(True, drained_since=NOW - 200),
+            ),
+            machine(
+                2,
+                worker=False,
+                availability=Availability.DRAIN,
+                age=500,
+                marks=NodeMarks(True, None, NOW - 200),
+            ),
+        ),
+        Plan(
+            (
+                mark(1, "terminating", termination_started=NOW),
+                Terminate(
+                    ("i-0001",),
+                    "drained for at least termination_delay=120s, beyond the reserve",
+                    ("node-1",),
+                ),
+            )
+        ),
+        make_policy(types=[TypePolicy("m5.large", reserve=1)]),
+    ),
+    Case(
+        "a drained node not yet drained for termination_delay is kept",
+        assemble(
+            machine(1, worker=False, availability=Availability.DRAIN, marks=NodeMarks(True, None, NOW - 60))
+        ),
+        Plan(),
+    ),
+    Case(
+        "a node seen drained without a mark gets one",
+        assemble(machine(1, worker=False, availability=Availability.DRAIN)),
+        Plan((mark(1, "seen drained", drained_since=NOW),)),
+    ),
+    Case(
+        "scale-down never goes below min_instances",
+        assemble(
+            machine(1, worker=False, availability=Availability.DRAIN, marks=NodeMarks(True, None, NOW - 999))
+        ),
+        Plan(),
+        make_policy(min_instances=1),
+    ),
+]
+
+REPAIR = [
+    Case(
+        "a broken instance is terminated even while work is pending",
+        make_snapshot(instances=[make_instance(1, age=700)], unrunnable=make_tasks(1)),
+        Plan(
+            (
+                Terminate(("i-0001",), "broken: not up with a worker within 600s of launch"),
+                launch("m5.large", 1, 1),
+            ),
+            pending=1,
+            placed=(("new", 1),),
+        ),
+    ),
+    Case(
+        "a node that joined but never got a worker within max_start_time is broken",
+        assemble(machine(1, worker=False, marks=NodeMarks(), age=700)),
+        Plan(
+            (
+                mark(1, "terminating", termination_started=NOW),
+                Terminate(("i-0001",), "broken: not up with a worker within 600s of launch", ("node-1",)),
+            )
+        ),
+    ),
+    Case(
+        "a joined node is marked ready when first seen with its worker",
+        assemble(machine(1, marks=NodeMarks())),
+        Plan((mark(1, "joined with a connected worker; worker idle", ready=True, empty_since=NOW),)),
+    ),
+    Case(
+        "a node that goes down is marked",
+        assemble(busy_large(1, status=NodeStatus.DOWN)),  # type: ignore[arg-type]
+        Plan((mark(1, "node is down", down_since=NOW),)),
+    ),
+    Case(
+        "a node that comes back has its down mark cleared",
+        assemble(busy_large(1, marks=NodeMarks(True, down_since=NOW - 50))),  # type: ignore[arg-type]
+        Plan((mark(1, "node is ready again", down_since=None),)),
+    ),
+    Case(
+        "a node down past node_down_timeout is removed and its instance terminated",
+        assemble(
+            machine(1, worker=False, status=NodeStatus.DOWN, marks=NodeMarks(True, down_since=NOW - 400))
+        ),
+        Plan(
+            (
+                RemoveNode("node-1", hostname(1), "node down for 400s (node_down_timeout 300s)"),
+                Terminate(("i-0001",), "node down for 400s (node_down_timeout 300s)"),
+            )
+        ),
+    ),
+    Case(
+        "a node of ours whose instance is gone is removed",
+        make_snapshot(nodes=[make_node(1, status=NodeStatus.DOWN, labels={"instance-type": "m5.large"})]),
+        Plan((RemoveNode("node-1", hostname(1), "its instance is gone"),)),
+    ),
+    Case(
+        "unowned and manager nodes are never touched",
+        assemble(
+            (None, make_node(1, status=NodeStatus.DOWN, marks=NodeMarks()), None),
+            (None, make_node(2, manager=True, marks=NodeMarks()), machine(2)[2]),
+            machine(3, manager=True, marks=EMPTY_LONG),
+        ),
+        Plan(),
+    ),
+    Case(
+        "a termination that did not take is asked again",
+        assemble(machine(1, worker=False, marks=NodeMarks(True, termination_started=NOW - 200))),
+        Plan(
+            (Terminate(("i-0001",), "termination requested earlier did not take; asking again", ("node-1",)),)
+        ),
+    ),
+    Case(
+        "an instance already shutting down is left to EC2",
+        make_snapshot(instances=[make_instance(1, state=InstanceState.SHUTTING_DOWN)]),
+        Plan(),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", SCALE_UP + SCALE_DOWN + REPAIR, ids=lambda c: c.name)
+def test_rule(case: Case) -> None:
+    assert plan(case.snapshot, case.policy) == case.expected
+
+
+@pytest.mark.parametrize("case", SCALE_UP + SCALE_DOWN + REPAIR, ids=lambda c: c.name)
+def test_rule_transitions_are_in_the_table(case: Case) -> None:
+    result = plan(case.snapshot, case.policy)
+    before = classify(case.snapshot, case.policy).bucket_of()
+    after = classify(apply(case.snapshot, result), case.policy).bucket_of()
+    moves = {(before[k], after.get(k, Bucket.GONE)) for k in before}
+    moves |= {(Bucket.NEW, after[k]) for k in after.keys() - before.keys()}
+    assert all(allowed(a, b) for a, b in moves), moves

@@ -1,0 +1,186 @@
+"""The engine end to end: the real planner through run_tick, restarts, baselines, report, CLI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from swarm_autoscaler.model import Plan, Policy, Snapshot, TypePolicy
+from swarm_autoscaler.plan import plan as real_plan
+from swarm_autoscaler.settings import TimingSettings
+from swarm_autoscaler.sim import cli
+from swarm_autoscaler.sim.baselines import AdaptiveLike, QueueRule, Static
+from swarm_autoscaler.sim.config import SimEc2Settings, SimSettings, build_sim_settings, priced_catalogue
+from swarm_autoscaler.sim.engine import Options
+from swarm_autoscaler.sim.faults import RandomFaults
+from swarm_autoscaler.sim.report import cost_lb, makespan_lb, percentile
+from swarm_autoscaler.sim.runner import POLICIES, default_options, run_trace
+from swarm_autoscaler.sim.table import markdown, misses
+from swarm_autoscaler.sim.trace import Job
+
+ENV = (
+    "AUTOSCALER_POLL_INTERVAL=10s\n"
+    'AUTOSCALER_EC2_ALLOWED_TYPES={"m5.large": {}, "m5.xlarge": {"reserve": 1}}\n'
+    "AUTOSCALER_EC2_MAX_INSTANCES=4\n"
+)
+
+
+def settings(max_instances: int = 4, min_instances: int = 0) -> SimSettings:
+    ec2 = SimEc2Settings.model_validate(
+        {"allowed_types": {"m5.large": {}}, "max_instances": max_instances, "min_instances": min_instances}
+    )
+    return build_sim_settings(TimingSettings(poll_interval=10.0), ec2)
+
+
+JOBS = tuple(Job(i, 20.0 * i, 300.0 + 10 * i, 1.0, 2.0, 0) for i in range(8))
+
+
+class Recording:
+    """The real planner, counting the snapshots it is handed."""
+
+    name = "ours"
+    stops_when_done = False
+
+    def __init__(self) -> None:
+        self.snapshots = 0
+
+    def new_planner(self) -> Any:
+        def planner(snapshot: Snapshot, policy: Policy) -> Plan:
+            self.snapshots += 1
+            return real_plan(snapshot, policy)
+
+        return planner
+
+
+def test_ours_runs_the_real_planner_through_run_tick_and_settles() -> None:
+    import asyncio
+
+    from swarm_autoscaler.sim.engine import simulate
+    from swarm_autoscaler.sim.report import summarize
+
+    st = settings()
+    strategy = Recording()
+    run = asyncio.run(simulate(JOBS, st.policy, st.catalogue, strategy, default_options(st)))
+    s = summarize(run, st.catalogue)
+    assert strategy.snapshots == run.ticks > 0
+    assert s["completed_jobs"] == 8 and run.finished
+    assert s["busy_terminations"] == 0 and s["max_exceeded"] == 0
+    assert 0 < s["peak_instances"] <= 4 and s["launches"] == s["terminations"]
+    assert s["cost_usd"] >= s["cost_lb_usd"] > 0 and s["makespan_s"] >= s["makespan_lb_s"]
+    assert not run.world.alive()
+
+
+def test_restarting_the_daemon_every_tick_changes_nothing() -> None:
+    """The daemon's state lives in tags and marks only: a restart before every tick gives the same run."""
+    st = settings()
+    faults = RandomFaults(seed=3, refusal_rate=0.2, never_join_rate=0.2)
+    _, steady = run_trace(JOBS, st, "ours", default_options(st), faults)
+    options = Options(tick_s=st.poll_interval, knobs=default_options(st).knobs, restart_every=1)
+    run, restarted = run_trace(JOBS, st, "ours", options, faults)
+    assert restarted["restarts"] == run.ticks - 1 > 10
+    assert restarted["completed_jobs"] == 8 and restarted["busy_terminations"] == 0
+    # refusal back-offs are daemon memory: restarts may retry sooner, everything else must hold
+    for key in ("completed_jobs", "busy_terminations", "max_exceeded"):
+        assert restarted[key] == steady[key]
+
+
+@pytest.mark.parametrize("name", POLICIES)
+def test_every_policy_completes_the_trace_safely(name: str) -> None:
+    run, s = run_trace(JOBS, settings(), name)
+    assert s["policy"] == name and s["completed_jobs"] == 8
+    assert s["busy_terminations"] == 0 and s["max_exceeded"] == 0
+    if name == "static":
+        assert s["launches"] == 4 and s["terminations"] == 0 and run.finished
+    else:
+        assert s["terminations"] == s["launches"]
+
+
+def test_queue_rule_adds_one_machine_per_tick() -> None:
+    jobs = tuple(Job(i, 0.0, 600.0, 2.0, 2.0, 0) for i in range(20))
+    run, s = run_trace(jobs, settings(max_instances=5), "queue-rule")
+    booting = [x.booting for x in run.samples[:6]]
+    assert booting == [1, 2, 3, 4, 5, 5] and s["peak_instances"] == 5
+
+
+def test_adaptive_target_follows_distributed_formula() -> None:
+    from swarm_autoscaler.model import GIB, Resources, Task, Worker
+
+    a = AdaptiveLike(mean_duration=60.0)
+    task = Task("t", Resources(1, GIB))
+    empty = Snapshot(0.0, (), (), (), (), (task,) * 3)
+    assert a.target(empty) == 3  # min(ceil(3 * 60 / 5), 3 tasks), no workers yet
+    w = Worker("a", "a", "h", Resources(4, GIB), processing=(task,) * 8)
+    assert a.target(Snapshot(0.0, (), (), (), (w,), ())) == 2  # 8 threads wanted / 4 per worker
+    for doc in (QueueRule.__doc__, AdaptiveLike.__doc__, Static.__doc__):
+        assert doc and ("seed 004" in doc or "adaptive_target" in doc or "maximum size" in doc)
+
+
+def test_lower_bounds_from_the_trace() -> None:
+    policy = Policy((TypePolicy("m5.large"), TypePolicy("m5.xlarge")), min_instances=1, max_instances=3)
+    catalogue = priced_catalogue(policy)
+    jobs = (Job(0, 0.0, 3600.0, 1.0, 2.0, 0), Job(1, 100.0, 3600.0, 4.0, 4.0, 0))
+    assert makespan_lb(jobs) == 3700.0
+    # job 0: half an m5.large for an hour; job 1: a whole m5.xlarge for an hour
+    assert cost_lb(jobs, policy, catalogue) == pytest.approx(0.096 / 2 + 0.192)
+    lazy = (Job(0, 0.0, 36.0, 1.0, 2.0, 0), Job(1, 7164.0, 36.0, 1.0, 2.0, 0))
+    assert cost_lb(lazy, policy, catalogue) == pytest.approx(0.096 * 2)  # the always-on floor dominates
+    assert percentile([1, 2, 3, 4], 50) == 2.5 and percentile([], 95) == 0.0
+
+
+def _args(tmp_path: Path, *extra: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["simulate", *extra])
+
+
+def test_cli_json_plot_and_sibling_env(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from swarm_autoscaler.sim.trace import write_trace
+
+    trace = tmp_path / "t.csv"
+    write_trace(trace, JOBS)
+    (tmp_path / "t.env").write_text(ENV)  # no AMI ids, no scheduler URL: not needed to simulate
+    png = tmp_path / "out.png"
+    args = _args(tmp_path, "--trace", str(trace), "--json", "--plot", str(png), "--refusal-rate", "0.1")
+    assert args.handler(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("completed_jobs", "makespan_s", "wait_p50_s", "wait_p95_s", "instance_seconds", "cost_usd",
+                "launches", "terminations", "peak_instances", "busy_terminations", "max_exceeded",
+                "makespan_lb_s", "cost_lb_usd", "makespan_ratio", "cost_ratio"):  # fmt: skip
+        assert key in out
+    assert out["completed_jobs"] == 8
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = _args(tmp_path, "--trace", str(trace), "--policy", "static")
+    assert table.handler(table) == 0
+    assert "busy_terminations" in capsys.readouterr().out
+
+
+def test_cli_reports_bad_input_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("submit_s,duration_s,cpus,ram_gib,gpus,instance_type\n0,60,1,2,0,\n0,x,1,2,0,\n")
+    (tmp_path / "t.env").write_text(ENV)
+    args = _args(tmp_path, "--trace", str(trace))
+    assert args.handler(args) == 2
+    assert f"{trace}:3: duration_s='x' is not a number" in capsys.readouterr().err
+    trace.write_text("submit_s,duration_s,cpus,ram_gib,gpus,instance_type\n0,60,1,2,0,\n")
+    (tmp_path / "t.env").write_text('AUTOSCALER_EC2_ALLOWED_TYPES={"m9.huge": {}}\n')
+    assert args.handler(args) == 2
+    assert "AUTOSCALER_EC2_ALLOWED_TYPES" in capsys.readouterr().err
+
+
+def test_table_markdown_and_target_checks() -> None:
+    def row(p95: float, cost: float, busy: int = 0) -> dict[str, Any]:
+        return {"jobs": 1, "completed_jobs": 1, "wait_p50_s": 0.0, "wait_p95_s": p95, "cost_usd": cost,
+                "cost_ratio": 1.1, "makespan_ratio": 1.0, "launches": 1, "peak_instances": 1,
+                "busy_terminations": busy, "max_exceeded": 0}  # fmt: skip
+
+    results = {"burst500": {"ours": row(10, 1.0), "queue-rule": row(20, 2.0), "adaptive": row(5, 1.0),
+                            "static": row(5, 3.0)}}  # fmt: skip
+    text = markdown(results)
+    assert text.splitlines()[2].startswith("| burst500 | ours | 1 |") and len(text.splitlines()) == 6
+    assert misses(results) == []
+    results["burst500"]["ours"] = row(30, 4.0, busy=1)
+    assert len(misses(results)) == 4

@@ -1,0 +1,129 @@
+"""The dask-like scheduler: restrictions, unrunnable tasks, queues in `processing`, stealing, loss."""
+
+from __future__ import annotations
+
+import itertools
+
+from swarm_autoscaler.model import GIB, Resources, Worker
+from swarm_autoscaler.sim.scheduler import EventQueue, Scheduler, SimWorker
+from swarm_autoscaler.sim.trace import Job
+
+
+def make(*jobs: Job) -> tuple[Scheduler, EventQueue]:
+    events = EventQueue()
+    return Scheduler({j.key: j for j in jobs}, events), events
+
+
+def worker(
+    name: str, type_name: str = "m5.large", cpus: float = 2, ram_gib: float = 8, gpus: int = 0
+) -> SimWorker:
+    cap = Resources(cpus, round(ram_gib * GIB), gpus)
+    return SimWorker(f"tcp://{name}:1", name, name, type_name, cap, cap)
+
+
+def job(
+    i: int, cpus: float = 1, ram: float = 1, gpus: int = 0, pin: str | None = None, d: float = 100
+) -> Job:
+    return Job(i, 0.0, d, cpus, ram, gpus, pin)
+
+
+def processing(s: Scheduler, address: str) -> list[str]:
+    return [t.key for w in s.view().workers if w.address == address for t in w.processing]
+
+
+def test_task_no_worker_can_take_stays_unrunnable_until_a_fitting_worker_joins() -> None:
+    gpu_job = job(0, cpus=2, ram=8, gpus=1)
+    s, _ = make(gpu_job)
+    s.add_worker(worker("a"), 0.0)
+    s.submit(gpu_job.key, 0.0)
+    assert [t.key for t in s.view().unrunnable] == [gpu_job.key]
+    s.add_worker(worker("g", "g4dn.xlarge", cpus=4, ram_gib=16, gpus=1), 5.0)
+    assert s.view().unrunnable == ()
+    assert processing(s, "tcp://g:1") == [gpu_job.key]
+    assert s.started_at[gpu_job.key] == 5.0
+
+
+def test_restricted_tasks_wait_in_processing_on_a_busy_worker() -> None:
+    jobs = [job(i, cpus=2) for i in range(3)]
+    s, events = make(*jobs)
+    s.add_worker(worker("a"), 0.0)
+    for j in jobs:
+        s.submit(j.key, 0.0)
+    # one runs (2 CPUs), two wait on the same worker: the scheduler lists all three as processing
+    assert processing(s, "tcp://a:1") == [j.key for j in jobs]
+    assert s.running_count() == 1 and s.waiting_count() == 2 and s.view().unrunnable == ()
+    time, kind, (address, key, end) = events.pop()
+    assert (time, kind, key) == (100.0, "done", jobs[0].key)
+    s.finish(address, key, end)
+    assert s.completed_at == {jobs[0].key: 100.0} and s.started_at[jobs[1].key] == 100.0
+
+
+def test_pinned_task_goes_only_to_its_type() -> None:
+    pinned = job(0, pin="c5.large")
+    s, _ = make(pinned)
+    s.add_worker(worker("m"), 0.0)
+    s.submit(pinned.key, 0.0)
+    assert [t.key for t in s.view().unrunnable] == [pinned.key]
+    assert s.view().unrunnable[0].pinned_type == "c5.large"
+    s.add_worker(worker("c", "c5.large", ram_gib=4), 1.0)
+    assert processing(s, "tcp://c:1") == [pinned.key]
+
+
+def test_unrunnable_burst_piles_onto_the_first_worker_and_idle_newcomers_steal() -> None:
+    jobs = [job(i, cpus=2) for i in range(4)]
+    s, _ = make(*jobs)
+    for j in jobs:
+        s.submit(j.key, 0.0)
+    assert len(s.view().unrunnable) == 4
+    s.add_worker(worker("a"), 10.0)
+    assert len(processing(s, "tcp://a:1")) == 4  # the whole burst lands on the first worker
+    s.add_worker(worker("b"), 20.0)
+    assert len(processing(s, "tcp://b:1")) == 1  # b steals what it can start at once
+    assert s.running_count() == 2 and s.waiting_count() == 2
+
+
+def test_removed_worker_releases_its_tasks_which_restart_elsewhere() -> None:
+    jobs = [job(0), job(1)]
+    s, _ = make(*jobs)
+    s.add_worker(worker("a"), 0.0)
+    for j in jobs:
+        s.submit(j.key, 0.0)
+    assert s.remove_worker("tcp://a:1", 50.0) == 2
+    assert s.restarts == 2 and len(s.view().unrunnable) == 2 and not s.started_at
+    s.add_worker(worker("b"), 60.0)
+    assert s.started_at == {jobs[0].key: 60.0, jobs[1].key: 60.0}
+    s.finish("tcp://a:1", jobs[0].key, 100.0)  # a stale completion from the lost worker is ignored
+    assert not s.completed_at
+
+
+def test_cached_view_always_equals_a_fresh_one() -> None:
+    jobs = [job(i, cpus=1 + i % 2, d=10 + i) for i in range(12)]
+    s, events = make(*jobs)
+    for i, j in enumerate(jobs):
+        s.submit(j.key, float(i))
+        if i == 3:
+            s.add_worker(worker("a"), 3.0)
+        if i == 7:
+            s.add_worker(worker("b", "m5.xlarge", cpus=4, ram_gib=16), 7.0)
+        if i == 9:
+            s.remove_worker("tcp://a:1", 9.0)
+        fresh = tuple(
+            Worker(
+                w.address,
+                w.name,
+                w.hostname,
+                w.capacity,
+                tuple(s.tasks[k] for k in itertools.chain(w.running, w.waiting)),
+            )
+            for w in s.workers.values()
+        )
+        assert s.view().workers == fresh
+        assert s.view().unrunnable == tuple(s.tasks[k] for k in s.unrunnable)
+    while events.next_time() is not None:
+        _, _, (address, key, end) = events.pop()
+        s.finish(address, key, end)
+        assert s.view().workers[0].processing == tuple(
+            s.tasks[k]
+            for k in itertools.chain(s.workers["tcp://b:1"].running, s.workers["tcp://b:1"].waiting)
+        )
+    assert len(s.completed_at) == 12
