@@ -51,7 +51,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         import distributed  # noqa: F401 - configures its loggers on import; quiet them afterwards
 
         for name in ("distributed", "werkzeug", "tornado"):
-            logging.getLogger(name).setLevel(logging.ERROR)
+            logging.getLogger(name).setLevel(logging.CRITICAL)
     opts = demo.DemoOptions(
         tasks=args.tasks, fast=args.fast, swarm=args.swarm, json=args.json, out_dir=Path(args.out_dir)
     )
@@ -81,7 +81,9 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="run the daemon on an embedded local cloud with a workload")
     demo.add_argument("--tasks", type=int, default=200, help="number of tasks to submit (default 200)")
     demo.add_argument("--fast", action="store_true", help="short delays (for CI)")
-    demo.add_argument("--swarm", action="store_true", help="real dockerd swarm nodes (root, dockerd installed)")
+    demo.add_argument(
+        "--swarm", action="store_true", help="real dockerd swarm nodes (root, dockerd installed)"
+    )
     demo.add_argument("--json", action="store_true", help="end with one JSON object of the results")
     demo.add_argument("--out-dir", default="demo-out", help="where the timeline PNG goes (default demo-out)")
     demo.add_argument("--verbose", action="store_true", help="show the daemon's log lines")

@@ -185,7 +185,9 @@ async def run_demo(opts: DemoOptions) -> dict[str, Any]:
         }
 
 
-async def _watch(futures: list[Any], recorder: Recorder, dash: Dashboard, started: float, timeout: float) -> int:
+async def _watch(
+    futures: list[Any], recorder: Recorder, dash: Dashboard, started: float, timeout: float
+) -> int:
     """Wait for every placeable task, release the results (a worker holding the only copy of a result is
     never retired), then wait for the scale-down; refresh the dashboard meanwhile."""
     deadline = started + timeout

@@ -9,10 +9,12 @@ same snapshot always gives an equal Plan. The recipe:
 3. scale up: place pending tasks virtually on free capacity of active workers, then drained and reserve
    nodes (which get activated), then joining nodes, then launched instances (in-flight capacity always
    counts, so a task never causes two launches), then new instances of the cheapest fitting type, within
-   `max_instances`; top up to `min_instances`;
+   `max_instances`; top up to `min_instances`; when nothing is pending, launch what each type's reserve
+   lacks (a reserve is only warm if the machines exist: they join, idle, and are drained into it);
 4. repair, even while work is pending: terminate broken instances, remove nodes whose instance is gone
    or that stayed down past `node_down_timeout`, retry terminations that did not take;
-5. scale down only when no placeable task is pending: retire idle workers and drain nodes that stayed
+5. scale down when no placeable task is pending, or when pending work cannot get capacity (at
+   `max_instances`, or its types refused) so idle machines it cannot use must make room: retire idle workers and drain nodes that stayed
    empty for `drain_delay`, then terminate drained nodes beyond the reserve after `termination_delay`,
    never below `min_instances` and never a type launched in the same plan;
 6. keep the lifecycle marks (node labels) up to date so the timing survives a restart.
@@ -69,6 +71,8 @@ _USEFUL = (
     Bucket.RESERVE,
     Bucket.DISCONNECTED,
 )
+# Buckets whose idle members count as a type's spare (warm) machines.
+_SPARE = (Bucket.RESERVE, Bucket.DRAINED, Bucket.LAUNCHED, Bucket.JOINING, Bucket.ACTIVE)
 _MARK_ORDER = ("ready", "empty_since", "drained_since", "termination_started", "down_since")
 
 
@@ -116,6 +120,11 @@ def _decide(
     planner.repair()
     planner.keep_marks()
     if nothing_pending:
+        planner.fill_reserve(options)
+    # Idle machines are scaled down when nothing is pending, and also when pending work could not get
+    # capacity (max_instances reached, or its types refused): placement put nothing on them, so they
+    # cannot serve it, and keeping them would block the launches it needs forever.
+    if nothing_pending or pool.left > 0:
         planner.scale_down()
     result = Plan(
         actions=planner.actions(),
@@ -146,6 +155,7 @@ class _Planner:
     repairs: list[Action] = field(default_factory=list)
     shrink: list[Action] = field(default_factory=list)
     removed: set[str] = field(default_factory=set)  # node ids removed by this plan
+    reserve_fill: dict[str, int] = field(default_factory=dict)  # type -> launched to fill its reserve
     tracing: bool = False
     bins: dict[str, tuple[str, Vec]] = field(default_factory=dict)  # only when tracing
     new_bins: list[NewBins] = field(default_factory=list)
@@ -172,6 +182,10 @@ class _Planner:
         if tier == Bucket.ACTIVE:
             owner = {w.address: m for m in members for w in m.workers}
             bins = [(a, m.type_name, self.demand.free[a]) for a, m in owner.items()]
+            for m in members:  # activated or restarted nodes whose worker is starting: in-flight capacity
+                if not m.workers and m.type_name in capacity and self._worker_expected(m):
+                    owner[m.key] = m
+                    bins.append((m.key, m.type_name, capacity[m.type_name]))
         else:
             owner = {m.key: m for m in members}
             bins = [(m.key, m.type_name, capacity[m.type_name]) for m in members if m.type_name in capacity]
@@ -185,6 +199,11 @@ class _Planner:
         if tier in (Bucket.DRAINED, Bucket.RESERVE):
             for key in got:
                 self._activate(owner[key])
+
+    def _worker_expected(self, member: Member) -> bool:
+        """An active node without a worker counts as capacity while its worker may still start."""
+        since = member.node.marks.empty_since if member.node is not None else None
+        return since is None or self.now - since < self.policy.max_start_time
 
     def _activate(self, member: Member) -> None:
         node = member.node
@@ -217,11 +236,32 @@ class _Planner:
         return sum(entry[0] for entry in self.launches.values())
 
     def _top_up(self, options: tuple[TypeOption, ...], budget: int) -> None:
-        useful = self._useful()
+        useful = self._useful() - len(self.cluster.reserve)  # the reserve comes on top of the minimum
         missing = min(self.policy.min_instances - useful - self._launched(), budget)
         cheapest = next((o for o in options if o.available), None)
         if missing > 0 and cheapest is not None:
             self._launch(cheapest.name, missing, 0)
+
+    def fill_reserve(self, options: tuple[TypeOption, ...]) -> None:
+        """Launch what a type's reserve lacks. Spare machines of a type are the idle ones: reserve,
+        drained, launched or joining without placed work, and active without work."""
+        available = {o.name for o in options if o.available}
+        budget = self._launch_budget() - self._launched()
+        for tp in self.policy.allowed_types:
+            if tp.reserve <= 0 or tp.name not in available or budget <= 0:
+                continue
+            spare = sum(
+                1
+                for bucket in _SPARE
+                for m in self.cluster.bucket(bucket)
+                if m.type_name == tp.name and not m.busy and m.key not in self.received
+            )
+            planned = self.launches.get(tp.name, [0, 0, 0])[0]
+            missing = min(tp.reserve - spare - planned, budget)
+            if missing > 0:
+                self._launch(tp.name, missing, 0)
+                self.reserve_fill[tp.name] = self.reserve_fill.get(tp.name, 0) + missing
+                budget -= missing
 
     def _launch_actions(self) -> list[Launch]:
         out = []
@@ -229,8 +269,14 @@ class _Planner:
             parts = []
             if tasks:
                 parts.append(f"{tasks} pending task(s) need new capacity; cheapest fitting type: {type_name}")
-            if for_minimum:
-                parts.append(f"{for_minimum} to keep min_instances={self.policy.min_instances}")
+            for_reserve = self.reserve_fill.get(type_name, 0)
+            if for_minimum - for_reserve > 0:
+                parts.append(f"{for_minimum - for_reserve} to keep min_instances={self.policy.min_instances}")
+            if for_reserve:
+                tp = self.policy.type_policy(type_name)
+                parts.append(
+                    f"{for_reserve} to fill the reserve of {tp.reserve if tp else 0} warm {type_name}"
+                )
             out.append(Launch(type_name, count, "; ".join(parts)))
         return out
 
@@ -343,7 +389,9 @@ class _Planner:
             node = member.node
             assert node is not None
             since = node.marks.empty_since
-            if member.busy or since is None or self.now - since < self.policy.drain_delay:
+            if member.busy or member.key in self.received or since is None:
+                continue
+            if self.now - since < self.policy.drain_delay:
                 continue
             retire.extend(w.address for w in member.workers)
             reason = f"empty for {self.now - since:.0f}s (drain_delay {self.policy.drain_delay:g}s)"
@@ -355,7 +403,7 @@ class _Planner:
         self._terminate_beyond_reserve()
 
     def _terminate_beyond_reserve(self) -> None:
-        live = self._useful() + self._launched()
+        live = self._useful() + self._launched() - len(self.cluster.reserve)  # reserve is on top of min
         chosen: list[Member] = []
         for member in self.cluster.drained:
             node = member.node
@@ -363,7 +411,9 @@ class _Planner:
             since = node.marks.drained_since
             if live <= self.policy.min_instances:
                 break
-            if member.busy or since is None or self.now - since < self.policy.termination_delay:
+            if member.busy or member.key in self.received or since is None:
+                continue
+            if self.now - since < self.policy.termination_delay:
                 continue
             if member.type_name in self.launches:  # never launch and terminate the same type
                 continue

@@ -330,6 +330,18 @@ SCALE_DOWN = [
         make_policy(types=[TypePolicy("m5.large", reserve=1)]),
     ),
     Case(
+        "an empty reserve is filled when nothing is pending: the machine joins, idles and is drained into it",
+        make_snapshot(),
+        Plan((Launch("m5.large", 1, "1 to fill the reserve of 1 warm m5.large"),)),
+        make_policy(types=[TypePolicy("m5.large", reserve=1)]),
+    ),
+    Case(
+        "an idle active machine of the type already counts as the reserve's spare: nothing launched",
+        assemble(machine(1, marks=NodeMarks(True, empty_since=NOW - 5))),
+        Plan(),
+        make_policy(types=[TypePolicy("m5.large", reserve=1)]),
+    ),
+    Case(
         "a drained node not yet drained for termination_delay is kept",
         assemble(
             machine(1, worker=False, availability=Availability.DRAIN, marks=NodeMarks(True, None, NOW - 60))

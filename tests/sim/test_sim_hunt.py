@@ -40,12 +40,6 @@ def test_never_a_busy_node_drained_or_terminated_and_never_above_max(results: di
     assert not unsafe, _shrunk_report(unsafe[0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="planner liveness bug (reported): plan() suppresses every scale-down while any placeable task is "
-    "pending, so at max_instances idle machines of a type the pending task cannot use are never removed "
-    "and the task waits forever (e.g. seed 6: max 1, an idle c5.large kept forever while a 2-CPU 6-GiB job that only m5 types fit waits)",
-)
 def test_every_job_completes_and_the_fleet_settles_with_nothing_leaked(results: dict[int, list[str]]) -> None:
     failing = [s for s, problems in results.items() if problems]
     assert not failing, (

@@ -102,7 +102,11 @@ class LocalCloud:
         self.moto.start()
         self._stack.callback(self.moto.stop)
         self.network = await asyncio.to_thread(provision_network, self.moto.endpoint, instance_profile=False)
-        self.scheduler = await Scheduler(host="127.0.0.1", port=0, dashboard=False, validate=False)
+        # The scheduler serves HTTP (/metrics) even without a dashboard, on 8787 by default: a free port
+        # instead, so two local clouds (or any dask on this machine) never collide or warn.
+        self.scheduler = await Scheduler(
+            host="127.0.0.1", port=0, dashboard=False, dashboard_address="127.0.0.1:0", validate=False
+        )
         self._stack.push_async_callback(self.scheduler.close)
         await self._start_swarm()
         assert self.orchestrator is not None

@@ -10,9 +10,9 @@ run against the strategy (the real planner by default) and checked:
   fleet is back to `settled_fleet(policy)` (min + reserve) with nothing leaked (every live instance
   has a ready node, every node a live instance, nothing left shutting down).
 
-"Back to min + reserve" is checked as `min <= live <= min + reserve`: the planner keeps a reserve out of
-machines it drained (seed 000: "scale down drained nodes until we reach the reserve"); it never launches
-one, so a type the workload never used ends with no reserve machine.
+"Back to min + reserve" is checked exactly: the planner keeps a reserve out of machines it drained (seed
+000: "scale down drained nodes until we reach the reserve") and launches what a type's reserve lacks once
+nothing is pending, so a type the workload never used ends with its reserve too.
 
 A failing case is shrunk (delta debugging over its list of events: jobs and faults) to the shortest list
 that still fails, and printed with its seed:
@@ -164,10 +164,9 @@ def _final_problems(run: Run) -> list[str]:
     if not run.finished:
         out.append(f"never settled: {len(world.alive())} live instances at the deadline")
     alive = world.alive()
-    if not policy.min_instances <= len(alive) <= settled_fleet(policy):
+    if len(alive) != settled_fleet(policy):
         out.append(
-            f"fleet ended at {len(alive)} live instances, expected between min {policy.min_instances} "
-            f"and min + reserve {settled_fleet(policy)}"
+            f"fleet ended at {len(alive)} live instances, expected min + reserve {settled_fleet(policy)}"
         )
     nodes = {n.instance_id: n for n in world.nodes.values()}
     for inst in alive:

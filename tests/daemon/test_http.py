@@ -1,0 +1,178 @@
+"""/metrics and /healthz served by a real aiohttp server, scraped over HTTP; the daemon runs over fakes
+with a stepped clock, so "ticks stopped" is a clock step, not a wait."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from tests.fakes import FakeCloud, FakeLock, FakeWorkload, SteppedClock
+
+from swarm_autoscaler.localcloud.memswarm import MemorySwarm
+from swarm_autoscaler.loop import Daemon, InFlightCloud
+from swarm_autoscaler.metrics import STALE_TICKS, Metrics, build_app, start_http
+from swarm_autoscaler.model import (
+    GIB,
+    Instance,
+    InstanceState,
+    InstanceType,
+    Policy,
+    Resources,
+    Task,
+    TypePolicy,
+)
+from swarm_autoscaler.tick import Ports
+
+CATALOGUE = {
+    "m5.large": InstanceType("m5.large", Resources(2, 8 * GIB), 0.096),
+    "m5.xlarge": InstanceType("m5.xlarge", Resources(4, 16 * GIB), 0.192),
+}
+POLICY = Policy(
+    allowed_types=(TypePolicy("m5.large"), TypePolicy("m5.xlarge")),
+    min_instances=0,
+    max_instances=6,
+    max_start_time=300,
+    drain_delay=30,
+    termination_delay=60,
+)
+POLL = 5.0
+CLUSTER = "http-test"
+
+
+@dataclass
+class Served:
+    clock: SteppedClock
+    cloud: FakeCloud
+    workload: FakeWorkload
+    daemon: Daemon
+    base: str
+    session: aiohttp.ClientSession
+
+    async def get(self, path: str) -> tuple[int, str]:
+        async with self.session.get(self.base + path) as response:
+            return response.status, await response.text()
+
+    async def healthz(self) -> tuple[int, dict[str, Any]]:
+        async with self.session.get(self.base + "/healthz") as response:
+            return response.status, await response.json()
+
+    async def samples(self) -> dict[str, list[tuple[dict[str, str], float]]]:
+        """Every sample of the scrape by sample name: (labels, value)."""
+        status, text = await self.get("/metrics")
+        assert status == 200
+        out: dict[str, list[tuple[dict[str, str], float]]] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+        return out
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[Served]:
+    clock = SteppedClock()
+    cloud = FakeCloud(clock, CATALOGUE)
+    workload = FakeWorkload()
+    metrics = Metrics(CLUSTER, POLICY)
+    daemon = Daemon(
+        cluster_name=CLUSTER,
+        ports=Ports(InFlightCloud(cloud, clock), MemorySwarm(), workload),
+        lock=FakeLock("a"),
+        policy=POLICY,
+        catalogue=CATALOGUE,
+        poll_interval=POLL,
+        clock=clock,
+        on_tick=metrics.observe_tick,
+    )
+    app = build_app(metrics, lambda: daemon.last_success, POLL, clock)
+    runner = await start_http(app, "127.0.0.1", 0)
+    try:
+        host, port = runner.addresses[0][:2]
+        async with aiohttp.ClientSession() as session:
+            yield Served(clock, cloud, workload, daemon, f"http://{host}:{port}", session)
+    finally:
+        await runner.cleanup()
+
+
+def value(samples: list[tuple[dict[str, str], float]], **labels: str) -> float:
+    matching = [v for lbl, v in samples if all(lbl.get(k) == want for k, want in labels.items())]
+    assert len(matching) == 1, (labels, samples)
+    return matching[0]
+
+
+async def test_metrics_scrape_shows_buckets_work_actions_failures_and_tick_durations(served: Served) -> None:
+    clock = served.clock
+    booting = Instance("i-booting", "m5.xlarge", InstanceState.PENDING, clock.now - 10, "ip-10-0-0-5")
+    served.cloud.instances[booting.id] = booting
+    served.cloud.refuse_types = {"m5.large"}
+    small = [Task(f"small-{i}", Resources(1, GIB)) for i in range(6)]
+    impossible = Task("impossible", Resources(512, GIB))
+    served.workload.unrunnable = [*small, impossible]
+
+    first = await served.daemon.tick_once()
+    assert first is not None and first.acted
+    for _ in range(2):  # a refusal, the fallback launch, then a tick that sees it
+        clock.step(POLL)
+        assert await served.daemon.tick_once() is not None
+    got = await served.samples()
+
+    buckets = {(lbl["bucket"], lbl["instance_type"]): v for lbl, v in got["autoscaler_bucket_size"]}
+    assert all(lbl["cluster"] == CLUSTER for lbl, _ in got["autoscaler_bucket_size"])
+    assert sum(v for (_, itype), v in buckets.items() if itype == "m5.xlarge") >= 2  # booting + fallback
+    assert not any(itype == "m5.large" and v for (_, itype), v in buckets.items())  # every launch refused
+    # pending counts every unrunnable task (model.Plan.pending), the impossible one included
+    assert value(got["autoscaler_pending_tasks"], cluster=CLUSTER) == len(small) + 1
+    assert value(got["autoscaler_unplaceable_tasks"], cluster=CLUSTER) == 1
+
+    refused = value(got["autoscaler_actions_total"], kind="Launch", outcome="capacity")
+    assert refused >= 1
+    assert value(got["autoscaler_launch_failures_total"], reason="capacity") == refused
+    assert value(got["autoscaler_actions_total"], kind="Launch", outcome="ok") >= 1
+    launch_calls = [args for kind, args in served.cloud.calls if kind == "launch"]
+    assert sum(v for lbl, v in got["autoscaler_actions_total"] if lbl["kind"] == "Launch") == len(
+        launch_calls
+    )
+
+    assert value(got["autoscaler_tick_duration_seconds_count"], cluster=CLUSTER) == 3
+    assert value(got["autoscaler_tick_duration_seconds_bucket"], cluster=CLUSTER, le="+Inf") == 3
+    assert value(got["autoscaler_is_leader"], cluster=CLUSTER) == 1
+    assert value(got["autoscaler_last_successful_tick_timestamp_seconds"], cluster=CLUSTER) == clock.now
+
+
+async def test_a_failed_tick_counts_as_an_error_and_still_times_the_tick(served: Served) -> None:
+    from swarm_autoscaler.errors import EndpointError
+
+    served.cloud.fail_list = EndpointError("http://ec2.local", "connection refused")
+    assert await served.daemon.tick_once() is None
+    got = await served.samples()
+    assert value(got["autoscaler_tick_errors_total"], cluster=CLUSTER) == 1
+    assert value(got["autoscaler_tick_duration_seconds_count"], cluster=CLUSTER) == 1
+
+
+async def test_healthz_is_ok_after_a_tick_and_503_with_the_reason_once_ticks_stop(served: Served) -> None:
+    status, body = await served.healthz()
+    assert status == 503 and body["status"] == "starting"
+
+    assert await served.daemon.tick_once() is not None
+    status, body = await served.healthz()
+    assert (status, body["status"]) == (200, "ok")
+
+    limit = STALE_TICKS * POLL + 5.0
+    served.clock.step(limit - 1)  # still within the limit
+    assert (await served.healthz())[0] == 200
+
+    served.clock.step(2)  # no tick for longer than the limit
+    status, body = await served.healthz()
+    assert status == 503 and body["status"] == "stale"
+    assert "last successful tick" in body["reason"] and f"{limit:.0f}s" in body["reason"]
+
+    served.cloud.fail_list = RuntimeError("ec2 down")  # a failing tick does not make it healthy again
+    await served.daemon.tick_once()
+    assert (await served.healthz())[0] == 503
+
+    served.cloud.fail_list = None
+    assert await served.daemon.tick_once() is not None
+    assert (await served.healthz())[0] == 200

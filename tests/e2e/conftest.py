@@ -1,0 +1,49 @@
+"""One local cloud for the whole e2e session: moto EC2, an in-process dask scheduler, a real dockerd swarm
+manager and the machine emulator, which boots the daemon's instances into real dockerd swarm nodes.
+
+Only one local swarm may run per machine, so the cloud is session-scoped and every test leaves the fleet
+back at the minimum plus the reserve (zero here: no reserve, no minimum, so that each scenario's launches
+are its own). The cloud is always torn down (LocalCloud's exit stack, then LocalSwarm's full teardown).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from tests.e2e.helpers import ec2_client
+
+from swarm_autoscaler.localcloud.cloud import LocalCloud, LocalCloudOptions
+from swarm_autoscaler.localcloud.dockerd import check_install
+
+E2E_TYPES: dict[str, dict[str, Any]] = {"m5.large": {}, "m5.xlarge": {}, "r5.large": {}}
+CLUSTER = "e2e"
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def cloud() -> AsyncIterator[LocalCloud]:
+    missing = check_install()
+    if missing:
+        pytest.skip("the e2e suite needs a real local swarm: " + "; ".join(missing))
+    options = LocalCloudOptions(
+        fast=True, real_swarm=True, cluster_name=CLUSTER, allowed_types=E2E_TYPES, max_instances=6, seed=3
+    )
+    async with LocalCloud(options) as lc:
+        yield lc
+
+
+@pytest.fixture(scope="session")
+def foreign_instance(cloud: LocalCloud) -> str:
+    """An instance in the same EC2 that does not carry our ownership tags: the daemon must never touch it."""
+    assert cloud.network is not None
+    ec2 = ec2_client(cloud)
+    reply = ec2.run_instances(
+        ImageId=cloud.network.ami_id,
+        InstanceType="t3.micro",
+        MinCount=1,
+        MaxCount=1,
+        SubnetId=cloud.network.subnet_ids[0],
+    )
+    return str(reply["Instances"][0]["InstanceId"])

@@ -1,0 +1,124 @@
+"""Helpers for the e2e tests: direct looks at moto (never through the daemon), polling, and a recorder
+of what a daemon did."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+import pytest
+
+from swarm_autoscaler.localcloud.cloud import LocalCloud
+from swarm_autoscaler.loop import Daemon
+from swarm_autoscaler.model import Action
+from swarm_autoscaler.tick import TickResult
+
+
+def ec2_client(lc: LocalCloud) -> Any:
+    assert lc.network is not None
+    return boto3.client(
+        "ec2",
+        endpoint_url=lc.moto.endpoint,
+        region_name=lc.network.region,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+def owned_instances(
+    lc: LocalCloud, states: tuple[str, ...] = ("pending", "running")
+) -> dict[str, dict[str, Any]]:
+    """Our cluster's instances in these states, by id, straight from moto (not through the daemon)."""
+    filters = [{"Name": f"tag:{k}", "Values": [v]} for k, v in lc.owner_tags().items()]
+    filters.append({"Name": "instance-state-name", "Values": list(states)})
+    out: dict[str, dict[str, Any]] = {}
+    for reservation in ec2_client(lc).describe_instances(Filters=filters)["Reservations"]:
+        for inst in reservation["Instances"]:
+            out[inst["InstanceId"]] = inst
+    return out
+
+
+ALL_STATES = ("pending", "running", "shutting-down", "terminated", "stopping", "stopped")
+
+
+def instance_state(lc: LocalCloud, instance_id: str) -> str:
+    reply = ec2_client(lc).describe_instances(InstanceIds=[instance_id])
+    return str(reply["Reservations"][0]["Instances"][0]["State"]["Name"])
+
+
+def hostname_of(inst: dict[str, Any]) -> str:
+    return str((inst.get("PrivateDnsName") or inst["InstanceId"]).split(".")[0])
+
+
+async def wait_for(
+    condition: Callable[[], Awaitable[bool]] | Callable[[], bool],
+    timeout: float,
+    what: str,
+    step: float = 0.25,
+) -> float:
+    """Poll `condition` until true; return the seconds it took; fail with `what` after `timeout`."""
+    started = time.monotonic()
+    while True:
+        result = condition()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return time.monotonic() - started
+        if time.monotonic() - started > timeout:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for: {what}")
+        await asyncio.sleep(step)
+
+
+@dataclass
+class Record:
+    """What a daemon did, tick by tick: successful actions with the wall time they happened."""
+
+    actions: list[tuple[float, Action]] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    results: list[TickResult] = field(default_factory=list)
+
+    def of(self, kind: type[Any]) -> list[Any]:
+        return [a for _, a in self.actions if isinstance(a, kind)]
+
+
+def record(daemon: Daemon) -> Record:
+    rec = Record()
+    previous = daemon.on_tick
+
+    def hook(result: TickResult | None, seconds: float, error: BaseException | None) -> None:
+        if previous is not None:
+            previous(result, seconds, error)
+        if result is None:
+            return
+        rec.results.append(result)
+        now = time.monotonic()
+        for outcome in result.outcomes:
+            if outcome.ok:
+                rec.actions.append((now, outcome.action))
+            else:
+                rec.failed.append((outcome.kind, outcome.detail))
+
+    daemon.on_tick = hook
+    return rec
+
+
+@dataclass
+class Running:
+    daemon: Daemon
+    record: Record
+    stop: asyncio.Event
+    task: asyncio.Task[None]
+
+    async def halt(self) -> None:
+        self.stop.set()
+        await asyncio.wait_for(self.task, 60)
+
+
+async def start(daemon: Daemon) -> Running:
+    rec = record(daemon)
+    stop = asyncio.Event()
+    return Running(daemon, rec, stop, asyncio.create_task(daemon.run(stop)))

@@ -1,0 +1,46 @@
+"""`swarm-autoscaler demo --fast` as a real subprocess: the whole daemon on the embedded local cloud
+(moto EC2, a dask scheduler, emulated machines with real dask workers, the in-memory swarm)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+CLI = Path(sys.executable).with_name("swarm-autoscaler")
+TASKS = 30
+
+
+def test_fast_demo_scales_up_runs_everything_placeable_and_settles(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOSCALER_")}
+    done = subprocess.run(
+        [str(CLI), "demo", "--fast", "--tasks", str(TASKS), "--json", "--out-dir", str(tmp_path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        env=env,
+        cwd=tmp_path,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    assert lines, done.stderr[-3000:]
+    result = json.loads(lines[-1])
+    context = f"{result}\nstderr tail:\n{done.stderr[-2000:]}"
+
+    assert result["submitted_tasks"] == TASKS + 1, context  # the workload plus the impossible task
+    assert result["peak_instances"] > 1, context
+    assert result["launches"] >= result["peak_instances"], context
+    assert result["completed_tasks"] == TASKS, context  # all but the impossible one
+    assert result["unplaceable_keys"] == ["job-impossible"], context
+    assert result["terminations"] >= 1, context
+    assert result["final_instances"] == result["min_plus_reserve"], context
+    assert result["settled"] is True, context
+    png = Path(result["timeline_png"])
+    assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", context
+    assert done.returncode == 0, context
