@@ -119,9 +119,9 @@ class Recorder:
         """Back to the minimum plus the reserve, nothing pending, nothing in flight."""
         if self.last is None:
             return False
-        return (
-            self.live == self.min_plus_reserve and self.last.plan.pending == 0 and not self.last.plan.actions
-        )
+        plan = self.last.plan
+        waiting = plan.pending - len(plan.unplaceable)  # unplaceable tasks never get capacity
+        return self.live == self.min_plus_reserve and waiting == 0 and not plan.actions
 
 
 async def run_demo(opts: DemoOptions) -> dict[str, Any]:

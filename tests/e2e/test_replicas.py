@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 from distributed import Client
+from tests.e2e.helpers import hostname_of, instance_state, owned_instances, start, wait_for
 
 from swarm_autoscaler.localcloud.cloud import LocalCloud, env_without_autoscaler
 from swarm_autoscaler.localcloud.redis_server import RedisServer
 from swarm_autoscaler.model import GIB, DrainNode, Launch, RetireWorkers, Terminate
-from tests.e2e.helpers import hostname_of, instance_state, owned_instances, start, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.swarm, pytest.mark.timeout(180)]
 
@@ -131,16 +131,18 @@ async def test_restart_mid_scale_down_resumes_from_labels_and_spares_busy_nodes(
     scheduler, orchestrator = lc.scheduler, lc.orchestrator
     before = _ever(lc)
     async with Client(lc.scheduler_address, asynchronous=True) as client:
-        long = client.submit(time.sleep, 22.0, key="long", resources=_pinned(), pure=False)
-        short = [
-            client.submit(time.sleep, 1.0, key=f"short-{i}", resources=_pinned(), pure=False)
-            for i in range(2)
+        # three short pinned tasks make the daemon launch three machines (dask may pile them all on the first
+        # worker to join; that does not matter, the machines are launched and join anyway)
+        warm = [
+            client.submit(time.sleep, 0.5, key=f"warm-{i}", resources=_pinned(), pure=False) for i in range(3)
         ]
 
         async with lc.daemon() as daemon:
             first = await start(daemon)
             try:
-                await asyncio.wait_for(client.gather(short), 60)
+                await asyncio.wait_for(client.gather(warm), 60)
+                await wait_for(lambda: len(scheduler.workers) == 3, 40, "three workers")
+                long = client.submit(time.sleep, 15.0, key="long", resources=_pinned(), pure=False)
                 await wait_for(
                     lambda: scheduler.tasks["long"].processing_on is not None, 30, "the long task running"
                 )
