@@ -188,6 +188,7 @@ async def bench_refusals(waves: int) -> dict[str, Any]:
                         _sleep, 600.0, key=f"hold-{i}", resources={"CPU": 2.0, "RAM": 6.0 * GIB}, pure=False
                     )
                 )
+                # a joined node per wave (a task "processing" may only be queued on a worker)
                 await _until(lambda: len(lc.orchestrator.nodes) > i, 30.0, 0.1)  # noqa: B023 - awaited at once
             joined = len(lc.orchestrator.nodes)  # type: ignore[union-attr]
             for f in futures:

@@ -36,7 +36,7 @@ class Timeline:
         top.set_ylabel("tasks")
         top.legend(loc="upper right")
         top.set_title(title)
-        states = sorted({k for s in self.samples for k in s.instances})
+        states = sorted({k for s in self.samples for k, v in s.instances.items() if v})
         if states:
             bottom.stackplot(
                 ts, [[s.instances.get(k, 0) for s in self.samples] for k in states], labels=states, alpha=0.8
