@@ -141,6 +141,8 @@ async def test_restart_mid_scale_down_resumes_from_labels_and_spares_busy_nodes(
             first = await start(daemon)
             try:
                 await asyncio.wait_for(client.gather(warm), 60)
+                for future in warm:
+                    future.release()  # results held on a worker keep it from being retired
                 await wait_for(lambda: len(scheduler.workers) == 3, 40, "three workers")
                 long = client.submit(time.sleep, 15.0, key="long", resources=_pinned(), pure=False)
                 await wait_for(
