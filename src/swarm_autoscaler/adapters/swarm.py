@@ -91,6 +91,13 @@ def _is_out_of_sequence(exc: BaseException) -> bool:
     return isinstance(exc, _OutOfSequenceError)
 
 
+def nodes_from_api(raw_nodes: list[dict[str, Any]], prefix: str = DEFAULT_PREFIX) -> tuple[Node, ...]:
+    """Every described node. A node still joining is listed before it has described itself (no
+    hostname yet): it cannot be matched to a machine, so it is left out until the next listing."""
+    described = [raw for raw in raw_nodes if (raw.get("Description") or {}).get("Hostname")]
+    return tuple(node_from_api(raw, prefix) for raw in described)
+
+
 class SwarmOrchestrator:
     """`ports.Orchestrator` for the swarm whose manager's engine API is at `docker_url`.
 
@@ -141,7 +148,7 @@ class SwarmOrchestrator:
         """Every node of the swarm (managers included, flagged)."""
         raw_nodes = await self._call("list nodes", self._client().nodes.list())
         try:
-            return tuple(node_from_api(raw, self.prefix) for raw in raw_nodes)
+            return nodes_from_api(raw_nodes, self.prefix)
         except ValueError as exc:
             raise EndpointError(self._endpoint, str(exc)) from exc
 

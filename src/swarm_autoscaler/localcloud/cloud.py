@@ -200,10 +200,13 @@ class LocalCloud:
             yield daemon
 
     async def __aexit__(self, *exc: object) -> None:
+        if self.emulator is not None:
+            # Let the emulator finish its step: cancelling it mid-leave would abandon a dockerd being
+            # stopped in a worker thread (already dropped from the swarm's node list, so never torn down).
+            self.emulator.stopping = True
         for task in self._tasks:
-            task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+                await asyncio.wait_for(task, 60)
         self._tasks.clear()
         await self._stack.aclose()
         with contextlib.suppress(OSError):

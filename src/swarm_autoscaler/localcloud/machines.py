@@ -88,6 +88,7 @@ class MachineEmulator:
     clock: Callable[[], float] = lambda: asyncio.get_running_loop().time()
     machines: dict[str, Machine] = field(default_factory=dict)
     joined_total: int = 0
+    stopping: bool = False  # set to end `run()` after the current step (a half-done leave is never abandoned)
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
@@ -100,7 +101,7 @@ class MachineEmulator:
         )
 
     async def run(self, interval: float = 0.5) -> None:
-        while True:
+        while not self.stopping:
             try:
                 await self.step()
             except Exception as exc:  # the emulator keeps going like real machines would

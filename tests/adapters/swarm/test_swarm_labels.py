@@ -87,3 +87,10 @@ def test_node_without_labels_and_a_manager() -> None:
 def test_a_malformed_api_node_is_a_value_error(broken: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="abc123"):
         node_from_api(api_node(**broken))
+
+
+def test_a_node_still_joining_without_a_hostname_is_left_out_not_an_error() -> None:
+    from swarm_autoscaler.adapters.swarm import nodes_from_api
+
+    joining = api_node(ID="joining", Description={})
+    assert [n.id for n in nodes_from_api([joining, api_node()])] == ["abc123"]
