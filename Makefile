@@ -28,7 +28,9 @@ format: $(STAMP)
 # with apt when missing by scripts/ensure-services.sh; the suite itself starts and stops them.
 test: lint
 	bash scripts/ensure-services.sh
-	$(BIN)/pytest
+	$(BIN)/pytest -m "not e2e"
+	# A second run: only one local swarm may exist per machine, and each run's swarm is session-scoped.
+	$(BIN)/pytest -m e2e tests/e2e
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -m "not swarm and not e2e"
