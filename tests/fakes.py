@@ -9,8 +9,36 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
-from swarm_autoscaler.model import Instance, InstanceState, InstanceType, Task, Unavailable, Worker
+from swarm_autoscaler.model import (
+    GIB,
+    Instance,
+    InstanceState,
+    InstanceType,
+    Policy,
+    Resources,
+    Task,
+    TypePolicy,
+    Unavailable,
+    Worker,
+)
 from swarm_autoscaler.ports import LaunchResult, WorkloadView
+
+# A small fleet for the loop-level tests: two general-purpose types, no reserve, no minimum.
+CATALOGUE = {
+    "m5.large": InstanceType("m5.large", Resources(2, 8 * GIB), 0.096),
+    "m5.xlarge": InstanceType("m5.xlarge", Resources(4, 16 * GIB), 0.192),
+}
+
+
+def small_policy(max_instances: int) -> Policy:
+    return Policy(
+        allowed_types=(TypePolicy("m5.large"), TypePolicy("m5.xlarge")),
+        min_instances=0,
+        max_instances=max_instances,
+        max_start_time=300,
+        drain_delay=30,
+        termination_delay=60,
+    )
 
 
 @dataclass

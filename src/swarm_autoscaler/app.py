@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 
 import structlog
 
@@ -27,15 +26,6 @@ from .settings import Settings
 from .tick import Ports
 
 log = structlog.get_logger("swarm_autoscaler.app")
-
-
-@dataclass
-class Running:
-    """A built daemon and what it owns."""
-
-    daemon: Daemon
-    metrics: Metrics
-    ec2: Ec2Cloud
 
 
 @contextlib.asynccontextmanager
@@ -83,7 +73,7 @@ async def open_daemon(
         stack.push_async_callback(_close, lock)
         catalogue = await _catalogue(ec2, list(settings.ec2.allowed_types))
         policy = policy_from_settings(settings, catalogue)
-        metrics = Metrics(settings.cluster_name, policy)
+        metrics = Metrics(settings.cluster_name)
         daemon = Daemon(
             cluster_name=settings.cluster_name,
             ports=Ports(InFlightCloud(ec2, clock), swarm, workload),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import sys
 from collections.abc import Callable, Coroutine
@@ -13,11 +12,11 @@ import structlog
 from rich.console import Console
 from rich.table import Table
 
-from .cluster import classify
 from .errors import AutoscalerError, ConfigurationError, EndpointError
 from .loop import run_clusters
+from .model import NodeMarks, fields_of
 from .settings import Settings
-from .tick import TickResult, observe
+from .tick import TickResult, run_tick
 
 log = structlog.get_logger("swarm_autoscaler.commands")
 
@@ -55,28 +54,23 @@ async def run(settings: Settings) -> int:
     return 0
 
 
-async def explain(settings: Settings) -> int:
-    """Observe once and print the plan with every action's reason. Acts on nothing."""
+async def _look(settings: Settings) -> TickResult:
+    """Observe once and plan, acting on nothing: a tick as a standby replica runs it."""
     from .app import open_daemon
-    from .plan import plan
 
     async with open_daemon(settings, serve_http=False) as daemon:
-        snapshot = await observe(daemon.ports, daemon.catalogue, daemon.clock())
-        result = TickResult(snapshot, plan(snapshot, daemon.policy), (), acted=False)
-    print_plan(result, Console())
+        return await run_tick(daemon.ports, daemon.policy, daemon.catalogue, daemon.clock(), leader=False)
+
+
+async def explain(settings: Settings) -> int:
+    """Observe once and print the plan with every action's reason. Acts on nothing."""
+    print_plan(await _look(settings), Console())
     return 0
 
 
 async def status(settings: Settings) -> int:
     """Observe once and print instances, nodes, workers, buckets and pending work."""
-    from .app import open_daemon
-    from .plan import plan
-
-    async with open_daemon(settings, serve_http=False) as daemon:
-        snapshot = await observe(daemon.ports, daemon.catalogue, daemon.clock())
-        result = TickResult(snapshot, plan(snapshot, daemon.policy), (), acted=False)
-        console = Console()
-        print_status(result, daemon.policy, console)
+    print_status(await _look(settings), Console())
     return 0
 
 
@@ -89,10 +83,8 @@ def print_plan(result: TickResult, console: Console) -> None:
     table.add_column("target")
     table.add_column("reason")
     for i, action in enumerate(p.actions, 1):
-        fields = {k: getattr(action, k) for k in getattr(type(action), "__slots__", ()) if k != "reason"}
-        table.add_row(
-            str(i), type(action).__name__, ", ".join(f"{k}={v}" for k, v in fields.items()), action.reason
-        )
+        target = ", ".join(f"{k}={v}" for k, v in fields_of(action).items())
+        table.add_row(str(i), type(action).__name__, target, action.reason)
     console.print(table)
     for u in p.unplaceable:
         console.print(f"[yellow]unplaceable[/yellow] {u.task_key}: {u.reason}")
@@ -100,7 +92,7 @@ def print_plan(result: TickResult, console: Console) -> None:
         console.print("nothing to do")
 
 
-def print_status(result: TickResult, policy: object, console: Console) -> None:
+def print_status(result: TickResult, console: Console) -> None:
     snap = result.snapshot
     instances = Table(title=f"instances ({len(snap.instances)})")
     for col in ("id", "type", "state", "hostname", "age"):
@@ -129,16 +121,12 @@ def print_status(result: TickResult, policy: object, console: Console) -> None:
         )
     for table in (instances, nodes, workers):
         console.print(table)
-    counts = classify(snap, policy).counts()  # type: ignore[arg-type]
+    counts = result.cluster.counts()
     console.print("buckets: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
     console.print(
         f"unrunnable tasks: {len(snap.unrunnable)}   pending (with estimated queue): {result.plan.pending}"
     )
 
 
-def _marks(marks: object) -> str:
-    with contextlib.suppress(TypeError):
-        return ", ".join(
-            f"{k}={v}" for k in getattr(type(marks), "__slots__", ()) if (v := getattr(marks, k))
-        )
-    return ""
+def _marks(marks: NodeMarks) -> str:
+    return ", ".join(f"{k}={v}" for k, v in fields_of(marks).items() if v)

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .cluster import classify
 from .dashboard import Dashboard, View
 from .localcloud.cloud import LocalCloud, LocalCloudOptions
 from .model import GIB, Terminate
@@ -72,7 +71,6 @@ class Recorder:
 
     started: float
     min_plus_reserve: int
-    policy: Any
     timeline: Timeline = field(default_factory=Timeline)
     view: View = field(default_factory=View)
     seen_instances: set[str] = field(default_factory=set)
@@ -99,7 +97,7 @@ class Recorder:
             len(o.action.instance_ids) for o in result.outcomes if o.ok and isinstance(o.action, Terminate)
         )
         self.unplaceable.update(u.task_key for u in result.plan.unplaceable)
-        counts = classify(snap, self.policy).counts()
+        counts = result.cluster.counts()
         running = sum(min(len(w.processing), int(w.resources.cpus)) for w in snap.workers)
         types: dict[str, int] = {}
         for inst in live:
@@ -130,7 +128,7 @@ async def run_demo(opts: DemoOptions) -> dict[str, Any]:
     started = time.monotonic()
     cloud_opts = LocalCloudOptions(fast=opts.fast, real_swarm=opts.swarm)
     async with LocalCloud(cloud_opts) as lc, lc.daemon() as daemon:
-        recorder = Recorder(started, lc.min_plus_reserve, daemon.policy)
+        recorder = Recorder(started, lc.min_plus_reserve)
         previous_hook = daemon.on_tick
 
         def hook(result: TickResult | None, seconds: float, error: BaseException | None) -> None:

@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from .cluster import classify
 from .errors import AutoscalerError
-from .model import Instance, InstanceType, Policy, Unavailable
+from .model import Instance, InstanceType, Policy, Unavailable, fields_of
 from .ports import Cloud, LaunchResult, Lock
 from .tick import ObserveError, Outcome, Ports, TickResult, run_tick
 
@@ -167,7 +166,7 @@ class Daemon:
         self.leader = held
 
     def _log_tick(self, result: TickResult, seconds: float) -> None:
-        buckets = classify(result.snapshot, self.policy).counts()
+        buckets = result.cluster.counts()
         log.info(
             "tick",
             cluster=self.cluster_name,
@@ -216,7 +215,7 @@ class Daemon:
 
 def _log_outcome(cluster: str, outcome: Outcome) -> None:
     action = outcome.action
-    fields = {k: v for k, v in vars_of(action).items() if k != "reason"}
+    fields = fields_of(action)
     if outcome.ok:
         log.info(
             "action",
@@ -236,11 +235,6 @@ def _log_outcome(cluster: str, outcome: Outcome) -> None:
             error=outcome.detail,
             **fields,
         )
-
-
-def vars_of(obj: object) -> dict[str, object]:
-    slots = getattr(type(obj), "__slots__", ())
-    return {name: getattr(obj, name) for name in slots}
 
 
 async def run_clusters(daemons: Sequence[Daemon], stop: asyncio.Event) -> None:

@@ -13,8 +13,6 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from .cluster import classify
-from .model import Policy
 from .tick import TickResult
 
 # /healthz turns 503 when the last successful tick is older than this many poll intervals.
@@ -22,9 +20,8 @@ STALE_TICKS = 3
 
 
 class Metrics:
-    def __init__(self, cluster: str, policy: Policy) -> None:
+    def __init__(self, cluster: str) -> None:
         self.cluster = cluster
-        self.policy = policy
         self.registry = CollectorRegistry()
         r = self.registry
         self.buckets = Gauge(
@@ -76,7 +73,7 @@ class Metrics:
         self.pending.labels(self.cluster).set(result.plan.pending)
         self.unplaceable.labels(self.cluster).set(len(result.plan.unplaceable))
         self.buckets.clear()
-        for (bucket, type_name), count in classify(result.snapshot, self.policy).counts_by_type().items():
+        for (bucket, type_name), count in result.cluster.counts_by_type().items():
             self.buckets.labels(self.cluster, bucket, type_name).set(count)
         for outcome in result.outcomes:
             label = "ok" if outcome.ok else outcome.kind or "error"

@@ -350,6 +350,11 @@ class RemoveNode:
 Action = ActivateNode | Launch | RetireWorkers | DrainNode | Terminate | MarkNode | RemoveNode
 
 
+def fields_of(value: object) -> dict[str, object]:
+    """The fields of an action or of NodeMarks, for logs and tables (an action's `reason` excluded)."""
+    return {name: getattr(value, name) for name in getattr(type(value), "__slots__", ()) if name != "reason"}
+
+
 @dataclass(frozen=True, slots=True)
 class Unplaceable:
     """A task no allowed instance type can ever run, with the reason."""

@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from .cluster import OWNED_NODE_LABEL, Cluster, classify
 from .errors import AutoscalerError, LockLostError
 from .model import (
     Action,
@@ -33,7 +34,7 @@ from .plan import plan as make_plan
 from .ports import Cloud, Orchestrator, Workload
 
 # Label carried by every launched instance (as a tag) and applied to its node: the instance type.
-TYPE_LABEL = "instance-type"
+TYPE_LABEL = OWNED_NODE_LABEL
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +62,10 @@ class Outcome:
 
 @dataclass(frozen=True, slots=True)
 class TickResult:
+    """One tick's snapshot, its classification (for logs, metrics and views), plan and outcomes."""
+
     snapshot: Snapshot
+    cluster: Cluster
     plan: Plan
     outcomes: tuple[Outcome, ...]
     acted: bool
@@ -188,7 +192,8 @@ async def run_tick(
     """Observe, plan and (when `leader`) act. Raises ObserveError when observe fails."""
     snapshot = await observe(ports, catalogue, now)
     plan = planner(snapshot, policy)
+    cluster = classify(snapshot, policy)
     if not leader:
-        return TickResult(snapshot, plan, (), acted=False)
+        return TickResult(snapshot, cluster, plan, (), acted=False)
     outcomes = await act(plan, snapshot, ports, still_leader)
-    return TickResult(snapshot, plan, outcomes, acted=True)
+    return TickResult(snapshot, cluster, plan, outcomes, acted=True)

@@ -24,8 +24,7 @@ from rich.console import Console
 from swarm_autoscaler.commands import print_plan, print_status
 from swarm_autoscaler.localcloud.cloud import LocalCloud, LocalCloudOptions, env_without_autoscaler
 from swarm_autoscaler.model import GIB
-from swarm_autoscaler.plan import plan
-from swarm_autoscaler.tick import TickResult, observe
+from swarm_autoscaler.tick import run_tick
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -133,15 +132,17 @@ async def test_plan_and_status_print_the_plan_with_reasons_and_the_tables(lc: Lo
             for i in range(3)
         ]
         futures.append(client.submit(sum, [0], key="cli-impossible", resources={"CPU": 512.0}))
-        for _ in range(100):
-            snapshot = await observe(daemon.ports, daemon.catalogue, daemon.clock())
-            if len(snapshot.unrunnable) == len(futures):
+        for _ in range(100):  # what `plan` and `status` run: a tick that acts on nothing
+            result = await run_tick(
+                daemon.ports, daemon.policy, daemon.catalogue, daemon.clock(), leader=False
+            )
+            if len(result.snapshot.unrunnable) == len(futures):
                 break
             await asyncio.sleep(0.05)
-        result = TickResult(snapshot, plan(snapshot, daemon.policy), (), acted=False)
+        assert result.outcomes == () and not result.acted
         plan_text, status_text = io.StringIO(), io.StringIO()
         print_plan(result, Console(file=plan_text, width=250))
-        print_status(result, daemon.policy, Console(file=status_text, width=250))
+        print_status(result, Console(file=status_text, width=250))
         for f in futures:
             await f.cancel()
 

@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from tests.fakes import FakeCloud, FakeLock, FakeWorkload, SteppedClock
+from tests.fakes import CATALOGUE, FakeCloud, FakeLock, FakeWorkload, SteppedClock, small_policy
 
 from swarm_autoscaler.localcloud.memswarm import MemorySwarm
 from swarm_autoscaler.loop import Daemon, InFlightCloud
@@ -19,26 +19,12 @@ from swarm_autoscaler.model import (
     GIB,
     Instance,
     InstanceState,
-    InstanceType,
-    Policy,
     Resources,
     Task,
-    TypePolicy,
 )
 from swarm_autoscaler.tick import Ports
 
-CATALOGUE = {
-    "m5.large": InstanceType("m5.large", Resources(2, 8 * GIB), 0.096),
-    "m5.xlarge": InstanceType("m5.xlarge", Resources(4, 16 * GIB), 0.192),
-}
-POLICY = Policy(
-    allowed_types=(TypePolicy("m5.large"), TypePolicy("m5.xlarge")),
-    min_instances=0,
-    max_instances=6,
-    max_start_time=300,
-    drain_delay=30,
-    termination_delay=60,
-)
+POLICY = small_policy(6)
 POLL = 5.0
 CLUSTER = "http-test"
 
@@ -76,7 +62,7 @@ async def served() -> AsyncIterator[Served]:
     clock = SteppedClock()
     cloud = FakeCloud(clock, CATALOGUE)
     workload = FakeWorkload()
-    metrics = Metrics(CLUSTER, POLICY)
+    metrics = Metrics(CLUSTER)
     daemon = Daemon(
         cluster_name=CLUSTER,
         ports=Ports(InFlightCloud(cloud, clock), MemorySwarm(), workload),

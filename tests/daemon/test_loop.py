@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 
 import pytest
-from tests.fakes import FakeCloud, FakeLock, FakeWorkload, SteppedClock
+from tests.fakes import CATALOGUE, FakeCloud, FakeLock, FakeWorkload, SteppedClock, small_policy
 
 from swarm_autoscaler.errors import EndpointError
 from swarm_autoscaler.localcloud.memswarm import MemorySwarm
@@ -16,29 +16,15 @@ from swarm_autoscaler.model import (
     GIB,
     Instance,
     InstanceState,
-    InstanceType,
     Launch,
-    Policy,
     Resources,
     Task,
     Terminate,
-    TypePolicy,
     Worker,
 )
 from swarm_autoscaler.tick import Ports
 
-CATALOGUE = {
-    "m5.large": InstanceType("m5.large", Resources(2, 8 * GIB), 0.096),
-    "m5.xlarge": InstanceType("m5.xlarge", Resources(4, 16 * GIB), 0.192),
-}
-POLICY = Policy(
-    allowed_types=(TypePolicy("m5.large"), TypePolicy("m5.xlarge")),
-    min_instances=0,
-    max_instances=5,
-    max_start_time=300,
-    drain_delay=30,
-    termination_delay=60,
-)
+POLICY = small_policy(5)
 
 
 async def until(predicate: Callable[[], bool], seconds: float = 5.0) -> None:
