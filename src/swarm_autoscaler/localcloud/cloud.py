@@ -76,6 +76,7 @@ class LocalCloud:
         self.orchestrator: Orchestrator | None = None
         self.emulator: MachineEmulator | None = None
         self._swarm: Any = None
+        self._joiner: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._tmp = tempfile.TemporaryDirectory(prefix="swarm-autoscaler-local-")
         self._stack = contextlib.AsyncExitStack()
@@ -115,7 +116,7 @@ class LocalCloud:
             region=self.network.region,
             tag_filters=self.owner_tags(),
             orchestrator=self.orchestrator,
-            joiner=self._joiner(),
+            joiner=self._joiner,
             scheduler_address=self.scheduler_address,
             catalogue=CATALOGUE,
             boot_delay=self.options.boot_delay,
@@ -129,6 +130,7 @@ class LocalCloud:
         if not self.options.real_swarm:
             self._swarm = MemorySwarm()
             self.orchestrator = self._swarm
+            self._joiner = MemoryJoiner(self._swarm)
             return
         from ..adapters.swarm import SwarmOrchestrator
         from .dockerd import LocalSwarm
@@ -141,12 +143,7 @@ class LocalCloud:
         orchestrator = SwarmOrchestrator(swarm.manager_url)
         self._stack.push_async_callback(orchestrator.close)
         self.orchestrator = orchestrator
-        self._joiner_impl = DockerdJoiner(swarm)
-
-    def _joiner(self) -> Any:
-        if self.options.real_swarm:
-            return self._joiner_impl
-        return MemoryJoiner(self._swarm)
+        self._joiner = DockerdJoiner(swarm)
 
     def owner_tags(self) -> dict[str, str]:
         from ..adapters.ec2 import owner_tags

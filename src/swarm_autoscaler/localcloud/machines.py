@@ -117,8 +117,12 @@ class MachineEmulator:
                 self.machines[iid] = Machine(iid, hostname, type_name, now, never_joins=never)
         for iid in [i for i in self.machines if i not in live]:
             await self._shutdown(self.machines.pop(iid))
+        active: set[str] | None = None  # listed once per step, and only once a machine has joined
         for machine in self.machines.values():
-            await self._advance(machine, now)
+            if await self._boot(machine, now):
+                if active is None:
+                    active = await self._active_hostnames()
+                await self._run_worker(machine, machine.hostname in active)
 
     async def close(self) -> None:
         for machine in list(self.machines.values()):
@@ -127,26 +131,31 @@ class MachineEmulator:
 
     # --- one machine ---------------------------------------------------------------------------
 
-    async def _advance(self, machine: Machine, now: float) -> None:
+    async def _boot(self, machine: Machine, now: float) -> bool:
+        """Join the swarm once booted; True when the machine is a node."""
         if not machine.joined:
             if machine.never_joins or now - machine.seen_at < self.boot_delay:
-                return
+                return False
             token, address = await asyncio.to_thread(self._join_line, machine.instance_id)
             await self.joiner.join(machine.hostname, token, address)
             machine.joined = True
             self.joined_total += 1
             log.info("machine joined the swarm", hostname=machine.hostname, instance=machine.instance_id)
-        should_run = await self._node_active(machine.hostname)
-        if should_run and machine.worker is None:
+        return True
+
+    async def _run_worker(self, machine: Machine, node_active: bool) -> None:
+        """A worker runs exactly while the machine's node is active and ready (a global service)."""
+        if node_active and machine.worker is None:
             machine.worker = await self._start_worker(machine)
-        elif not should_run and machine.worker is not None:
+        elif not node_active and machine.worker is not None:
             await self._stop_worker(machine)
 
-    async def _node_active(self, hostname: str) -> bool:
-        for node in await self.orchestrator.list_nodes():
-            if node.hostname == hostname:
-                return node.availability == Availability.ACTIVE and node.status == NodeStatus.READY
-        return False
+    async def _active_hostnames(self) -> set[str]:
+        return {
+            node.hostname
+            for node in await self.orchestrator.list_nodes()
+            if node.availability == Availability.ACTIVE and node.status == NodeStatus.READY
+        }
 
     async def _start_worker(self, machine: Machine) -> Worker:
         itype = self.catalogue[machine.type_name]
