@@ -9,7 +9,9 @@ cmd="${*:-run}"
 if [ -n "${AUTOSCALER_DEBUGPY_PORT:-}" ]; then
   host="${AUTOSCALER_DEBUGPY_HOST:-127.0.0.1}"
   wait_flag=""
-  if [ "${AUTOSCALER_DEBUGPY_WAIT:-0}" = "1" ]; then wait_flag="--wait-for-client"; fi
+  case "$(echo "${AUTOSCALER_DEBUGPY_WAIT:-false}" | tr '[:upper:]' '[:lower:]')" in
+    1|true|yes|on) wait_flag="--wait-for-client" ;;
+  esac
   echo "boot.sh: debugpy listening on ${host}:${AUTOSCALER_DEBUGPY_PORT}${wait_flag:+ (waiting for the client)}" >&2
   # shellcheck disable=SC2086
   exec python -m debugpy --listen "${host}:${AUTOSCALER_DEBUGPY_PORT}" $wait_flag -m swarm_autoscaler $cmd

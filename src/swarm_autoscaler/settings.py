@@ -275,6 +275,22 @@ class HttpSettings(BaseSettings):
     host: str = Field(default="0.0.0.0", min_length=1, description="Address the HTTP endpoint listens on.")
 
 
+class DebugSettings(BaseSettings):
+    """Remote debugging with debugpy: the image's entry point runs the daemon under it when a port is set."""
+
+    model_config = _config(f"{PREFIX}DEBUGPY_")
+
+    port: int | None = Field(
+        default=None, ge=1, le=65535, description="Port debugpy listens on; unset means no debugger."
+    )
+    host: str = Field(
+        default="127.0.0.1",
+        min_length=1,
+        description="Address debugpy listens on; keep loopback and tunnel to it unless you mean otherwise.",
+    )
+    wait: bool = Field(default=False, description="Wait for the debugger to attach before the first tick.")
+
+
 class Settings(BaseSettings):
     """The whole configuration. `Settings()` reads every group from the environment (env files: see
     `load_settings`)."""
@@ -292,6 +308,7 @@ class Settings(BaseSettings):
     docker: DockerSettings = Field(default_factory=_from_env(DockerSettings))
     logging: LoggingSettings = Field(default_factory=_from_env(LoggingSettings))
     http: HttpSettings = Field(default_factory=_from_env(HttpSettings))
+    debugpy: DebugSettings = Field(default_factory=_from_env(DebugSettings))
 
 
 GROUPS: dict[str, type[BaseSettings]] = {
@@ -302,6 +319,7 @@ GROUPS: dict[str, type[BaseSettings]] = {
     "docker": DockerSettings,
     "logging": LoggingSettings,
     "http": HttpSettings,
+    "debugpy": DebugSettings,
 }
 
 
