@@ -354,7 +354,7 @@ class DaskWorkload:
         """distributed's connection failures -> EndpointError naming the scheduler."""
         try:
             yield
-        except (OSError, ConnectionError) as exc:
+        except OSError as exc:  # ConnectionError and distributed's CommClosedError among them
             raise EndpointError(self._endpoint, f"{type(exc).__name__}: {exc}") from None
         except RuntimeError as exc:
             # The connection pool raises a bare RuntimeError once the client has closed itself.

@@ -15,14 +15,15 @@ import socket
 import uuid
 from types import TracebackType
 from typing import Any, Self
-from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
+from redis.connection import parse_url
 from redis.exceptions import RedisError
 
 from ..errors import ConfigurationError, EndpointError
+from ..logs import REDACTED, redact_text
 
 KEY_PREFIX = "swarm-autoscaler:leader:"
 
@@ -44,25 +45,18 @@ return 0
 
 
 def redact_url(url: str) -> str:
-    """The URL with its password (if any) replaced by `***`, fit for messages and logs."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable redis url>"
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    """The URL fit for messages and logs: credentials masked (`logs.redact_text`) and the query dropped,
+    since redis-py also reads a password from it (`unix:///path.sock?password=...`)."""
+    return redact_text(url).partition("?")[0]
 
 
 def _password_of(url: str) -> str | None:
+    """The password redis-py will use, from the URL's userinfo or its `password` query parameter."""
     try:
-        return urlsplit(url).password
+        password = parse_url(url).get("password")  # type: ignore[no-untyped-call]  # redis-py's own parser
     except ValueError:
         return None
+    return str(password) if password else None
 
 
 def default_token() -> str:
@@ -149,7 +143,7 @@ class RedisLock:
     def _clean(self, exc: BaseException) -> str:
         detail = f"{type(exc).__name__}: {exc}"
         if self._password:
-            detail = detail.replace(self._password, "***")
+            detail = detail.replace(self._password, REDACTED)
         return detail
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import aiodocker
 import aiohttp
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from ..errors import EndpointError, NotFoundError
 from ..model import Availability, Node, NodeMarks, NodeStatus
@@ -85,10 +85,6 @@ def node_from_api(raw: Mapping[str, Any], prefix: str = DEFAULT_PREFIX) -> Node:
         )
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"unexpected node entry from docker ({exc!r}): {raw.get('ID', '?')}") from exc
-
-
-def _is_out_of_sequence(exc: BaseException) -> bool:
-    return isinstance(exc, _OutOfSequenceError)
 
 
 def nodes_from_api(raw_nodes: list[dict[str, Any]], prefix: str = DEFAULT_PREFIX) -> tuple[Node, ...]:
@@ -210,7 +206,7 @@ class SwarmOrchestrator:
         """Read the node, apply `change` to its spec and write it with the version just read;
         re-read and retry when docker says the version went stale. No write when nothing changes."""
         retrying = AsyncRetrying(
-            retry=retry_if_exception(_is_out_of_sequence),
+            retry=retry_if_exception_type(_OutOfSequenceError),
             stop=stop_after_attempt(self._attempts),
             wait=wait_random_exponential(multiplier=0.05, max=1.0),
             reraise=True,

@@ -262,18 +262,28 @@ def _stop_node_processes(node: LocalNode, grace: float = 20.0) -> None:
             _terminate(int(pidfile.read_text().strip()), node.folder, 5.0)
 
 
-def teardown_folder(base_dir: Path) -> None:
-    """Best-effort cleanup of a swarm folder whose owner is gone: every step runs, errors are ignored."""
-    nodes = [LocalNode(p.name, "", p) for p in base_dir.iterdir() if p.is_dir()] if base_dir.is_dir() else []
+def _leave(node: LocalNode) -> None:
+    """`swarm leave --force` on the node, if its dockerd still runs; a failure is ignored."""
+    if node.pid() is not None:
+        with contextlib.suppress(EndpointError):
+            node.docker_sync("swarm", "leave", "--force", timeout=20.0)
+
+
+def _teardown(nodes: list[LocalNode], base_dir: Path) -> None:
+    """Leave, stop every node's processes, delete `docker_gwbridge`, unmount and remove `base_dir`."""
     for node in nodes:
-        if node.socket_path.exists() and node.pid() is not None:
-            with contextlib.suppress(EndpointError):
-                node.docker_sync("swarm", "leave", "--force", timeout=20.0)
+        _leave(node)
     for node in nodes:
         _stop_node_processes(node)
     delete_gwbridge()
     unmount_under(base_dir)
     shutil.rmtree(base_dir, ignore_errors=True)
+
+
+def teardown_folder(base_dir: Path) -> None:
+    """Best-effort cleanup of a swarm folder whose owner is gone: every step runs, errors are ignored."""
+    nodes = [LocalNode(p.name, "", p) for p in base_dir.iterdir() if p.is_dir()] if base_dir.is_dir() else []
+    _teardown(nodes, base_dir)
 
 
 def delete_gwbridge() -> None:
@@ -458,13 +468,7 @@ class LocalSwarm:
         try:
             nodes = list(self.nodes.values())
             self.nodes.clear()
-            for node in nodes:
-                self._leave(node)
-            for node in nodes:
-                _stop_node_processes(node)
-            delete_gwbridge()
-            unmount_under(self.base_dir)
-            shutil.rmtree(self.base_dir, ignore_errors=True)
+            _teardown(nodes, self.base_dir)
             if self._made_run_docker:  # dockerd makes /run/docker/plugins whatever its exec-root
                 for empty in (RUN_DOCKER / "plugins", RUN_DOCKER):
                     with contextlib.suppress(OSError):
@@ -514,13 +518,7 @@ class LocalSwarm:
             )
 
     @staticmethod
-    def _leave(node: LocalNode) -> None:
-        if node.pid() is not None:
-            with contextlib.suppress(EndpointError):
-                node.docker_sync("swarm", "leave", "--force", timeout=20.0)
-
-    @classmethod
-    def _stop_node_sync(cls, node: LocalNode) -> None:
-        cls._leave(node)
+    def _stop_node_sync(node: LocalNode) -> None:
+        _leave(node)
         _stop_node_processes(node)
         unmount_under(node.folder)

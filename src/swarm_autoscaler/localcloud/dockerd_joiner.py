@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-
 from .dockerd import LocalSwarm
 
 
@@ -19,6 +17,5 @@ class DockerdJoiner:
         await node.join(token, manager_address)
 
     async def leave(self, hostname: str) -> None:
-        if hostname in self.swarm.nodes:
-            with contextlib.suppress(KeyError):
-                await self.swarm.stop_node(hostname)
+        if hostname in self.swarm.nodes:  # stop_node forgets the node before its first await
+            await self.swarm.stop_node(hostname)

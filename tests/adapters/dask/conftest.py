@@ -8,8 +8,8 @@ import pytest
 from distributed import Client, Scheduler, Worker
 
 from swarm_autoscaler.adapters.dask import DaskWorkload
+from swarm_autoscaler.model import GIB
 
-GIB = 1024**3
 StartWorker = Callable[..., Awaitable[Worker]]
 
 

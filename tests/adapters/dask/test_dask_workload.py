@@ -17,10 +17,9 @@ from distributed.protocol.pickle import dumps as dask_dumps
 from swarm_autoscaler.adapters import dask as dask_adapter
 from swarm_autoscaler.adapters.dask import DaskWorkload, DaskWorkloadView, split_resources
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
-from swarm_autoscaler.model import Resources
+from swarm_autoscaler.model import GIB, Resources
 from swarm_autoscaler.ports import Workload
 
-GIB = 1024**3
 StartWorker = Callable[..., Awaitable[Worker]]
 
 # In-process workers run tasks in this process's threads, so a module-level event can hold them.

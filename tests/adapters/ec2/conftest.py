@@ -18,10 +18,10 @@ from tests.adapters.ec2.ec2_helpers import (
     SECRET_KEY,
     TYPES,
     CloudFactory,
-    SteppedClock,
     cluster_ids,
     join_command,
 )
+from tests.fakes import SteppedClock
 
 from swarm_autoscaler.adapters.ec2 import Ec2Cloud
 from swarm_autoscaler.localcloud import FaultInjector, LocalNetwork, MotoServer, provision_network

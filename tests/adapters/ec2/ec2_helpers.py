@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from swarm_autoscaler.adapters.ec2 import Ec2Cloud
 
@@ -15,17 +14,6 @@ MANAGER = "10.0.0.2:2377"
 BOOT_SCRIPT = "echo booting-the-worker > /var/log/boot-marker"
 TYPES = ("t3.micro", "m5.large", "c5.large", "m5.bogus")
 cluster_ids = itertools.count(1)
-
-
-@dataclass
-class SteppedClock:
-    now: float = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def step(self, seconds: float) -> None:
-        self.now += seconds
 
 
 async def join_command() -> tuple[str, str]:

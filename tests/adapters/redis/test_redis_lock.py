@@ -6,12 +6,14 @@ import asyncio
 import itertools
 import socket
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import pytest
 
 from swarm_autoscaler.adapters.redis_lock import RedisLock, SingleReplicaLock, redact_url
-from swarm_autoscaler.errors import EndpointError
+from swarm_autoscaler.errors import ConfigurationError, EndpointError
 from swarm_autoscaler.localcloud.redis_server import RedisServer, RedisServerError
+from swarm_autoscaler.logs import REDACTED
 from swarm_autoscaler.ports import Lock
 
 _names = itertools.count()
@@ -123,7 +125,7 @@ async def test_wrong_password_is_an_endpoint_error_without_the_password(
     message = str(caught.value)
     assert f"127.0.0.1:{redis_server.port}" in message
     assert "not-the-Pa55word" not in message
-    assert "***" in message
+    assert REDACTED in message
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
 
 
@@ -133,15 +135,33 @@ async def test_unreachable_redis_is_an_endpoint_error_without_the_password(make_
     for operation in (lock.acquire, lock.extend, lock.release):
         with pytest.raises(EndpointError) as caught:
             await operation()
-        assert f"redis redis://user:***@127.0.0.1:{port}/0" in str(caught.value)
+        assert f"redis redis://user:{REDACTED}@127.0.0.1:{port}/0" in str(caught.value)
         assert SECRET not in str(caught.value)
-        assert caught.value.endpoint == f"redis redis://user:***@127.0.0.1:{port}/0"
+        assert caught.value.endpoint == f"redis redis://user:{REDACTED}@127.0.0.1:{port}/0"
+
+
+async def test_a_password_in_the_query_never_shows(make_lock: LockFactory, tmp_path: Path) -> None:
+    """redis-py reads `?password=` too (the documented form for unix sockets)."""
+    lock = make_lock(url=f"unix://{tmp_path}/no.sock?db=0&password={SECRET}")
+    with pytest.raises(EndpointError) as caught:
+        await lock.acquire()
+    assert caught.value.endpoint == f"redis unix://{tmp_path}/no.sock"
+    assert SECRET not in str(caught.value)
+
+
+def test_an_invalid_url_is_a_configuration_error_without_the_password() -> None:
+    with pytest.raises(ConfigurationError, match="invalid redis URL") as caught:
+        RedisLock(f"redis://:{SECRET}@127.0.0.1:notaport/0", "c", 5.0)
+    assert SECRET not in str(caught.value)
 
 
 def test_redact_url() -> None:
-    assert redact_url("redis://:pw@host:6379/0") == "redis://:***@host:6379/0"
-    assert redact_url("rediss://admin:pw@host/1") == "rediss://admin:***@host/1"
+    assert redact_url("redis://:pw@host:6379/0") == f"redis://{REDACTED}@host:6379/0"
+    assert redact_url("rediss://admin:pw@host/1") == f"rediss://admin:{REDACTED}@host/1"
     assert redact_url("redis://host:6379") == "redis://host:6379"
+    assert redact_url("redis://:pw@[::1]:6379/0") == f"redis://{REDACTED}@[::1]:6379/0"
+    assert redact_url("redis://:pw@host:notaport/0") == f"redis://{REDACTED}@host:notaport/0"
+    assert redact_url("unix:///run/redis.sock?db=1&password=pw") == "unix:///run/redis.sock"
 
 
 async def test_single_replica_lock_is_always_leader() -> None:

@@ -11,7 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from swarm_autoscaler.adapters.swarm import labels_to_marks, mark_label_names, marks_to_labels, node_from_api
+from swarm_autoscaler.adapters.swarm import (
+    labels_to_marks,
+    mark_label_names,
+    marks_to_labels,
+    node_from_api,
+    nodes_from_api,
+)
 from swarm_autoscaler.model import Availability, NodeMarks, NodeStatus
 
 times = st.none() | st.floats(min_value=0, max_value=4e9, allow_nan=False)
@@ -90,7 +96,5 @@ def test_a_malformed_api_node_is_a_value_error(broken: dict[str, Any]) -> None:
 
 
 def test_a_node_still_joining_without_a_hostname_is_left_out_not_an_error() -> None:
-    from swarm_autoscaler.adapters.swarm import nodes_from_api
-
     joining = api_node(ID="joining", Description={})
     assert [n.id for n in nodes_from_api([joining, api_node()])] == ["abc123"]
