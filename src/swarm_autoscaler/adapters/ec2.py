@@ -31,15 +31,16 @@ from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
+from ..backoff import CapacityBackoff
 from ..catalogue import CATALOGUE
 from ..errors import AutoscalerError, ConfigurationError
 from ..model import Instance, InstanceState, InstanceType, Unavailable
 from ..ports import LaunchResult
 from .ec2_support import (
     GONE_CODES,
+    LABEL_TAG_PREFIX,
     UNKNOWN_TYPE_CODES,
     USER_DATA_LIMIT,
-    CapacityBackoff,
     chunks,
     error_code,
     error_message,
@@ -55,7 +56,6 @@ from .ec2_support import (
 OWNER_TAG = "managed-by"
 OWNER_VALUE = "swarm-autoscaler"
 CLUSTER_TAG = "swarm-autoscaler/cluster"
-LABEL_TAG_PREFIX = "swarm-autoscaler/label/"
 NAME_TAG = "Name"
 
 LISTED_STATES = tuple(state.value for state in InstanceState)  # terminated is not among them
@@ -87,11 +87,6 @@ class Ec2Stats:
 def owner_tags(cluster_name: str) -> dict[str, str]:
     """The tags that mark an instance as owned by this daemon for `cluster_name`."""
     return {OWNER_TAG: OWNER_VALUE, CLUSTER_TAG: cluster_name}
-
-
-def node_labels(tags: Mapping[str, str]) -> dict[str, str]:
-    """The node labels carried in an instance's tags (the reverse of what `launch` writes)."""
-    return {k[len(LABEL_TAG_PREFIX) :]: v for k, v in tags.items() if k.startswith(LABEL_TAG_PREFIX)}
 
 
 class Ec2Cloud:
@@ -212,24 +207,27 @@ class Ec2Cloud:
             reraise=True,
         )
 
-    async def _call(self, operation: str, **params: Any) -> dict[str, Any]:
-        """One API call with selective retries. SDK exceptions pass through for the caller to sort."""
+    def _started(self) -> Any:
         if self._client is None:
             raise RuntimeError("Ec2Cloud is not started: use `async with` or call start()")
+        return self._client
+
+    async def _call(self, operation: str, **params: Any) -> dict[str, Any]:
+        """One API call with selective retries. SDK exceptions pass through for the caller to sort."""
+        client = self._started()
         async for attempt in self._retrying():
             with attempt:
-                result: dict[str, Any] = await getattr(self._client, operation)(**params)
+                result: dict[str, Any] = await getattr(client, operation)(**params)
                 return result
         raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
 
     async def _pages(self, operation: str, key: str, **params: Any) -> list[dict[str, Any]]:
         """Every item under `key` across all pages (the whole walk is retried if a page fails)."""
-        if self._client is None:
-            raise RuntimeError("Ec2Cloud is not started: use `async with` or call start()")
+        client = self._started()
         async for attempt in self._retrying():
             with attempt:
                 items: list[dict[str, Any]] = []
-                pages: AsyncIterator[dict[str, Any]] = self._client.get_paginator(operation).paginate(
+                pages: AsyncIterator[dict[str, Any]] = client.get_paginator(operation).paginate(
                     **params, PaginationConfig={"PageSize": self._page_size}
                 )
                 async for page in pages:
@@ -250,13 +248,15 @@ class Ec2Cloud:
         return tags.get(OWNER_TAG) == OWNER_VALUE and tags.get(CLUSTER_TAG) == self._cluster
 
     async def list_instances(self) -> tuple[Instance, ...]:
-        """Every owned instance that is not terminated, filtered server-side, all pages."""
+        """Every owned instance that is not terminated, all pages. Filtered server-side, and the
+        ownership tags checked again here, so an endpoint that ignores tag filters exposes nothing."""
         filters = [*self._ownership_filters(), {"Name": "instance-state-name", "Values": list(LISTED_STATES)}]
         try:
             reservations = await self._pages("describe_instances", "Reservations", Filters=filters)
         except (ClientError, BotoCoreError) as exc:
             raise to_endpoint_error(self.endpoint, "DescribeInstances", exc) from None
-        found = (to_instance(raw) for res in reservations for raw in res.get("Instances", ()))
+        owned = (raw for res in reservations for raw in res.get("Instances", ()) if self._owned(raw))
+        found = (to_instance(raw) for raw in owned)
         return tuple(sorted((i for i in found if i is not None), key=lambda i: (i.launched_at, i.id)))
 
     async def instance_types(self, names: Sequence[str]) -> tuple[InstanceType, ...]:
@@ -352,7 +352,7 @@ class Ec2Cloud:
                 {"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]},
                 {
                     "ResourceType": "volume",
-                    "Tags": [{"Key": k, "Value": tags[k]} for k in owner_tags(self._cluster)],
+                    "Tags": [{"Key": k, "Value": v} for k, v in owner_tags(self._cluster).items()],
                 },
             ],
         }

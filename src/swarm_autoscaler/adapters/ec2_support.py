@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import (
@@ -21,7 +20,7 @@ from botocore.exceptions import (
 )
 
 from ..errors import EndpointError
-from ..model import Instance, InstanceState, InstanceType, Resources, Unavailable
+from ..model import Instance, InstanceState, InstanceType, Resources
 
 # ------------------------------------------------------------------------------------------ errors
 
@@ -115,51 +114,6 @@ def to_endpoint_error(endpoint: str, operation: str, exc: BaseException) -> Endp
     return EndpointError(endpoint, detail)
 
 
-# ------------------------------------------------------------------------------------------ back-off
-
-
-@dataclass(slots=True)
-class _Strike:
-    count: int
-    until: float
-
-
-class CapacityBackoff:
-    """Which (type, subnet) pairs EC2 recently refused, and until when they are skipped.
-
-    The first refusal blocks the pair for `initial` seconds; each further refusal of the same pair
-    (without a success in between) doubles that, up to `maximum`. A success forgets the pair.
-    """
-
-    def __init__(self, initial: float = 30.0, maximum: float = 600.0) -> None:
-        if initial <= 0 or maximum < initial:
-            raise ValueError(f"need 0 < initial <= maximum, got {initial}, {maximum}")
-        self._initial = initial
-        self._maximum = maximum
-        self._strikes: dict[tuple[str, str], _Strike] = {}
-
-    def refused(self, type_name: str, subnet_id: str, now: float) -> Unavailable:
-        previous = self._strikes.get((type_name, subnet_id))
-        count = previous.count + 1 if previous else 1
-        delay = min(self._initial * 2 ** (count - 1), self._maximum)
-        self._strikes[(type_name, subnet_id)] = _Strike(count, now + delay)
-        return Unavailable(type_name, now + delay, subnet_id)
-
-    def succeeded(self, type_name: str, subnet_id: str) -> None:
-        self._strikes.pop((type_name, subnet_id), None)
-
-    def blocked(self, type_name: str, subnet_id: str, now: float) -> bool:
-        strike = self._strikes.get((type_name, subnet_id))
-        return strike is not None and strike.until > now
-
-    def unavailable(self, now: float) -> tuple[Unavailable, ...]:
-        return tuple(
-            Unavailable(type_name, strike.until, subnet_id)
-            for (type_name, subnet_id), strike in sorted(self._strikes.items())
-            if strike.until > now
-        )
-
-
 # ------------------------------------------------------------------------------------------ user data
 
 USER_DATA_LIMIT = 16 * 1024  # EC2's limit on raw user data, before base64
@@ -177,6 +131,15 @@ def render_user_data(boot_script: str, token: str, manager_address: str) -> str:
 # ------------------------------------------------------------------------------------------ mapping
 
 
+# Node labels travel as instance tags with this prefix; the planner gives them to the node once it joins.
+LABEL_TAG_PREFIX = "swarm-autoscaler/label/"
+
+
+def node_labels(tags: Mapping[str, str]) -> dict[str, str]:
+    """The node labels carried in an instance's tags (the reverse of what `launch` writes)."""
+    return {k[len(LABEL_TAG_PREFIX) :]: v for k, v in tags.items() if k.startswith(LABEL_TAG_PREFIX)}
+
+
 def to_instance(raw: Mapping[str, Any]) -> Instance | None:
     try:
         state = InstanceState(raw["State"]["Name"])
@@ -192,6 +155,7 @@ def to_instance(raw: Mapping[str, Any]) -> Instance | None:
         zone=raw.get("Placement", {}).get("AvailabilityZone", ""),
         subnet_id=raw.get("SubnetId", ""),
         tags=tags,
+        labels=node_labels(tags),
     )
 
 

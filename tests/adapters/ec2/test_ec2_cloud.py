@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from tests.adapters.ec2.ec2_helpers import BOOT_SCRIPT, MANAGER, TOKEN, CloudFactory
 
-from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, OWNER_TAG, OWNER_VALUE, node_labels
+from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, OWNER_TAG, OWNER_VALUE
+from swarm_autoscaler.adapters.ec2_support import node_labels
 from swarm_autoscaler.catalogue import CATALOGUE
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
 from swarm_autoscaler.localcloud import LocalNetwork
@@ -45,6 +46,7 @@ async def test_launch_tags_and_lists_owned_instances(
         assert instance.tags[CLUSTER_TAG] == result.instances[0].tags[CLUSTER_TAG]
         assert instance.tags["team"] == "science"
         assert node_labels(instance.tags) == {"pool": "cpu", "tier": "a"}
+        assert instance.labels == {"pool": "cpu", "tier": "a"}  # what the planner gives the node
     raw = await _describe(raw_ec2, result.instances[0].id)  # moto sets the profile on the first only
     assert raw["ImageId"] == network.ami_id
     assert raw["KeyName"] == network.key_name

@@ -4,11 +4,14 @@ retries on throttling and 5xx only, endpoint and credential failures."""
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 import pytest
-from tests.adapters.ec2.ec2_helpers import SECRET_KEY, CloudFactory, SteppedClock
+from tests.adapters.ec2.ec2_helpers import SECRET_KEY, CloudFactory
+from tests.fakes import SteppedClock
 
-from swarm_autoscaler.adapters.ec2_support import CapacityBackoff, render_user_data
+from swarm_autoscaler.adapters.ec2_support import render_user_data
+from swarm_autoscaler.backoff import CapacityBackoff
 from swarm_autoscaler.errors import EndpointError
 from swarm_autoscaler.localcloud import FaultInjector, LocalNetwork
 from swarm_autoscaler.model import Unavailable
@@ -92,6 +95,12 @@ async def test_success_resets_the_back_off(
 
 async def test_retries_throttled_and_transient_calls(make_cloud: CloudFactory, faults: FaultInjector) -> None:
     cloud = await make_cloud()
+    tokens: list[str] = []  # the ClientToken of every RunInstances request sent (watched, not changed)
+
+    def record_token(params: dict[str, Any], **_: Any) -> None:
+        tokens.append(params["body"]["ClientToken"])
+
+    cloud._client.meta.events.register("before-call.ec2.RunInstances", record_token)
     faults.throttle("RunInstances", times=2)
     faults.throttle("DescribeInstances", times=1)
     faults.fail("DescribeInstances", times=1, status=503, code="Unavailable")
@@ -105,6 +114,10 @@ async def test_retries_throttled_and_transient_calls(make_cloud: CloudFactory, f
     assert cloud.stats.api_calls["DescribeInstances"] == 3
     assert cloud.stats.launch_calls == 1
     assert faults.calls()["RunInstances"] == 3
+    # every retry repeats the first attempt's ClientToken, so EC2 can never start the machines twice
+    assert len(tokens) == 3 and len(set(tokens)) == 1
+    await cloud.launch("t3.micro", 1, {})
+    assert len(tokens) == 4 and tokens[3] != tokens[0]  # a new launch is a new request
 
 
 async def test_client_errors_are_not_retried(make_cloud: CloudFactory, faults: FaultInjector) -> None:

@@ -1,0 +1,52 @@
+"""The capacity back-off: which instance types (per subnet) EC2 recently refused, and until when.
+
+Plain data, no SDK: the EC2 adapter and the simulator's cloud keep their refusals with the same rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .model import Unavailable
+
+
+@dataclass(slots=True)
+class _Strike:
+    count: int
+    until: float
+
+
+class CapacityBackoff:
+    """Which (type, subnet) pairs EC2 recently refused, and until when they are skipped.
+
+    The first refusal blocks the pair for `initial` seconds; each further refusal of the same pair
+    (without a success in between) doubles that, up to `maximum`. A success forgets the pair.
+    """
+
+    def __init__(self, initial: float = 30.0, maximum: float = 600.0) -> None:
+        if initial <= 0 or maximum < initial:
+            raise ValueError(f"need 0 < initial <= maximum, got {initial}, {maximum}")
+        self._initial = initial
+        self._maximum = maximum
+        self._strikes: dict[tuple[str, str], _Strike] = {}
+
+    def refused(self, type_name: str, subnet_id: str, now: float) -> Unavailable:
+        previous = self._strikes.get((type_name, subnet_id))
+        count = previous.count + 1 if previous else 1
+        delay = min(self._initial * 2 ** (count - 1), self._maximum)
+        self._strikes[(type_name, subnet_id)] = _Strike(count, now + delay)
+        return Unavailable(type_name, now + delay, subnet_id)
+
+    def succeeded(self, type_name: str, subnet_id: str) -> None:
+        self._strikes.pop((type_name, subnet_id), None)
+
+    def blocked(self, type_name: str, subnet_id: str, now: float) -> bool:
+        strike = self._strikes.get((type_name, subnet_id))
+        return strike is not None and strike.until > now
+
+    def unavailable(self, now: float) -> tuple[Unavailable, ...]:
+        return tuple(
+            Unavailable(type_name, strike.until, subnet_id)
+            for (type_name, subnet_id), strike in sorted(self._strikes.items())
+            if strike.until > now
+        )
