@@ -96,6 +96,7 @@ class FakeCloud:
                 launched_at=self.clock(),
                 hostname=f"ip-10-0-{n // 250}-{n % 250}",
                 tags=dict(labels),
+                labels=dict(labels),
             )
             self.instances[inst.id] = inst
             launched.append(inst)

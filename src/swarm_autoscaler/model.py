@@ -120,7 +120,8 @@ class Instance:
     """One EC2 instance carrying this daemon's ownership tags.
 
     `hostname` is the first label of the private DNS name; it is the swarm node's hostname.
-    `launched_at` is EC2's launch time.
+    `launched_at` is EC2's launch time. `labels` are the node labels it was launched with (kept in
+    its tags): its node gets them once it joins.
     """
 
     id: str
@@ -131,6 +132,7 @@ class Instance:
     zone: str = ""
     subnet_id: str = ""
     tags: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def alive(self) -> bool:
@@ -339,6 +341,16 @@ class MarkNode:
 
 
 @dataclass(frozen=True, slots=True)
+class LabelNode:
+    """Give a joined node the labels its instance was launched with (other labels are kept)."""
+
+    node_id: str
+    hostname: str
+    labels: tuple[tuple[str, str], ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class RemoveNode:
     """Remove a swarm node whose machine is gone (terminated instance, or down too long)."""
 
@@ -347,7 +359,7 @@ class RemoveNode:
     reason: str
 
 
-Action = ActivateNode | Launch | RetireWorkers | DrainNode | Terminate | MarkNode | RemoveNode
+Action = ActivateNode | Launch | RetireWorkers | DrainNode | Terminate | MarkNode | LabelNode | RemoveNode
 
 
 def fields_of(value: object) -> dict[str, object]:

@@ -34,6 +34,7 @@ from .model import (
     Action,
     ActivateNode,
     DrainNode,
+    LabelNode,
     Launch,
     MarkNode,
     NodeStatus,
@@ -71,6 +72,8 @@ _USEFUL = (
     Bucket.RESERVE,
     Bucket.DISCONNECTED,
 )
+# Buckets whose nodes get the labels their instance was launched with.
+_LABELLED = (Bucket.JOINING, Bucket.ACTIVE, Bucket.RETIRING, Bucket.DRAINED, Bucket.RESERVE)
 # Buckets whose idle members count as a type's spare (warm) machines.
 _SPARE = (Bucket.RESERVE, Bucket.DRAINED, Bucket.LAUNCHED, Bucket.JOINING, Bucket.ACTIVE)
 _MARK_ORDER = ("ready", "empty_since", "drained_since", "termination_started", "down_since")
@@ -119,6 +122,7 @@ def _decide(
     planner.scale_up(pool, options, capacity)
     planner.repair()
     planner.keep_marks()
+    planner.label_nodes()
     if nothing_pending:
         planner.fill_reserve(options)
     # Idle machines are scaled down when nothing is pending, and also when pending work could not get
@@ -156,6 +160,7 @@ class _Planner:
     shrink: list[Action] = field(default_factory=list)
     removed: set[str] = field(default_factory=set)  # node ids removed by this plan
     reserve_fill: dict[str, int] = field(default_factory=dict)  # type -> launched to fill its reserve
+    labelled: list[LabelNode] = field(default_factory=list)
     tracing: bool = False
     bins: dict[str, tuple[str, Vec]] = field(default_factory=dict)  # only when tracing
     new_bins: list[NewBins] = field(default_factory=list)
@@ -334,6 +339,18 @@ class _Planner:
 
     # ------------------------------------------------------------------------------ marks
 
+    def label_nodes(self) -> None:
+        """A joined node gets the labels its instance was launched with (swarm placement constraints
+        and the daemon's own recognition of its nodes rely on them)."""
+        for member in (m for b in _LABELLED for m in self.cluster.bucket(b)):
+            inst, node = member.instance, member.node
+            if inst is None or node is None or not inst.labels or node.is_manager:
+                continue
+            missing = tuple(sorted((k, v) for k, v in inst.labels.items() if node.labels.get(k) != v))
+            if missing:
+                reason = "labels its instance was launched with"
+                self.labelled.append(LabelNode(node.id, node.hostname, missing, reason))
+
     def keep_marks(self) -> None:
         """ready / empty_since / drained_since / down_since bookkeeping for every owned node."""
         for member in self.cluster.active:
@@ -431,6 +448,7 @@ class _Planner:
     def actions(self) -> tuple[Action, ...]:
         return (
             *self._mark_actions(),
+            *self.labelled,
             *self.repairs,
             *self.activate,
             *self._launch_actions(),

@@ -85,6 +85,11 @@ class Orchestrator(Protocol):
         """Replace the node's lifecycle marks (other labels are kept). Idempotent."""
         ...
 
+    async def add_labels(self, node_id: str, labels: Mapping[str, str]) -> None:
+        """Add or overwrite these labels, keeping the node's others. Idempotent. A node that no longer
+        exists raises `NotFoundError`."""
+        ...
+
     async def remove(self, node_id: str) -> None:
         """Remove a node from the swarm (forcibly). A node already gone counts as success."""
         ...

@@ -20,6 +20,7 @@ from .model import (
     Availability,
     DrainNode,
     InstanceType,
+    LabelNode,
     Launch,
     MarkNode,
     NodeMarks,
@@ -163,6 +164,9 @@ async def _perform(action: Action, ports: Ports, marks: dict[str, NodeMarks]) ->
             for node_id in node_ids:
                 await ports.orchestrator.remove(node_id)
             return f"terminated {len(ids)}"
+        case LabelNode(node_id=node_id, labels=labels):
+            await ports.orchestrator.add_labels(node_id, dict(labels))
+            return "labelled"
         case RemoveNode(node_id=node_id):
             await ports.orchestrator.remove(node_id)
             return "removed"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 from tests.builders import (
@@ -26,9 +26,12 @@ from swarm_autoscaler.model import (
     ActivateNode,
     Availability,
     DrainNode,
+    Instance,
     InstanceState,
+    LabelNode,
     Launch,
     MarkNode,
+    Node,
     NodeMarks,
     NodeStatus,
     Plan,
@@ -41,6 +44,7 @@ from swarm_autoscaler.model import (
     TypePolicy,
     Unavailable,
     Unplaceable,
+    Worker,
 )
 from swarm_autoscaler.plan import plan
 
@@ -57,6 +61,14 @@ def launch(type_name: str, count: int, tasks: int) -> Launch:
 def mark(n: int, why: str, **changes: float | bool | None) -> MarkNode:
     order = ("ready", "empty_since", "drained_since", "termination_started", "down_since")
     return MarkNode(f"node-{n}", tuple((k, changes[k]) for k in order if k in changes), why)
+
+
+def labelled(
+    parts: tuple[Instance, Node, Worker | None], instance_labels: dict[str, str], node_labels: dict[str, str]
+) -> tuple[Instance, Node, Worker | None]:
+    """A machine whose instance was launched with `instance_labels` and whose node has `node_labels`."""
+    inst, node, worker = parts
+    return replace(inst, labels=instance_labels), replace(node, labels=node_labels), worker
 
 
 def addr(n: int) -> str:
@@ -328,6 +340,31 @@ SCALE_DOWN = [
             )
         ),
         make_policy(types=[TypePolicy("m5.large", reserve=1)]),
+    ),
+    Case(
+        "a joined node gets the labels its instance was launched with; labels it already has are not rewritten",
+        assemble(
+            labelled(
+                machine(1, marks=NodeMarks(True, empty_since=NOW - 5)),
+                {"instance-type": "m5.large", "zone": "a"},
+                {"zone": "a"},
+            ),
+            labelled(
+                machine(2, marks=NodeMarks(True, empty_since=NOW - 5)),
+                {"instance-type": "m5.large"},
+                {"instance-type": "m5.large"},
+            ),
+        ),
+        Plan(
+            (
+                LabelNode(
+                    "node-1",
+                    "ip-10-0-0-1",
+                    (("instance-type", "m5.large"),),
+                    "labels its instance was launched with",
+                ),
+            )
+        ),
     ),
     Case(
         "an empty reserve is filled when nothing is pending: the machine joins, idles and is drained into it",

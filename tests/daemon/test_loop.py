@@ -216,3 +216,20 @@ async def test_idle_worker_is_retired_only_when_not_busy(busy: bool) -> None:
         assert h.swarm.nodes[node.id].availability == "active"
     else:
         assert h.workload.retired == ["tcp://10.0.0.1:1"]
+
+
+async def test_a_joined_node_gets_the_labels_its_instance_was_launched_with() -> None:
+    h = Harness()
+    h.workload.unrunnable = [task("t0")]
+    await h.daemon.tick_once()
+    (inst,) = h.cloud.instances.values()
+    node = h.swarm.join(inst.hostname, h.swarm.join_token)  # the machine boots and joins, unlabelled
+    assert "instance-type" not in h.swarm.nodes[node.id].labels
+    h.clock.step(5)
+    result = await h.daemon.tick_once()
+    assert result is not None
+    assert h.swarm.nodes[node.id].labels["instance-type"] == "m5.large"
+    h.clock.step(5)
+    again = await h.daemon.tick_once()  # labelled once, not on every tick
+    assert again is not None
+    assert sum(1 for c in h.swarm.calls if c == ("add_labels", inst.hostname)) == 1

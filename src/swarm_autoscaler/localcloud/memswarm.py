@@ -62,6 +62,11 @@ class MemorySwarm:
         self.calls.append(("mark", node.hostname))
         self.nodes[node_id] = dataclasses.replace(node, marks=marks)
 
+    async def add_labels(self, node_id: str, labels: Mapping[str, str]) -> None:
+        node = self._get(node_id)
+        self.calls.append(("add_labels", node.hostname))
+        self.nodes[node_id] = dataclasses.replace(node, labels={**node.labels, **labels})
+
     async def remove(self, node_id: str) -> None:
         node = self.nodes.pop(node_id, None)
         if node is not None:

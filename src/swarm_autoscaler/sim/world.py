@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..backoff import CapacityBackoff
 from ..errors import ConfigurationError, NotFoundError
 from ..model import (
     Availability,
@@ -88,7 +89,13 @@ class SimInstance:
     def as_model(self) -> Instance:
         if self.view is None:
             self.view = Instance(
-                self.id, self.type_name, self.state, self.launched_at, self.hostname, tags=self.tags
+                self.id,
+                self.type_name,
+                self.state,
+                self.launched_at,
+                self.hostname,
+                tags=self.tags,
+                labels=self.tags,  # the launch labels, kept as tags as the EC2 adapter does
             )
         return self.view
 
@@ -305,6 +312,11 @@ class World:
         node.marks = marks
         node.view = None
 
+    def add_labels(self, node_id: str, labels: Mapping[str, str]) -> None:
+        node = self._node(node_id)
+        node.labels = {**node.labels, **labels}
+        node.view = None
+
     def remove_node(self, node_id: str) -> None:
         node = self.nodes.pop(node_id, None)
         if node is None:
@@ -342,8 +354,8 @@ class SimCloud:
 
     def __init__(self, world: World) -> None:
         self.world = world
-        self._refused: list[Unavailable] = []
-        self._streak: dict[str, int] = {}
+        knobs = world.knobs
+        self._backoff = CapacityBackoff(knobs.backoff_initial_s, knobs.backoff_max_s)
 
     async def list_instances(self) -> tuple[Instance, ...]:
         return tuple(i.as_model() for i in self.world.instances.values())
@@ -357,22 +369,16 @@ class SimCloud:
     async def launch(self, type_name: str, count: int, labels: Mapping[str, str]) -> LaunchResult:
         result = self.world.launch(type_name, count, labels)
         if not result.refused:
-            self._streak.pop(type_name, None)
+            self._backoff.succeeded(type_name, "")
             return result
-        streak = self._streak.get(type_name, 0)
-        self._streak[type_name] = streak + 1
-        knobs = self.world.knobs
-        pause = min(knobs.backoff_initial_s * 2**streak, knobs.backoff_max_s)
-        refusal = Unavailable(type_name, self.world.now + pause)
-        self._refused.append(refusal)
+        refusal = self._backoff.refused(type_name, "", self.world.now)
         return LaunchResult(result.instances, (refusal,), result.error)
 
     async def terminate(self, instance_ids: Sequence[str]) -> None:
         self.world.terminate(instance_ids)
 
     def unavailable(self, now: float) -> tuple[Unavailable, ...]:
-        self._refused = [u for u in self._refused if u.until > now]
-        return tuple(self._refused)
+        return self._backoff.unavailable(now)
 
 
 class SimOrchestrator:
@@ -389,6 +395,9 @@ class SimOrchestrator:
 
     async def mark(self, node_id: str, marks: NodeMarks) -> None:
         self.world.mark(node_id, marks)
+
+    async def add_labels(self, node_id: str, labels: Mapping[str, str]) -> None:
+        self.world.add_labels(node_id, labels)
 
     async def remove(self, node_id: str) -> None:
         self.world.remove_node(node_id)
