@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from .errors import ConfigurationError
 from .model import GIB, InstanceType, Policy, Resources, TypePolicy
-from .settings import Settings
+from .settings import Settings, TimingSettings
 from .settings_types import AllowedType
 
 
@@ -19,20 +19,38 @@ def policy_from_settings(settings: Settings, catalogue: Mapping[str, InstanceTyp
     """The planner's policy for `settings`. Allowed types keep their configured order (the preference
     on price ties). Raises `ConfigurationError` when a type is missing from `catalogue` or its overhead
     takes all of a machine's CPUs or RAM."""
-    types = tuple(
-        _type_policy(name, allowed, catalogue.get(name))
-        for name, allowed in settings.ec2.allowed_types.items()
+    ec2 = settings.ec2
+    return build_policy(
+        settings.timing,
+        ec2.allowed_types,
+        catalogue,
+        min_instances=ec2.min_instances,
+        max_instances=ec2.max_instances,
+        max_launch_per_tick=ec2.max_launch_per_tick,
     )
-    timing = settings.timing
+
+
+def build_policy(
+    timing: TimingSettings,
+    allowed_types: Mapping[str, AllowedType],
+    catalogue: Mapping[str, InstanceType],
+    *,
+    min_instances: int,
+    max_instances: int,
+    max_launch_per_tick: int,
+) -> Policy:
+    """The policy from its parts (the simulator reads only these). Same rules as `policy_from_settings`."""
     return Policy(
-        allowed_types=types,
-        min_instances=settings.ec2.min_instances,
-        max_instances=settings.ec2.max_instances,
+        allowed_types=tuple(
+            _type_policy(name, allowed, catalogue.get(name)) for name, allowed in allowed_types.items()
+        ),
+        min_instances=min_instances,
+        max_instances=max_instances,
         max_start_time=timing.max_start_time,
         drain_delay=timing.drain_delay,
         termination_delay=timing.termination_delay,
         node_down_timeout=timing.node_down_timeout,
-        max_launch_per_tick=settings.ec2.max_launch_per_tick,
+        max_launch_per_tick=max_launch_per_tick,
     )
 
 

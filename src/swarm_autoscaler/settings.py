@@ -58,11 +58,28 @@ def _read(cls: type[_S], env_file: Path | None = None, **values: Any) -> _S:
     return cls(_env_file=env_file, **values)
 
 
+def read_group(cls: type[_S], env_file: Path | None) -> tuple[_S | None, list[str]]:
+    """One settings group from the environment and `env_file`: the group, or None and one line per
+    wrong variable. Other loaders (the simulator's) read the groups they need through this."""
+    try:
+        return _read(cls, env_file), []
+    except (ValidationError, SettingsError) as exc:
+        return None, _problems(exc, cls)
+
+
+def env_path(env_file: str | os.PathLike[str] | None) -> Path | None:
+    """The env file as a Path; raises `InvalidSettingsError` when it does not exist."""
+    path = None if env_file is None else Path(env_file)
+    if path is not None and not path.is_file():
+        raise InvalidSettingsError([f"env file {str(path)!r} not found"])
+    return path
+
+
 def _from_env(cls: type[_S]) -> Callable[[], _S]:
     return lambda: _read(cls)
 
 
-def _config(prefix: str) -> SettingsConfigDict:
+def group_config(prefix: str) -> SettingsConfigDict:
     return SettingsConfigDict(
         env_prefix=prefix,
         extra="ignore",  # the groups share one prefix and one env file: each ignores the others' keys
@@ -78,7 +95,7 @@ def _config(prefix: str) -> SettingsConfigDict:
 class TimingSettings(BaseSettings):
     """Timing of the control loop and of the node lifecycle. All values are seconds."""
 
-    model_config = _config(PREFIX)
+    model_config = group_config(PREFIX)
 
     poll_interval: Duration = Field(
         default=5.0, gt=0, description="Time between two ticks of the control loop."
@@ -118,7 +135,7 @@ class TimingSettings(BaseSettings):
 class Ec2Settings(BaseSettings):
     """The EC2 endpoint, credentials, allowed instance types and fleet limits."""
 
-    model_config = _config(f"{PREFIX}EC2_")
+    model_config = group_config(f"{PREFIX}EC2_")
 
     endpoint: Ec2Endpoint | None = Field(
         default=None, description="EC2 API endpoint URL (for an EC2-compatible server); unset means AWS."
@@ -192,7 +209,7 @@ class Ec2Settings(BaseSettings):
 class DaskSettings(BaseSettings):
     """Where the dask scheduler is and how workers map to swarm nodes."""
 
-    model_config = _config(f"{PREFIX}DASK_")
+    model_config = group_config(f"{PREFIX}DASK_")
 
     scheduler_url: SchedulerUrl = Field(
         description="Address of the dask scheduler.",
@@ -226,7 +243,7 @@ class DaskSettings(BaseSettings):
 class RedisSettings(BaseSettings):
     """Leader election between replicas."""
 
-    model_config = _config(f"{PREFIX}REDIS_")
+    model_config = group_config(f"{PREFIX}REDIS_")
 
     url: RedisUrl | None = Field(
         default=None,
@@ -240,7 +257,7 @@ class RedisSettings(BaseSettings):
 class DockerSettings(BaseSettings):
     """The docker engine of a swarm manager."""
 
-    model_config = _config(f"{PREFIX}DOCKER_")
+    model_config = group_config(f"{PREFIX}DOCKER_")
 
     url: DockerUrl = Field(
         default="unix:///var/run/docker.sock", description="Docker engine API of a manager."
@@ -254,7 +271,7 @@ def _upper(value: object) -> object:
 class LoggingSettings(BaseSettings):
     """Log level and format."""
 
-    model_config = _config(f"{PREFIX}LOG_")
+    model_config = group_config(f"{PREFIX}LOG_")
 
     level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_upper)] = (
         Field(default="INFO", description="Lowest level logged: DEBUG, INFO, WARNING, ERROR or CRITICAL.")
@@ -267,7 +284,7 @@ class LoggingSettings(BaseSettings):
 class HttpSettings(BaseSettings):
     """The HTTP endpoint for health and metrics."""
 
-    model_config = _config(f"{PREFIX}HTTP_")
+    model_config = group_config(f"{PREFIX}HTTP_")
 
     port: int = Field(
         default=8000, ge=0, le=65535, description="TCP port for health and metrics; 0 disables it."
@@ -278,7 +295,7 @@ class HttpSettings(BaseSettings):
 class DebugSettings(BaseSettings):
     """Remote debugging with debugpy: the image's entry point runs the daemon under it when a port is set."""
 
-    model_config = _config(f"{PREFIX}DEBUGPY_")
+    model_config = group_config(f"{PREFIX}DEBUGPY_")
 
     port: int | None = Field(
         default=None, ge=1, le=65535, description="Port debugpy listens on; unset means no debugger."
@@ -295,7 +312,7 @@ class Settings(BaseSettings):
     """The whole configuration. `Settings()` reads every group from the environment (env files: see
     `load_settings`)."""
 
-    model_config = _config(PREFIX)
+    model_config = group_config(PREFIX)
 
     cluster_name: ClusterName = Field(
         description="Name of the managed cluster, used in machine tags and node labels: keep it stable.",
@@ -354,18 +371,14 @@ def variables() -> list[tuple[str, type[BaseSettings], str, FieldInfo]]:
 def load_settings(env_file: str | os.PathLike[str] | None = None) -> Settings:
     """Read and validate every variable from the environment and, when given, an env file (the
     environment wins). Raises `InvalidSettingsError` listing every problem at once."""
-    path = None if env_file is None else Path(env_file)
-    if path is not None and not path.is_file():
-        raise InvalidSettingsError([f"env file {str(path)!r} not found"])
+    path = env_path(env_file)
     groups: dict[str, BaseSettings] = {}
     problems: list[str] = []
     for attr, cls in GROUPS.items():
-        try:
-            groups[attr] = _read(cls, path)
-        except (ValidationError, SettingsError) as exc:
-            problems.extend(_problems(exc, cls))
-            # A placeholder so the root's own fields are still checked (model_construct reads nothing).
-            groups[attr] = cls.model_construct()
+        group, wrong = read_group(cls, path)
+        problems.extend(wrong)
+        # On errors, a placeholder so the root's own fields are still checked (model_construct reads nothing).
+        groups[attr] = group if group is not None else cls.model_construct()
     try:
         root = _read(Settings, path, **groups)
     except (ValidationError, SettingsError) as exc:

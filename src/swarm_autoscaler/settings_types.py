@@ -38,7 +38,7 @@ def _duration(value: object) -> float:
 Duration = Annotated[float, BeforeValidator(_duration), DurationMark()]
 
 
-def _json(expected: str) -> Callable[[object], object]:
+def json_value(expected: str) -> Callable[[object], object]:
     """A before-validator decoding a JSON string (env values) and passing other values through."""
 
     def decode(value: object) -> object:
@@ -58,7 +58,7 @@ def _id_list(value: object) -> object:
         return value
     text = value.strip()
     if text.startswith("["):
-        return _json("a JSON list of strings or comma-separated values")(text)
+        return json_value("a JSON list of strings or comma-separated values")(text)
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
@@ -135,7 +135,7 @@ class AllowedType(BaseModel):
     )
 
 
-def _known_types(types: dict[str, AllowedType]) -> dict[str, AllowedType]:
+def known_types(types: dict[str, AllowedType]) -> dict[str, AllowedType]:
     if not types:
         raise PydanticCustomError("no_types", "expected at least one allowed instance type")
     unknown = [name for name in types if not known_type(name)]
@@ -150,8 +150,8 @@ def _known_types(types: dict[str, AllowedType]) -> dict[str, AllowedType]:
 
 AllowedTypes = Annotated[
     dict[str, AllowedType],
-    BeforeValidator(_json('a JSON object like {"m5.large": {"ami_id": "ami-..."}}')),
-    AfterValidator(_known_types),
+    BeforeValidator(json_value('a JSON object like {"m5.large": {"ami_id": "ami-..."}}')),
+    AfterValidator(known_types),
 ]
 
 
@@ -165,7 +165,7 @@ def _tags(tags: dict[str, str]) -> dict[str, str]:
 
 
 Tags = Annotated[
-    dict[str, str], BeforeValidator(_json('a JSON object like {"team": "data"}')), AfterValidator(_tags)
+    dict[str, str], BeforeValidator(json_value('a JSON object like {"team": "data"}')), AfterValidator(_tags)
 ]
 
 

@@ -9,12 +9,18 @@ from typing import Any
 
 import pytest
 
-from swarm_autoscaler.model import Plan, Policy, Snapshot, TypePolicy
+from swarm_autoscaler.model import GIB, Plan, Policy, Snapshot, TypePolicy
 from swarm_autoscaler.plan import plan as real_plan
-from swarm_autoscaler.settings import TimingSettings
+from swarm_autoscaler.settings import InvalidSettingsError, TimingSettings
 from swarm_autoscaler.sim import cli
 from swarm_autoscaler.sim.baselines import AdaptiveLike, QueueRule, Static
-from swarm_autoscaler.sim.config import SimEc2Settings, SimSettings, build_sim_settings, priced_catalogue
+from swarm_autoscaler.sim.config import (
+    SimEc2Settings,
+    SimSettings,
+    build_sim_settings,
+    load_sim_settings,
+    priced_catalogue,
+)
 from swarm_autoscaler.sim.engine import Options
 from swarm_autoscaler.sim.faults import RandomFaults
 from swarm_autoscaler.sim.report import cost_lb, makespan_lb, percentile
@@ -116,7 +122,7 @@ def test_queue_rule_adds_one_machine_per_tick() -> None:
 
 
 def test_adaptive_target_follows_distributed_formula() -> None:
-    from swarm_autoscaler.model import GIB, Resources, Task, Worker
+    from swarm_autoscaler.model import Resources, Task, Worker
 
     a = AdaptiveLike(mean_duration=60.0)
     task = Task("t", Resources(1, GIB))
@@ -124,8 +130,8 @@ def test_adaptive_target_follows_distributed_formula() -> None:
     assert a.target(empty) == 3  # min(ceil(3 * 60 / 5), 3 tasks), no workers yet
     w = Worker("a", "a", "h", Resources(4, GIB), processing=(task,) * 8)
     assert a.target(Snapshot(0.0, (), (), (), (w,), ())) == 2  # 8 threads wanted / 4 per worker
-    for doc in (QueueRule.__doc__, AdaptiveLike.__doc__, Static.__doc__):
-        assert doc and ("seed 004" in doc or "adaptive_target" in doc or "maximum size" in doc)
+    for cls, source in ((QueueRule, "seed 004"), (AdaptiveLike, "adaptive_target"), (Static, "maximum size")):
+        assert source in (cls.__doc__ or "")
 
 
 def test_lower_bounds_from_the_trace() -> None:
@@ -178,6 +184,32 @@ def test_cli_reports_bad_input_with_exit_2(tmp_path: Path, capsys: pytest.Captur
     (tmp_path / "t.env").write_text('AUTOSCALER_EC2_ALLOWED_TYPES={"m9.huge": {}}\n')
     assert args.handler(args) == 2
     assert "AUTOSCALER_EC2_ALLOWED_TYPES" in capsys.readouterr().err
+
+
+def test_sim_settings_need_no_ami_but_refuse_what_the_daemon_refuses(tmp_path: Path) -> None:
+    env = tmp_path / "s.env"
+    env.write_text(
+        'AUTOSCALER_EC2_ALLOWED_TYPES={"m5.large": {"overhead": {"cpus": 0.5, "ram_gib": 1}}, '
+        '"c5.large": {"ami_id": "unused", "price_per_hour": 0.05, "later": 1}}\n'
+    )
+    loaded = load_sim_settings(env)
+    assert [(t.name, t.overhead.cpus, t.overhead.ram) for t in loaded.policy.allowed_types] == [
+        ("m5.large", 0.5, GIB),
+        ("c5.large", 0.0, 0),
+    ]
+    assert loaded.catalogue["c5.large"].price_per_hour == 0.05
+    env.write_text(
+        'AUTOSCALER_EC2_ALLOWED_TYPES={"m5.large": {"reserve": 3}}\nAUTOSCALER_EC2_MAX_INSTANCES=2\n'
+    )
+    with pytest.raises(InvalidSettingsError) as info:
+        load_sim_settings(env)
+    assert info.value.problems == (
+        "AUTOSCALER_EC2_MAX_INSTANCES: must be at least the sum of the reserves in "
+        "AUTOSCALER_EC2_ALLOWED_TYPES (3), got '2'",
+    )
+    env.write_text('AUTOSCALER_EC2_ALLOWED_TYPES={"m5.large": {"overhead": {"cpus": 2}}}\n')
+    with pytest.raises(InvalidSettingsError, match=r"overhead of m5\.large .* leaves no room for work"):
+        load_sim_settings(env)
 
 
 def test_table_markdown_and_target_checks() -> None:

@@ -6,11 +6,13 @@ name, an AMI id per type). This loader reads just:
 
 - the timing group, unchanged (`swarm_autoscaler.settings.TimingSettings`: poll interval, start time,
   drain and termination delays, node-down timeout, capacity back-off);
-- from the EC2 group, `AUTOSCALER_EC2_ALLOWED_TYPES` (only `reserve`, `price_per_hour` and `overhead` of
-  each type are read; `ami_id`, `boot_script` and anything else are ignored), `..._MIN_INSTANCES`,
-  `..._MAX_INSTANCES` and `..._MAX_LAUNCH_PER_TICK`.
+- from the EC2 group, `AUTOSCALER_EC2_ALLOWED_TYPES` (validated as the daemon's `AllowedType` except that
+  `ami_id` may be left out and unknown keys are ignored; only `reserve`, `price_per_hour` and `overhead`
+  are used), `..._MIN_INSTANCES`, `..._MAX_INSTANCES` and `..._MAX_LAUNCH_PER_TICK`, with the daemon's
+  checks (known types, min <= max, reserves within max, overheads that leave room for work).
 
-Every problem is reported at once, one line per variable, through `InvalidSettingsError`.
+Every problem is reported at once, one line per variable as the daemon words it, through
+`InvalidSettingsError`.
 """
 
 from __future__ import annotations
@@ -22,70 +24,59 @@ from types import MappingProxyType
 from typing import Annotated
 
 from pydantic import (
-    BaseModel,
+    AfterValidator,
     BeforeValidator,
     ConfigDict,
     Field,
-    ValidationError,
     ValidationInfo,
     field_validator,
 )
-from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
+from pydantic_settings import BaseSettings
 
 from ..catalogue import CATALOGUE
-from ..model import GIB, InstanceType, Policy, Resources, TypePolicy
-from ..settings import PREFIX, InvalidSettingsError, TimingSettings
-from ..settings_types import Overhead
+from ..errors import ConfigurationError
+from ..model import InstanceType, Policy
+from ..policy import build_policy
+from ..settings import (
+    PREFIX,
+    Ec2Settings,
+    InvalidSettingsError,
+    TimingSettings,
+    env_path,
+    group_config,
+    read_group,
+)
+from ..settings_types import AllowedType, json_value, known_types
 
 
-def _json_object(value: object) -> object:
-    import json
-
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f'expected a JSON object like {{"m5.large": {{}}}} ({exc.msg})') from None
-    return value
-
-
-class SimType(BaseModel):
-    """The part of an allowed type's settings that a simulation uses."""
+class SimType(AllowedType):
+    """An allowed type as the simulator reads it: the daemon's `AllowedType`, but nothing is booted, so
+    `ami_id` may be left out, and keys the daemon would reject are ignored."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    reserve: int = Field(default=0, ge=0)
-    price_per_hour: float | None = Field(default=None, gt=0)
-    overhead: Overhead = Field(default_factory=Overhead)
+    ami_id: str = ""  # unused by a simulation
+
+
+SimTypes = Annotated[
+    dict[str, SimType],
+    BeforeValidator(json_value('a JSON object like {"m5.large": {}}')),
+    AfterValidator(known_types),
+]
 
 
 class SimEc2Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix=f"{PREFIX}EC2_", extra="ignore", enable_decoding=False, env_ignore_empty=True
-    )
+    model_config = group_config(f"{PREFIX}EC2_")
 
-    allowed_types: Annotated[dict[str, SimType], BeforeValidator(_json_object)]
+    allowed_types: SimTypes
     min_instances: int = Field(0, ge=0)
     max_instances: int = Field(10, ge=0)
     max_launch_per_tick: int = Field(0, ge=0)
 
-    @field_validator("allowed_types")
-    @classmethod
-    def _known(cls, types: dict[str, SimType]) -> dict[str, SimType]:
-        if not types:
-            raise ValueError("expected at least one allowed instance type")
-        unknown = [n for n in types if n not in CATALOGUE]
-        if unknown:
-            raise ValueError(f"unknown EC2 instance type(s) {', '.join(unknown)}")
-        return types
-
     @field_validator("max_instances")
     @classmethod
-    def _order(cls, value: int, info: ValidationInfo) -> int:
-        low = info.data.get("min_instances", 0)
-        if value < low:
-            raise ValueError(f"must be at least AUTOSCALER_EC2_MIN_INSTANCES ({low})")
-        return value
+    def _limits(cls, value: int, info: ValidationInfo) -> int:
+        return Ec2Settings._limits(value, info)  # at least the minimum and the sum of the reserves
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,53 +93,25 @@ class SimSettings:
 
 def load_sim_settings(env_file: str | os.PathLike[str] | None = None) -> SimSettings:
     """Read the subset described in the module docstring from the environment and `env_file`."""
-    if env_file is not None and not os.path.isfile(env_file):
-        raise InvalidSettingsError([f"env file {os.fspath(env_file)!r} not found"])
-    problems: list[str] = []
-    timing = ec2 = None
+    path = env_path(env_file)
+    timing, timing_problems = read_group(TimingSettings, path)
+    ec2, ec2_problems = read_group(SimEc2Settings, path)
+    if timing is None or ec2 is None:
+        raise InvalidSettingsError(timing_problems + ec2_problems)
     try:
-        timing = TimingSettings(_env_file=env_file)  # type: ignore[call-arg]
-    except (ValidationError, SettingsError) as exc:
-        problems.extend(_lines(exc, PREFIX))
-    try:
-        ec2 = SimEc2Settings(_env_file=env_file)  # type: ignore[call-arg]
-    except (ValidationError, SettingsError) as exc:
-        problems.extend(_lines(exc, f"{PREFIX}EC2_"))
-    if problems or timing is None or ec2 is None:
-        raise InvalidSettingsError(problems)
-    return build_sim_settings(timing, ec2)
-
-
-def _lines(exc: ValidationError | SettingsError, prefix: str) -> list[str]:
-    if isinstance(exc, SettingsError):
-        return [f"{prefix}*: {exc}"]
-    out = []
-    for error in exc.errors():
-        loc = [str(p) for p in error["loc"]]
-        name = f"{prefix}{loc[0].upper()}" if loc else f"{prefix}*"
-        path = ".".join(loc[1:])
-        message = str(error["msg"]).removeprefix("Value error, ")
-        out.append(f"{name}: {path + ': ' if path else ''}{message}")
-    return out
-
-
-def overhead_resources(overhead: Overhead) -> Resources:
-    return Resources(overhead.cpus, round(overhead.ram_gib * GIB), overhead.gpus)
+        return build_sim_settings(timing, ec2)
+    except ConfigurationError as exc:
+        raise InvalidSettingsError([str(exc)]) from None
 
 
 def build_sim_settings(timing: TimingSettings, ec2: SimEc2Settings) -> SimSettings:
-    types = tuple(
-        TypePolicy(name, t.reserve, overhead_resources(t.overhead), t.price_per_hour)
-        for name, t in ec2.allowed_types.items()
-    )
-    policy = Policy(
-        allowed_types=types,
+    """Raises `ConfigurationError` when a type's overhead leaves no room for work (as the daemon does)."""
+    policy = build_policy(
+        timing,
+        ec2.allowed_types,
+        CATALOGUE,
         min_instances=ec2.min_instances,
         max_instances=ec2.max_instances,
-        max_start_time=timing.max_start_time,
-        drain_delay=timing.drain_delay,
-        termination_delay=timing.termination_delay,
-        node_down_timeout=timing.node_down_timeout,
         max_launch_per_tick=ec2.max_launch_per_tick,
     )
     return SimSettings(
