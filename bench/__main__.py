@@ -12,6 +12,7 @@ import sys
 
 BENCHMARKS: dict[str, str] = {
     "plan": "bench.plan_bench",
+    "sim": "bench.sim_bench",
     "daemon": "bench.daemon_bench",
 }
 

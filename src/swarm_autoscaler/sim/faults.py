@@ -17,6 +17,12 @@ def _uniform(seed: int, what: str, index: int) -> float:
     return random.Random(f"{seed}:{what}:{index}").random()
 
 
+def _jittered_join(seed: int, instance_no: int, knobs: Knobs) -> float:
+    """`join_s ± join_jitter_s`, uniform, never below 1 s."""
+    jitter = (2 * _uniform(seed, "join", instance_no) - 1) * knobs.join_jitter_s
+    return max(1.0, knobs.join_s + jitter)
+
+
 @dataclass(frozen=True)
 class RandomFaults(Faults):
     """Capacity refusals per launch call with a per-type rate (`refusal_rates`, else `refusal_rate`),
@@ -36,8 +42,7 @@ class RandomFaults(Faults):
         return self.never_join_rate > 0 and _uniform(self.seed, "never", instance_no) < self.never_join_rate
 
     def join_delay(self, instance_no: int, knobs: Knobs) -> float:
-        jitter = (2 * _uniform(self.seed, "join", instance_no) - 1) * knobs.join_jitter_s
-        return max(1.0, knobs.join_s + jitter)
+        return _jittered_join(self.seed, instance_no, knobs)
 
 
 @dataclass(frozen=True)
@@ -60,5 +65,4 @@ class ScriptedFaults(Faults):
         return tick_no in self.restarts
 
     def join_delay(self, instance_no: int, knobs: Knobs) -> float:
-        jitter = (2 * _uniform(self.seed, "join", instance_no) - 1) * knobs.join_jitter_s
-        return max(1.0, knobs.join_s + jitter)
+        return _jittered_join(self.seed, instance_no, knobs)

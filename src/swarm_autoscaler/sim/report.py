@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..model import InstanceType, Policy
-from .baselines import launch_type, share, usable_types
+from .baselines import share, usable_types
 from .engine import Run
 from .trace import Job
 from .world import EPOCH
@@ -109,15 +109,6 @@ def summarize(run: Run, catalogue: Mapping[str, InstanceType]) -> dict[str, Any]
         "failed_actions": run.failed_actions,
     }
     return out
-
-
-def _launch_ok(job: Job, policy: Policy, catalogue: Mapping[str, InstanceType]) -> bool:
-    return launch_type(job.task(), usable_types(catalogue.values(), policy)) is not None
-
-
-def unplaceable_jobs(jobs: Sequence[Job], policy: Policy, catalogue: Mapping[str, InstanceType]) -> list[Job]:
-    """Jobs no allowed type can ever run (the run would wait for them until its deadline)."""
-    return [j for j in jobs if not _launch_ok(j, policy, catalogue)]
 
 
 def render_table(summaries: Sequence[Mapping[str, Any]], title: str = "simulation") -> Any:
