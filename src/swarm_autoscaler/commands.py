@@ -94,19 +94,28 @@ def print_plan(result: TickResult, console: Console) -> None:
 
 def print_status(result: TickResult, console: Console) -> None:
     snap = result.snapshot
+    bucket_of = result.cluster.bucket_of()  # member key (instance id, or node id) -> bucket
+    by_host = {n.hostname: bucket_of.get(n.id, "") for n in snap.nodes}
+    by_host.update({i.hostname: bucket_of.get(i.id, "") for i in snap.instances})
     instances = Table(title=f"instances ({len(snap.instances)})")
-    for col in ("id", "type", "state", "hostname", "age"):
+    for col in ("id", "type", "state", "bucket", "hostname", "age"):
         instances.add_column(col)
     for inst in sorted(snap.instances, key=lambda i: i.id):
         instances.add_row(
-            inst.id, inst.type_name, str(inst.state), inst.hostname, f"{snap.now - inst.launched_at:.0f}s"
+            inst.id,
+            inst.type_name,
+            str(inst.state),
+            str(bucket_of.get(inst.id, "")),
+            inst.hostname,
+            f"{snap.now - inst.launched_at:.0f}s",
         )
     nodes = Table(title=f"nodes ({len(snap.nodes)})")
-    for col in ("hostname", "availability", "status", "manager", "marks"):
+    for col in ("hostname", "bucket", "availability", "status", "manager", "marks"):
         nodes.add_column(col)
     for node in sorted(snap.nodes, key=lambda n: n.hostname):
         nodes.add_row(
             node.hostname,
+            str(by_host.get(node.hostname, "")),
             str(node.availability),
             str(node.status),
             "yes" if node.is_manager else "",

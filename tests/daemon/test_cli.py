@@ -160,3 +160,27 @@ async def test_plan_and_status_print_the_plan_with_reasons_and_the_tables(lc: Lo
         f"unrunnable tasks: {len(futures)}",
     ):
         assert title in printed_status, printed_status
+
+
+def test_status_names_each_machines_bucket() -> None:
+    from tests.builders import assemble, machine, make_policy
+
+    from swarm_autoscaler.cluster import classify
+    from swarm_autoscaler.model import Availability, NodeMarks, Plan
+    from swarm_autoscaler.tick import TickResult
+
+    snapshot = assemble(
+        machine(1),
+        machine(2, worker=False, availability=Availability.DRAIN, marks=NodeMarks(True, drained_since=1.0)),
+    )
+    result = TickResult(snapshot, classify(snapshot, make_policy()), Plan(), (), acted=False)
+    out = io.StringIO()
+    print_status(result, Console(file=out, width=250))
+    rows: dict[str, str] = {}
+    for (
+        line
+    ) in out.getvalue().splitlines():  # instances, then nodes, then workers: keep the first row per key
+        if "ip-10-0-0-" in line:
+            rows.setdefault(line.split("│")[1].strip(), line)
+    assert "active" in rows["i-0001"] and "drained" in rows["i-0002"]
+    assert "active" in rows["ip-10-0-0-1"] and "drained" in rows["ip-10-0-0-2"]
