@@ -129,6 +129,7 @@ def make_snapshot(
     types: Iterable[InstanceType] = CATALOGUE,
     unavailable: Iterable[Unavailable] = (),
     now: float = NOW,
+    queued: Iterable[Task] = (),
 ) -> Snapshot:
     return Snapshot(
         now=now,
@@ -138,6 +139,7 @@ def make_snapshot(
         workers=tuple(workers),
         unrunnable=tuple(unrunnable),
         unavailable=tuple(unavailable),
+        queued=tuple(queued),
     )
 
 

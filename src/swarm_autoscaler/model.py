@@ -226,7 +226,8 @@ class Snapshot:
     """Everything one tick observed. Built fresh every tick; never mutated.
 
     `instance_types` is the catalogue of every type the policy may use. `unrunnable` are the tasks the
-    scheduler cannot run on any current worker.
+    scheduler cannot run on any current worker; `queued` those it holds back because every worker is
+    busy. Both are pending work.
     """
 
     now: float
@@ -236,6 +237,7 @@ class Snapshot:
     workers: tuple[Worker, ...]
     unrunnable: tuple[Task, ...]
     unavailable: tuple[Unavailable, ...] = ()
+    queued: tuple[Task, ...] = ()
 
 
 # --------------------------------------------------------------------------------------------- policy

@@ -119,7 +119,7 @@ class Demand:
 
 
 def estimate_demand(snapshot: Snapshot, policy: Policy) -> tuple[Space, Demand]:
-    """Unrunnable tasks plus the estimated queue of every worker, grouped by shape.
+    """Unrunnable and scheduler-queued tasks plus the estimated queue of every worker, grouped by shape.
 
     A worker's queue: its processing tasks fitted in order into its resources; the ones that do not fit
     are waiting on it (the scheduler cannot tell them apart from running ones), so they count as
@@ -129,6 +129,7 @@ def estimate_demand(snapshot: Snapshot, policy: Policy) -> tuple[Space, Demand]:
     shapes: dict[ShapeKey, Task] = {}
     keys: dict[ShapeKey, list[str]] = {}
     _collect(snapshot.unrunnable, shapes, keys)
+    _collect(snapshot.queued, shapes, keys)
     loads = [_load(w.processing) for w in snapshot.workers]
     space = Space.over(_all_resources(snapshot, policy, shapes.values(), loads))
     free: dict[str, Vec] = {}
@@ -141,7 +142,7 @@ def estimate_demand(snapshot: Snapshot, policy: Policy) -> tuple[Space, Demand]:
             _collect(waiting, shapes, keys)
     groups = [Group.of(t.needs, t.pinned_type, space.vec(t.needs), tuple(keys[k])) for k, t in shapes.items()]
     groups.sort(key=lambda g: (tuple(-x for x in g.vec), g.pinned or ""))
-    total = len(snapshot.unrunnable) + sum(queued.values())
+    total = len(snapshot.unrunnable) + len(snapshot.queued) + sum(queued.values())
     return space, Demand(tuple(groups), total, free, queued)
 
 

@@ -28,11 +28,13 @@ class LaunchResult:
 
 @dataclass(frozen=True, slots=True)
 class WorkloadView:
-    """One consistent read of the scheduler: every worker with its processing tasks, and the tasks
-    that no current worker can run."""
+    """One consistent read of the scheduler: every worker with its processing tasks, the tasks that no
+    current worker can run, and the tasks the scheduler holds in its own queue because every worker is
+    saturated (dask's root-task queuing)."""
 
     workers: tuple[Worker, ...]
     unrunnable: tuple[Task, ...]
+    queued: tuple[Task, ...] = ()
 
 
 @runtime_checkable

@@ -95,6 +95,7 @@ async def observe(ports: Ports, catalogue: Mapping[str, InstanceType], now: floa
         workers=view.workers,
         unrunnable=view.unrunnable,
         unavailable=ports.cloud.unavailable(now),
+        queued=view.queued,
     )
 
 

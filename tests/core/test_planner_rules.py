@@ -367,6 +367,15 @@ SCALE_DOWN = [
         ),
     ),
     Case(
+        "tasks the scheduler holds in its own queue (every worker saturated) are pending work too",
+        assemble(busy_large(1), queued=make_tasks(4, "root-")),
+        Plan(
+            (launch("m5.large", 2, 4),),
+            pending=4,
+            placed=(("new", 4),),
+        ),
+    ),
+    Case(
         "an empty reserve is filled when nothing is pending: the machine joins, idles and is drained into it",
         make_snapshot(),
         Plan((Launch("m5.large", 1, "1 to fill the reserve of 1 warm m5.large"),)),

@@ -28,7 +28,8 @@ nothing but builtins and their own arguments.
 
 Tasks the scheduler keeps in its own queue (`queued`: unrestricted root tasks held back while every
 worker is saturated) are neither unrunnable nor processing; `observe()` returns them in
-`DaskWorkloadView.queued`.
+`WorkloadView.queued`; the planner counts them as pending. A task with no `CPU` restriction needs
+one CPU (it occupies one of a worker's threads), and a worker that advertises no `CPU` has `nthreads` CPUs.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ import asyncio
 import contextlib
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -76,6 +76,7 @@ def _make_state_reader() -> Callable[..., dict[str, Any]]:
                 "name": str(ws.name),
                 "status": ws.status.name,
                 "resources": dict(ws.resources),
+                "nthreads": ws.nthreads,
                 "processing": [task(ts) for ts in ws.processing],
                 "unique": any(len(ts.who_has or ()) <= 1 for ts in ws.has_what),
             }
@@ -167,13 +168,6 @@ def _make_watch_plugin(name: str, topic: str, coalesce: float) -> Any:
 # --------------------------------------------------------------------------------------------- translation
 
 
-@dataclass(frozen=True, slots=True)
-class DaskWorkloadView(WorkloadView):
-    """`WorkloadView` plus the tasks held in the scheduler's own queue (see the module docstring)."""
-
-    queued: tuple[Task, ...] = ()
-
-
 def split_resources(raw: Mapping[str, float]) -> tuple[Resources, str | None]:
     """Dask resources -> (model Resources, pinned instance type or None), per the module's conventions."""
     cpus, ram, gpus = 0.0, 0, 0
@@ -195,8 +189,11 @@ def split_resources(raw: Mapping[str, float]) -> tuple[Resources, str | None]:
 
 
 def _task(raw: Sequence[Any]) -> Task:
+    """A task without a `CPU` restriction still occupies one of a worker's threads: it needs 1 CPU."""
     key, restrictions = raw
     needs, pinned = split_resources(restrictions)
+    if "CPU" not in restrictions:
+        needs = needs + Resources(cpus=1.0)
     return Task(key=key, needs=needs, pinned_type=pinned)
 
 
@@ -247,7 +244,7 @@ class DaskWorkload:
 
     # --- the Workload port ------------------------------------------------------------------------
 
-    async def observe(self) -> DaskWorkloadView:
+    async def observe(self) -> WorkloadView:
         """Workers (with processing tasks), unrunnable and queued tasks, from one scheduler call."""
         client = await self._connected()
         # Changes before this read are seen by it; only later ones should wake wait_for_change.
@@ -255,7 +252,7 @@ class DaskWorkload:
         state = await self._call(client.run_on_scheduler(_READ_STATE, plugin_name=PLUGIN_NAME))
         if not state["watching"]:  # the scheduler restarted since we registered: watch again
             await self._watch(client)
-        return DaskWorkloadView(
+        return WorkloadView(
             workers=tuple(self._worker(raw) for raw in state["workers"]),
             unrunnable=tuple(_task(raw) for raw in state["unrunnable"]),
             queued=tuple(_task(raw) for raw in state["queued"]),
@@ -364,6 +361,8 @@ class DaskWorkload:
 
     def _worker(self, raw: Mapping[str, Any]) -> Worker:
         resources, _pinned = split_resources(raw["resources"])
+        if "CPU" not in raw["resources"]:  # a worker without a CPU resource runs nthreads tasks at once
+            resources = resources + Resources(cpus=float(raw["nthreads"]))
         return Worker(
             address=raw["address"],
             name=raw["name"],

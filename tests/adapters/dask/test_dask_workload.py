@@ -15,10 +15,10 @@ from distributed import Client, Scheduler, Worker
 from distributed.protocol.pickle import dumps as dask_dumps
 
 from swarm_autoscaler.adapters import dask as dask_adapter
-from swarm_autoscaler.adapters.dask import DaskWorkload, DaskWorkloadView, split_resources
+from swarm_autoscaler.adapters.dask import DaskWorkload, split_resources
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
 from swarm_autoscaler.model import GIB, Resources
-from swarm_autoscaler.ports import Workload
+from swarm_autoscaler.ports import Workload, WorkloadView
 
 StartWorker = Callable[..., Awaitable[Worker]]
 
@@ -63,7 +63,7 @@ async def test_observe_workers_with_resources_and_hostnames(
     await start_worker("ip-10-0-0-5", cpus=2, ram=4 * GIB)
     await start_worker("ip-10-0-0-6", cpus=8, ram=32 * GIB, GPU=1, **{"instance-type:g4dn.2xlarge": 1e9})
     view = await workload.observe()
-    assert isinstance(view, DaskWorkloadView)
+    assert isinstance(view, WorkloadView)
     by_name = {w.name: w for w in view.workers}
     assert set(by_name) == {"ip-10-0-0-5", "ip-10-0-0-6"}
     small, gpu = by_name["ip-10-0-0-5"], by_name["ip-10-0-0-6"]
@@ -141,7 +141,8 @@ async def test_scheduler_queued_tasks_are_reported_and_wake_the_waiter(
     queued = {t.key for t in view.queued}
     assert queued and on_worker
     assert on_worker | queued == {f"root-{i}" for i in range(12)}
-    assert all(t.needs.is_zero() and t.pinned_type is None for t in view.queued)
+    # an unrestricted task occupies one of a worker's threads: one CPU of pending work each
+    assert all(t.needs == Resources(cpus=1.0) and t.pinned_type is None for t in view.queued)
     assert view.unrunnable == ()
     gate.set()
     assert await client.gather(futures) == list(range(12))
@@ -156,8 +157,8 @@ async def test_many_workers_are_all_listed(workload: DaskWorkload, start_worker:
 
 
 async def _observe_until(
-    workload: DaskWorkload, predicate: Callable[[DaskWorkloadView], bool], timeout: float = 10.0
-) -> DaskWorkloadView:
+    workload: DaskWorkload, predicate: Callable[[WorkloadView], bool], timeout: float = 10.0
+) -> WorkloadView:
     async with asyncio.timeout(timeout):
         while True:
             view = await workload.observe()
@@ -334,7 +335,7 @@ async def test_scheduler_restart_is_an_endpoint_error_then_recovers() -> None:
         await workload.close()
 
 
-async def _observe_until_reachable(workload: DaskWorkload, attempts: int = 10) -> DaskWorkloadView:
+async def _observe_until_reachable(workload: DaskWorkload, attempts: int = 10) -> WorkloadView:
     for _ in range(attempts):
         try:
             return await workload.observe()
@@ -374,3 +375,11 @@ def test_split_resources_conventions() -> None:
     assert resources == Resources.of(cpus=1.5, ram=2_000_000_000, gpus=2, scratch=3)
     assert pinned == "m5.large"
     assert split_resources({}) == (Resources(), None)
+
+
+async def test_a_worker_without_a_cpu_resource_has_its_threads_as_cpus(
+    workload: DaskWorkload, scheduler: Scheduler
+) -> None:
+    async with Worker(scheduler.address, name="ip-10-0-0-9", nthreads=3, dashboard=False):
+        view = await _observe_until(workload, lambda v: len(v.workers) == 1)
+    assert view.workers[0].resources == Resources.of(cpus=3)
