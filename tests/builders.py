@@ -152,6 +152,7 @@ def make_policy(
     termination_delay: float = 120.0,
     node_down_timeout: float = 300.0,
     max_launch_per_tick: int = 0,
+    consolidate_below: float = 0.5,
 ) -> Policy:
     allowed = tuple(t if isinstance(t, TypePolicy) else TypePolicy(t) for t in types)
     return Policy(
@@ -163,6 +164,7 @@ def make_policy(
         termination_delay=termination_delay,
         node_down_timeout=node_down_timeout,
         max_launch_per_tick=max_launch_per_tick,
+        consolidate_below=consolidate_below,
     )
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -119,6 +120,7 @@ class FakeWorkload:
     fail_retire: Exception | None = None
     keep_on_retire: set[str] = field(default_factory=set)
     retired: list[str] = field(default_factory=list)
+    cordoned: list[tuple[str, bool]] = field(default_factory=list)  # (address, cordoned or uncordoned)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     waits: int = 0
 
@@ -134,6 +136,19 @@ class FakeWorkload:
         self.workers = [w for w in self.workers if w.address not in gone]
         self.retired.extend(gone)
         return gone
+
+    async def cordon(self, addresses: Sequence[str]) -> tuple[str, ...]:
+        return self._set_retiring(addresses, True)
+
+    async def uncordon(self, addresses: Sequence[str]) -> tuple[str, ...]:
+        return self._set_retiring(addresses, False)
+
+    def _set_retiring(self, addresses: Sequence[str], on: bool) -> tuple[str, ...]:
+        """The scheduler's view of a cordoned worker: `retiring` (closing_gracefully)."""
+        done = tuple(w.address for w in self.workers if w.address in addresses)
+        self.workers = [dataclasses.replace(w, retiring=on) if w.address in done else w for w in self.workers]
+        self.cordoned.extend((a, on) for a in done)
+        return done
 
     async def wait_for_change(self, timeout: float) -> bool:
         self.waits += 1

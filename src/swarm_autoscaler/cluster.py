@@ -35,7 +35,8 @@ Classification rules, first match wins (age = now - instance.launched_at):
    mark)                                               -> disconnected; never accepted -> rule 9
 7. availability drain or pause                         -> drained; per type, the first `reserve` of them
    (newest instance first, then instance id) are reserve
-8. a worker is retiring                                -> retiring
+8. a worker is retiring (and the node carries no
+   `cordoned_since` mark: a cordoned worker is active) -> retiring
 9. a worker is connected, or the node was accepted
    before (`ready` mark: its worker was retired or is
    restarting; the planner drains it once it stayed
@@ -164,6 +165,12 @@ class Member:
         """A worker on it runs or queues a task, or holds data no other worker has."""
         return any(w.busy for w in self.workers)
 
+    @property
+    def cordoned(self) -> bool:
+        """The daemon cordoned its worker: the node is marked and the worker takes no new tasks."""
+        marked = self.node is not None and self.node.marks.cordoned_since is not None
+        return marked and any(w.retiring for w in self.workers)
+
 
 @dataclass(frozen=True, slots=True)
 class Cluster:
@@ -274,7 +281,7 @@ def _joined_bucket(member: Member, node: Node) -> Bucket | None:
         return Bucket.DISCONNECTED if node.marks.ready else None
     if node.availability != Availability.ACTIVE:
         return Bucket.DRAINED
-    if any(w.retiring for w in member.workers):
+    if node.marks.cordoned_since is None and any(w.retiring for w in member.workers):
         return Bucket.RETIRING
     if member.workers or node.marks.ready:
         return Bucket.ACTIVE

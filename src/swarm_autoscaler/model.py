@@ -157,7 +157,8 @@ class NodeMarks:
     """The lifecycle the daemon keeps in swarm node labels, so that a restart continues where it stopped.
 
     All times are epoch seconds or None. `ready` is set once the daemon has seen the node join and
-    accepted it into the fleet. The adapter translates these to and from labels.
+    accepted it into the fleet; `cordoned_since` while its worker takes no new tasks so that the node
+    empties (see `Cordon`). The adapter translates these to and from labels.
     """
 
     ready: bool = False
@@ -165,6 +166,7 @@ class NodeMarks:
     drained_since: float | None = None
     termination_started: float | None = None
     down_since: float | None = None
+    cordoned_since: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,11 +184,13 @@ class Node:
 
 @dataclass(frozen=True, slots=True)
 class Task:
-    """A unit of dask work: its key, what it needs, and the instance type it is pinned to, if any."""
+    """A unit of dask work: its key, what it needs, and the instance type it is pinned to, if any.
+    `executing` is True for a processing task its worker reports as running (not waiting on it)."""
 
     key: str
     needs: Resources
     pinned_type: str | None = None
+    executing: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,8 +199,9 @@ class Worker:
 
     `processing` lists every task the scheduler has assigned to it (running or waiting on it: the
     scheduler cannot tell the two apart). `has_unique_data` is True when it holds a result that no
-    other worker has, so retiring it would lose work. `retiring` is True once the scheduler was asked
-    to close it gracefully.
+    other worker has, so retiring it would lose work. `retiring` is True once the scheduler gives it
+    no new tasks (dask's `closing_gracefully`): it is being retired, or the daemon cordoned it (then its
+    node carries the `cordoned_since` mark).
     """
 
     address: str
@@ -268,6 +273,8 @@ class Policy:
     - `termination_delay`: a drained node beyond the reserve is terminated after this long drained.
     - `node_down_timeout`: a swarm node down this long is removed (and its instance terminated).
     - `max_launch_per_tick`: cap on new instances per plan (0 = no cap beyond max_instances).
+    - `consolidate_below`: a worker using at most this fraction of its machine is cordoned (takes no new
+      tasks, so that it empties) when others of its type have room for its tasks (0 = never).
     """
 
     allowed_types: tuple[TypePolicy, ...]
@@ -278,6 +285,7 @@ class Policy:
     termination_delay: float = 120.0
     node_down_timeout: float = 300.0
     max_launch_per_tick: int = 0
+    consolidate_below: float = 0.5
 
     def type_policy(self, name: str) -> TypePolicy | None:
         for tp in self.allowed_types:
@@ -311,6 +319,28 @@ class Launch:
 class RetireWorkers:
     """Ask the scheduler to gracefully retire these idle workers (by address)."""
 
+    addresses: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cordon:
+    """Stop the scheduler giving the node's worker new tasks, so that it empties and can be drained;
+    its running tasks finish undisturbed. Marks the node first (`cordoned_since`), so that a restart
+    knows the worker was cordoned and not retired."""
+
+    node_id: str
+    hostname: str
+    addresses: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Uncordon:
+    """Let a cordoned node's worker take new tasks again, then clear the node's `cordoned_since` mark."""
+
+    node_id: str
+    hostname: str
     addresses: tuple[str, ...]
     reason: str
 
@@ -361,7 +391,18 @@ class RemoveNode:
     reason: str
 
 
-Action = ActivateNode | Launch | RetireWorkers | DrainNode | Terminate | MarkNode | LabelNode | RemoveNode
+Action = (
+    ActivateNode
+    | Launch
+    | RetireWorkers
+    | DrainNode
+    | Terminate
+    | MarkNode
+    | LabelNode
+    | RemoveNode
+    | Cordon
+    | Uncordon
+)
 
 
 def fields_of(value: object) -> dict[str, object]:

@@ -6,8 +6,8 @@ same snapshot always gives an equal Plan. The recipe:
 1. classify the machines into buckets (cluster.py) and estimate the pending work (placement.py):
    unrunnable tasks plus each worker's estimated queue;
 2. set aside tasks no allowed type can ever run (`Plan.unplaceable`);
-3. scale up: place pending tasks virtually on free capacity of active workers, then drained and reserve
-   nodes (which get activated), then joining nodes, then launched instances (in-flight capacity always
+3. scale up: place pending tasks virtually on free capacity of active workers, then of cordoned
+   workers (which get uncordoned), then drained and reserve nodes (which get activated), then joining nodes, then launched instances (in-flight capacity always
    counts, so a task never causes two launches), then new instances of the cheapest fitting type, within
    `max_instances`; top up to `min_instances`; when nothing is pending, launch what each type's reserve
    lacks (a reserve is only warm if the machines exist: they join, idle, and are drained into it);
@@ -17,11 +17,14 @@ same snapshot always gives an equal Plan. The recipe:
    `max_instances`, or its types refused) so idle machines it cannot use must make room: retire idle workers and drain nodes that stayed
    empty for `drain_delay`, then terminate drained nodes beyond the reserve after `termination_delay`,
    never below `min_instances` and never a type launched in the same plan;
-6. keep the lifecycle marks (node labels) up to date so the timing survives a restart.
+6. consolidate when nothing is pending: cordon under-used workers (no new tasks reach them) while
+   others of their type have room for their tasks, so that they empty and step 5 drains them; a
+   cordoned worker is uncordoned when pending work fits it or a task waits on it;
+7. keep the lifecycle marks (node labels) up to date so the timing survives a restart.
 
 A machine whose worker runs or queues a task, or holds unique data, is never drained, retired or
-terminated. Actions come in the order they should run: marks, repairs, activations, launches, then
-scale-down.
+terminated. Actions come in the order they should run: marks, repairs, uncordons, activations,
+launches, cordons, then scale-down.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from .cluster import Bucket, Cluster, Member, classify
 from .model import (
     Action,
     ActivateNode,
+    Cordon,
     DrainNode,
     LabelNode,
     Launch,
@@ -44,6 +48,7 @@ from .model import (
     RetireWorkers,
     Snapshot,
     Terminate,
+    Uncordon,
 )
 from .placement import (
     Demand,
@@ -54,6 +59,9 @@ from .placement import (
     TypeOption,
     Vec,
     estimate_demand,
+    fits,
+    minus,
+    plus,
     rank_types,
     type_capacity,
 )
@@ -76,7 +84,7 @@ _USEFUL = (
 _LABELLED = (Bucket.JOINING, Bucket.ACTIVE, Bucket.RETIRING, Bucket.DRAINED, Bucket.RESERVE)
 # Buckets whose idle members count as a type's spare (warm) machines.
 _SPARE = (Bucket.RESERVE, Bucket.DRAINED, Bucket.LAUNCHED, Bucket.JOINING, Bucket.ACTIVE)
-_MARK_ORDER = ("ready", "empty_since", "drained_since", "termination_started", "down_since")
+_MARK_ORDER = ("ready", "empty_since", "drained_since", "termination_started", "down_since", "cordoned_since")
 
 
 def plan(snapshot: Snapshot, policy: Policy) -> Plan:
@@ -130,6 +138,8 @@ def _decide(
     # cannot serve it, and keeping them would block the launches it needs forever.
     if nothing_pending or pool.left > 0:
         planner.scale_down()
+    if nothing_pending and not planner.launches and policy.consolidate_below > 0.0:
+        planner.consolidate(capacity)
     result = Plan(
         actions=planner.actions(),
         unplaceable=unplaceable,
@@ -156,9 +166,12 @@ class _Planner:
     why: dict[str, list[str]] = field(default_factory=dict)
     launches: dict[str, list[int]] = field(default_factory=dict)  # type -> [count, tasks, for minimum]
     activate: list[ActivateNode] = field(default_factory=list)
+    uncordon: list[Uncordon] = field(default_factory=list)
+    cordon: list[Cordon] = field(default_factory=list)
     repairs: list[Action] = field(default_factory=list)
     shrink: list[Action] = field(default_factory=list)
     removed: set[str] = field(default_factory=set)  # node ids removed by this plan
+    draining: set[str] = field(default_factory=set)  # member keys drained by this plan
     reserve_fill: dict[str, int] = field(default_factory=dict)  # type -> launched to fill its reserve
     labelled: list[LabelNode] = field(default_factory=list)
     tracing: bool = False
@@ -175,6 +188,8 @@ class _Planner:
         for tier in TIERS:
             if pool.left:
                 self._fill_tier(pool, tier, capacity)
+            if tier == Bucket.ACTIVE and pool.left:
+                self._fill_cordoned(pool)
         budget = self._launch_budget()
         for bins in pool.pack_new(options, budget):
             self.new_bins.append(bins)
@@ -185,7 +200,7 @@ class _Planner:
     def _fill_tier(self, pool: Pool, tier: Bucket, capacity: Mapping[str, Vec]) -> None:
         members = self.cluster.bucket(tier)
         if tier == Bucket.ACTIVE:
-            owner = {w.address: m for m in members for w in m.workers}
+            owner = {w.address: m for m in members if not m.cordoned for w in m.workers}
             bins = [(a, m.type_name, self.demand.free[a]) for a, m in owner.items()]
             for m in members:  # activated or restarted nodes whose worker is starting: in-flight capacity
                 if not m.workers and m.type_name in capacity and self._worker_expected(m):
@@ -204,6 +219,33 @@ class _Planner:
         if tier in (Bucket.DRAINED, Bucket.RESERVE):
             for key in got:
                 self._activate(owner[key])
+
+    def _fill_cordoned(self, pool: Pool) -> None:
+        """Free room on cordoned workers comes next: they are up and paid for; the ones that receive
+        tasks are uncordoned."""
+        owner = {w.address: m for m in self.cluster.active if m.cordoned for w in m.workers}
+        if not owner:
+            return
+        bins = [(a, m.type_name, self.demand.free[a]) for a, m in owner.items()]
+        if self.tracing:
+            self.bins.update((key, (type_name, free)) for key, type_name, free in bins)
+        got = pool.fill(bins)
+        self.placed["cordoned"] = sum(got.values())
+        members: dict[str, Member] = {}
+        for key, n in got.items():
+            member = owner[key]
+            self.received[member.key] = self.received.get(member.key, 0) + n
+            members[member.key] = member
+        for member in members.values():
+            n = self.received[member.key]
+            self._uncordon(member, f"{n} pending task(s) fit on this cordoned worker")
+
+    def _uncordon(self, member: Member, reason: str) -> None:
+        node = member.node
+        assert node is not None
+        self.uncordon.append(
+            Uncordon(node.id, node.hostname, tuple(w.address for w in member.workers), reason)
+        )
 
     def _worker_expected(self, member: Member) -> bool:
         """An active node without a worker counts as capacity while its worker may still start."""
@@ -363,6 +405,22 @@ class _Planner:
             node = member.node
             if node is not None and node.status == NodeStatus.READY and node.marks.down_since is not None:
                 self._mark(node.id, "node is ready again", down_since=None)
+        for member in self.cluster.active:
+            self._keep_cordon(member)
+
+    def _keep_cordon(self, member: Member) -> None:
+        """A cordon mark whose worker takes tasks again (restarted, or uncordoned by someone else) is
+        stale; a cordoned worker with tasks waiting on it is uncordoned, or they would never start."""
+        node = member.node
+        assert node is not None
+        if node.marks.cordoned_since is None:
+            return
+        if not member.cordoned:
+            self._mark(node.id, "worker takes tasks again", cordoned_since=None)
+            return
+        waiting = sum(1 for w in member.workers for t in w.processing if not t.executing)
+        if waiting and not any(u.node_id == node.id for u in self.uncordon):
+            self._uncordon(member, f"{waiting} task(s) wait on this cordoned worker")
 
     def _keep_active_marks(self, member: Member) -> None:
         node = member.node
@@ -411,9 +469,10 @@ class _Planner:
             if self.now - since < self.policy.drain_delay:
                 continue
             retire.extend(w.address for w in member.workers)
+            self.draining.add(member.key)
             reason = f"empty for {self.now - since:.0f}s (drain_delay {self.policy.drain_delay:g}s)"
             self.shrink.append(DrainNode(node.id, node.hostname, reason))
-            self._mark(node.id, "drained", drained_since=self.now, empty_since=None)
+            self._mark(node.id, "drained", drained_since=self.now, empty_since=None, cordoned_since=None)
         if retire:
             reason = f"idle for at least drain_delay={self.policy.drain_delay:g}s"
             self.shrink.insert(0, RetireWorkers(tuple(retire), reason))
@@ -443,6 +502,68 @@ class _Planner:
             )
             self._terminate(self.shrink, chosen, reason)
 
+    # ------------------------------------------------------------------------------ consolidation
+
+    def consolidate(self, capacity: Mapping[str, Vec]) -> None:
+        """Cordon under-used workers while nothing is pending, so that the scheduler packs new tasks
+        onto the others and these empty. Dask sends each task to the least busy worker, and an empty
+        one is the least busy of all: without this, a fleet stays as large as its last peak for as
+        long as tasks keep arriving, every machine running a task or two.
+
+        Per type, least used first: a worker using at most `policy.consolidate_below` of its machine
+        (in its most used resource; the rule and default of Kubernetes' cluster-autoscaler) is
+        cordoned when the other uncordoned workers of its type have room for its tasks; one worker of
+        each type always stays uncordoned, and a worker with a task waiting on it is never cordoned
+        (the task would never start). A cordoned node follows the usual rules from there: drained once
+        empty for `drain_delay`, terminated beyond the reserve after `termination_delay`; pending work
+        that fits it takes it back (uncordoned) before drained nodes or new instances."""
+        by_type: dict[str, list[Member]] = {}
+        for member in self.cluster.active:
+            eligible = member.key not in self.received and member.key not in self.draining
+            if member.workers and not member.cordoned and eligible:
+                by_type.setdefault(member.type_name, []).append(member)
+        for type_name, members in sorted(by_type.items()):
+            whole = capacity.get(type_name)
+            if whole is not None and len(members) > 1:
+                self._consolidate_type(members, whole)
+
+    def _consolidate_type(self, members: list[Member], whole: Vec) -> None:
+        free = {m.key: self._free_of(m, whole) for m in members}
+        room = tuple(0.0 for _ in whole)
+        for m in members:
+            room = plus(room, free[m.key])
+        ranked = []
+        for m in members:
+            if not all(t.executing for w in m.workers for t in w.processing):
+                continue  # a task waits on it: cordoning would leave it stuck
+            used = minus(whole, free[m.key])
+            share = max((u / c for u, c in zip(used, whole, strict=True) if c > 0), default=0.0)
+            if share <= self.policy.consolidate_below:
+                ranked.append((share, m.key, m, used))
+        ranked.sort(key=lambda r: (r[0], r[1]))
+        uncordoned = len(members)
+        for share, _key, member, used in ranked:
+            rest = minus(room, free[member.key])
+            if uncordoned <= 1 or not fits(used, rest):
+                continue
+            room = minus(rest, used)
+            uncordoned -= 1
+            node = member.node
+            assert node is not None
+            reason = f"uses {share:.0%} of its machine; the rest of its type has room for its tasks"
+            self.cordon.append(
+                Cordon(node.id, node.hostname, tuple(w.address for w in member.workers), reason)
+            )
+
+    def _free_of(self, member: Member, whole: Vec) -> Vec:
+        """The member's free room: what its workers have left (their whole machine when none)."""
+        if not member.workers:
+            return whole
+        total = tuple(0.0 for _ in whole)
+        for w in member.workers:
+            total = plus(total, self.demand.free[w.address])
+        return total
+
     # ------------------------------------------------------------------------------ output
 
     def actions(self) -> tuple[Action, ...]:
@@ -450,7 +571,9 @@ class _Planner:
             *self._mark_actions(),
             *self.labelled,
             *self.repairs,
+            *self.uncordon,
             *self.activate,
             *self._launch_actions(),
+            *self.cordon,
             *self.shrink,
         )

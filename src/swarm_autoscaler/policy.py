@@ -50,6 +50,7 @@ def build_policy(
         drain_delay=timing.drain_delay,
         termination_delay=timing.termination_delay,
         node_down_timeout=timing.node_down_timeout,
+        consolidate_below=timing.consolidate_below,
         max_launch_per_tick=max_launch_per_tick,
     )
 

@@ -114,6 +114,15 @@ class Workload(Protocol):
         the only copy of a result is kept by the scheduler). Unknown addresses are ignored."""
         ...
 
+    async def cordon(self, addresses: Sequence[str]) -> tuple[str, ...]:
+        """Stop giving these workers new tasks (their running and waiting tasks stay; the worker starts
+        no new one). Returns the addresses that were cordoned; unknown addresses are ignored."""
+        ...
+
+    async def uncordon(self, addresses: Sequence[str]) -> tuple[str, ...]:
+        """Let cordoned workers take and start tasks again. Returns the addresses that were uncordoned."""
+        ...
+
     async def wait_for_change(self, timeout: float) -> bool:
         """Wait until new unrunnable or queued work appears or a worker leaves, or `timeout` passes.
         Returns True when woken by a change."""

@@ -112,6 +112,16 @@ class TimingSettings(BaseSettings):
     node_down_timeout: Duration = Field(
         default=300.0, description="How long a swarm node may be down before it is removed and terminated."
     )
+    consolidate_below: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Consolidation: a dask worker using at most this fraction of its machine is cordoned (gets no "
+            "new tasks; its running tasks finish) while others of its instance type have room for its "
+            "tasks, so that it empties and is drained. 0 turns consolidation off."
+        ),
+    )
     capacity_backoff_initial: Duration = Field(
         default=30.0, gt=0, description="First pause before retrying a type EC2 refused for lack of capacity."
     )

@@ -18,6 +18,7 @@ from .model import (
     Action,
     ActivateNode,
     Availability,
+    Cordon,
     DrainNode,
     InstanceType,
     LabelNode,
@@ -30,6 +31,7 @@ from .model import (
     RetireWorkers,
     Snapshot,
     Terminate,
+    Uncordon,
 )
 from .plan import plan as make_plan
 from .ports import Cloud, Orchestrator, Workload
@@ -117,7 +119,7 @@ async def act(
             outcomes.append(Outcome(action, False, "leadership lost; cancelled", kind="cancelled"))
             continue
         try:
-            detail = await _perform(action, ports, marks)
+            detail = await _perform(action, ports, marks, snapshot.now)
             outcomes.append(Outcome(action, True, detail))
         except LockLostError as exc:
             outcomes.append(Outcome(action, False, str(exc), kind="cancelled"))
@@ -136,35 +138,42 @@ class ActionRefused(AutoscalerError):
         self.kind = kind
 
 
-async def _perform(action: Action, ports: Ports, marks: dict[str, NodeMarks]) -> str:
+async def _perform(action: Action, ports: Ports, marks: dict[str, NodeMarks], now: float) -> str:
     match action:
         case Launch(type_name=type_name, count=count):
             return await _launch(ports.cloud, type_name, count)
-        case ActivateNode(node_id=node_id):
-            await ports.orchestrator.set_availability(node_id, Availability.ACTIVE)
-            return "activated"
-        case DrainNode(node_id=node_id):
-            await ports.orchestrator.set_availability(node_id, Availability.DRAIN)
-            return "drained"
+        case Terminate(instance_ids=ids, node_ids=node_ids):
+            await ports.cloud.terminate(ids)
+            for node_id in node_ids:
+                await ports.orchestrator.remove(node_id)
+            return f"terminated {len(ids)}"
         case RetireWorkers(addresses=addresses):
             retired = await ports.workload.retire(addresses)
             kept = sorted(set(addresses) - set(retired))
             if kept:
                 return f"retired {len(retired)}; scheduler kept {', '.join(kept)}"
             return f"retired {len(retired)}"
+        case Cordon(node_id=node_id, addresses=addresses):
+            await _mark(ports, marks, node_id, cordoned_since=now)  # first: a restart must see it
+            return f"cordoned {len(await ports.workload.cordon(addresses))}"
+        case Uncordon(node_id=node_id, addresses=addresses):
+            done = await ports.workload.uncordon(addresses)
+            await _mark(ports, marks, node_id, cordoned_since=None)
+            return f"uncordoned {len(done)}"
+    return await _perform_on_node(action, ports, marks)
+
+
+async def _perform_on_node(action: Action, ports: Ports, marks: dict[str, NodeMarks]) -> str:
+    match action:
+        case ActivateNode(node_id=node_id):
+            await ports.orchestrator.set_availability(node_id, Availability.ACTIVE)
+            return "activated"
+        case DrainNode(node_id=node_id):
+            await ports.orchestrator.set_availability(node_id, Availability.DRAIN)
+            return "drained"
         case MarkNode(node_id=node_id, changes=changes):
-            current = marks.get(node_id)
-            if current is None:
-                raise ActionRefused("error", f"node {node_id} not in the snapshot")
-            updated = dataclasses.replace(current, **dict(changes))  # type: ignore[arg-type]
-            await ports.orchestrator.mark(node_id, updated)
-            marks[node_id] = updated
+            await _mark(ports, marks, node_id, **dict(changes))
             return "marked"
-        case Terminate(instance_ids=ids, node_ids=node_ids):
-            await ports.cloud.terminate(ids)
-            for node_id in node_ids:
-                await ports.orchestrator.remove(node_id)
-            return f"terminated {len(ids)}"
         case LabelNode(node_id=node_id, labels=labels):
             await ports.orchestrator.add_labels(node_id, dict(labels))
             return "labelled"
@@ -172,6 +181,17 @@ async def _perform(action: Action, ports: Ports, marks: dict[str, NodeMarks]) ->
             await ports.orchestrator.remove(node_id)
             return "removed"
     raise ActionRefused("error", f"unknown action {action!r}")  # pragma: no cover - exhaustive above
+
+
+async def _mark(
+    ports: Ports, marks: dict[str, NodeMarks], node_id: str, **changes: float | bool | None
+) -> None:
+    current = marks.get(node_id)
+    if current is None:
+        raise ActionRefused("error", f"node {node_id} not in the snapshot")
+    updated = dataclasses.replace(current, **changes)  # type: ignore[arg-type]
+    await ports.orchestrator.mark(node_id, updated)
+    marks[node_id] = updated
 
 
 async def _launch(cloud: Cloud, type_name: str, count: int) -> str:

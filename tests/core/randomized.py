@@ -11,6 +11,7 @@ from tests.builders import CATALOGUE, NOW, hostname, make_task
 from swarm_autoscaler.model import (
     ActivateNode,
     Availability,
+    Cordon,
     DrainNode,
     Instance,
     InstanceState,
@@ -29,6 +30,7 @@ from swarm_autoscaler.model import (
     Terminate,
     TypePolicy,
     Unavailable,
+    Uncordon,
     Worker,
 )
 
@@ -48,9 +50,10 @@ TIMES = st.sampled_from((None, NOW - 1000, NOW - 200, NOW - 90, NOW - 10, NOW))
 
 
 @st.composite
-def tasks(draw: st.DrawFn, prefix: str, max_size: int) -> tuple[Task, ...]:
+def tasks(draw: st.DrawFn, prefix: str, max_size: int, executing: bool = False) -> tuple[Task, ...]:
     shapes = draw(st.lists(st.sampled_from(SHAPES), max_size=max_size))
-    return tuple(make_task(f"{prefix}{i}", **shape) for i, shape in enumerate(shapes))  # type: ignore[arg-type]
+    made = (make_task(f"{prefix}{i}", **shape) for i, shape in enumerate(shapes))  # type: ignore[arg-type]
+    return tuple(dataclasses.replace(t, executing=executing and draw(st.booleans())) for t in made)
 
 
 @st.composite
@@ -71,6 +74,7 @@ def machines(draw: st.DrawFn, n: int) -> tuple[Instance | None, Node | None, Wor
             draw(TIMES),
             draw(TIMES) if not draw(st.integers(0, 4)) else None,
             draw(TIMES),
+            draw(TIMES) if not draw(st.integers(0, 2)) else None,
         )
         node = Node(
             f"node-{n}",
@@ -89,7 +93,7 @@ def machines(draw: st.DrawFn, n: int) -> tuple[Instance | None, Node | None, Wor
             host,
             host,
             res,
-            processing=draw(tasks(f"w{n}-", 6)) if draw(st.booleans()) else (),
+            processing=draw(tasks(f"w{n}-", 6, executing=True)) if draw(st.booleans()) else (),
             has_unique_data=not draw(st.integers(0, 5)),
             retiring=not draw(st.integers(0, 8)),
         )
@@ -130,6 +134,7 @@ def policies(draw: st.DrawFn) -> Policy:
         termination_delay=120.0,
         node_down_timeout=300.0,
         max_launch_per_tick=draw(st.sampled_from((0, 0, 2))),
+        consolidate_below=draw(st.sampled_from((0.0, 0.5, 0.5, 1.0))),
     )
 
 
@@ -163,17 +168,17 @@ class _World:
                 node = self.nodes[node_id]
                 marks = dataclasses.replace(node.marks, **dict(changes))  # type: ignore[arg-type]
                 self.nodes[node_id] = dataclasses.replace(node, marks=marks)
-            case ActivateNode(node_id=node_id):
-                self.nodes[node_id] = dataclasses.replace(
-                    self.nodes[node_id], availability=Availability.ACTIVE
-                )
-            case DrainNode(node_id=node_id):
-                self.nodes[node_id] = dataclasses.replace(
-                    self.nodes[node_id], availability=Availability.DRAIN
-                )
+            case ActivateNode(node_id=node_id) | DrainNode(node_id=node_id):
+                active = isinstance(action, ActivateNode)
+                availability = Availability.ACTIVE if active else Availability.DRAIN
+                self.nodes[node_id] = dataclasses.replace(self.nodes[node_id], availability=availability)
             case RetireWorkers(addresses=addresses):
                 for a in addresses:
                     self.workers[a] = dataclasses.replace(self.workers[a], retiring=True)
+            case (
+                Cordon(node_id=node_id, addresses=addresses) | Uncordon(node_id=node_id, addresses=addresses)
+            ):
+                self.cordon(node_id, addresses, now if isinstance(action, Cordon) else None)
             case Terminate(instance_ids=ids, node_ids=node_ids):
                 for iid in ids:
                     self.instances[iid] = dataclasses.replace(
@@ -187,6 +192,14 @@ class _World:
                 for k in range(count):
                     iid = f"new-{type_name}-{k}"
                     self.instances[iid] = Instance(iid, type_name, InstanceState.PENDING, now, f"host-{iid}")
+
+    def cordon(self, node_id: str, addresses: tuple[str, ...], since: float | None) -> None:
+        """Cordon (since = now) or uncordon (None): the node's mark and the workers' status."""
+        node = self.nodes[node_id]
+        marks = dataclasses.replace(node.marks, cordoned_since=since)
+        self.nodes[node_id] = dataclasses.replace(node, marks=marks)
+        for a in addresses:
+            self.workers[a] = dataclasses.replace(self.workers[a], retiring=since is not None)
 
 
 def clone(snapshot: Snapshot) -> Snapshot:

@@ -7,6 +7,8 @@ from tests.core.randomized import apply, clone, policies, snapshots
 
 from swarm_autoscaler.cluster import Bucket, allowed, classify
 from swarm_autoscaler.model import (
+    ActivateNode,
+    Cordon,
     DrainNode,
     Launch,
     Plan,
@@ -15,6 +17,7 @@ from swarm_autoscaler.model import (
     RetireWorkers,
     Snapshot,
     Terminate,
+    Uncordon,
 )
 from swarm_autoscaler.placement import fits, plus
 from swarm_autoscaler.plan import plan, plan_traced
@@ -61,6 +64,34 @@ def test_never_drains_retires_or_terminates_a_busy_node(snapshot: Snapshot, poli
                 assert not {host_of[k] for k in (*ids, *node_ids)} & busy_hosts, action
             case RetireWorkers(addresses=addresses):
                 assert not {w.address for w in snapshot.workers if w.busy} & set(addresses), action
+
+
+@FAST
+@given(snapshots(), policies())
+def test_cordons_only_while_nothing_waits(snapshot: Snapshot, policy: Policy) -> None:
+    """A worker is cordoned only when nothing is pending, only if every task on it is executing (a
+    waiting task would never start), and never the last uncordoned worker of its type."""
+    result = plan(snapshot, policy)
+    cordons = [a for a in result.actions if isinstance(a, Cordon)]
+    if not cordons:
+        return
+    assert not any(isinstance(a, Launch | ActivateNode | Uncordon) for a in result.actions)
+    assert policy.consolidate_below > 0
+    workers = {w.address: w for w in snapshot.workers}
+    for action in cordons:
+        for address in action.addresses:
+            assert all(t.executing for t in workers[address].processing), action
+    cordoned = {a for c in cordons for a in c.addresses}
+    cluster = classify(snapshot, policy)
+    for type_name in {m.type_name for m in cluster.active}:
+        mine = [
+            w.address
+            for m in cluster.active
+            if m.type_name == type_name and not m.cordoned
+            for w in m.workers
+        ]
+        if any(a in cordoned for a in mine):
+            assert any(a not in cordoned for a in mine), type_name
 
 
 @FAST

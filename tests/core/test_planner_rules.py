@@ -25,6 +25,7 @@ from swarm_autoscaler.cluster import Bucket, allowed, classify
 from swarm_autoscaler.model import (
     ActivateNode,
     Availability,
+    Cordon,
     DrainNode,
     Instance,
     InstanceState,
@@ -40,9 +41,11 @@ from swarm_autoscaler.model import (
     Resources,
     RetireWorkers,
     Snapshot,
+    Task,
     Terminate,
     TypePolicy,
     Unavailable,
+    Uncordon,
     Unplaceable,
     Worker,
 )
@@ -59,7 +62,7 @@ def launch(type_name: str, count: int, tasks: int) -> Launch:
 
 
 def mark(n: int, why: str, **changes: float | bool | None) -> MarkNode:
-    order = ("ready", "empty_since", "drained_since", "termination_started", "down_since")
+    order = ("ready", "empty_since", "drained_since", "termination_started", "down_since", "cordoned_since")
     return MarkNode(f"node-{n}", tuple((k, changes[k]) for k in order if k in changes), why)
 
 
@@ -365,6 +368,7 @@ SCALE_DOWN = [
                 ),
             )
         ),
+        make_policy(consolidate_below=0.0),  # two idle workers: consolidation is another case's subject
     ),
     Case(
         "tasks the scheduler holds in its own queue (every worker saturated) are pending work too",
@@ -488,12 +492,116 @@ REPAIR = [
 ]
 
 
-@pytest.mark.parametrize("case", SCALE_UP + SCALE_DOWN + REPAIR, ids=lambda c: c.name)
+def running(n: int, prefix: str, **shape: float | str | None) -> tuple[Task, ...]:
+    """`n` tasks the worker reports as executing."""
+    return tuple(replace(t, executing=True) for t in make_tasks(n, prefix, **shape))
+
+
+def xlarge(n: int, tasks: tuple[Task, ...], **kw: object) -> tuple[Instance, Node, Worker | None]:
+    return machine(n, "m5.xlarge", processing=tasks, **kw)  # type: ignore[arg-type]
+
+
+CORDONED = NodeMarks(ready=True, cordoned_since=NOW - 30)
+USES_25 = "uses 25% of its machine; the rest of its type has room for its tasks"
+
+CONSOLIDATE = [
+    Case(
+        "dask spread one task onto each of two machines: the first, least used, is cordoned to empty",
+        assemble(xlarge(1, running(1, "a")), xlarge(2, running(2, "b"))),
+        Plan((Cordon("node-1", hostname(1), (addr(1),), USES_25),)),
+    ),
+    Case(
+        "a worker with a task waiting on it is never cordoned: the task would never start",
+        assemble(xlarge(1, (*running(1, "a"), *make_tasks(1, "w"))), xlarge(2, running(1, "b"))),
+        Plan((Cordon("node-2", hostname(2), (addr(2),), USES_25),)),
+    ),
+    Case(
+        "the last uncordoned worker of a type stays, and a busy one above the threshold is kept",
+        assemble(xlarge(1, running(1, "a")), xlarge(2, running(3, "b")), xlarge(3, running(1, "c"))),
+        Plan((Cordon("node-1", hostname(1), (addr(1),), USES_25),)),
+    ),
+    Case(
+        "no cordon when the other workers of the type have no room for its tasks",
+        assemble(xlarge(1, running(1, "a", ram_gib=8)), xlarge(2, running(1, "b", cpus=1, ram_gib=12))),
+        Plan(),
+    ),
+    Case(
+        "consolidate_below 0 turns consolidation off",
+        assemble(xlarge(1, running(1, "a")), xlarge(2, running(1, "b"))),
+        Plan(),
+        make_policy(consolidate_below=0.0),
+    ),
+    Case(
+        "nothing is cordoned while work is pending",
+        assemble(
+            xlarge(1, running(1, "a")), xlarge(2, running(1, "b")), unrunnable=make_tasks(1, "u", cpus=8)
+        ),
+        Plan(
+            (launch("c5.2xlarge", 1, 1),),
+            pending=1,
+            placed=(("new", 1),),
+        ),
+    ),
+    Case(
+        "pending work that fits a cordoned worker takes it back before drained nodes or new machines",
+        assemble(
+            xlarge(1, running(3, "a"), retiring=True, marks=CORDONED),
+            machine(2, "m5.xlarge", worker=False, availability=Availability.DRAIN, marks=DRAINED),
+            unrunnable=make_tasks(1, "u"),
+        ),
+        Plan(
+            (Uncordon("node-1", hostname(1), (addr(1),), "1 pending task(s) fit on this cordoned worker"),),
+            pending=1,
+            placed=(("cordoned", 1),),
+        ),
+    ),
+    Case(
+        "a cordoned worker with a task waiting on it is uncordoned, or the task would never start",
+        assemble(
+            xlarge(1, (*running(1, "a"), *make_tasks(1, "w", cpus=4)), retiring=True, marks=CORDONED),
+            xlarge(2, ()),
+        ),
+        Plan(
+            (Uncordon("node-1", hostname(1), (addr(1),), "1 task(s) wait on this cordoned worker"),),
+            pending=1,
+            placed=(("active", 1),),
+        ),
+    ),
+    Case(
+        "a cordon mark whose worker takes tasks again (restarted) is cleared",
+        assemble(xlarge(1, running(1, "a"), marks=CORDONED)),
+        Plan((mark(1, "worker takes tasks again", cordoned_since=None),)),
+    ),
+    Case(
+        "a cordoned worker that emptied is retired and drained after drain_delay like any other",
+        assemble(
+            xlarge(1, (), retiring=True, marks=replace(CORDONED, empty_since=NOW - 61)),
+            xlarge(2, running(1, "b")),
+        ),
+        Plan(
+            (
+                mark(1, "drained", empty_since=None, drained_since=NOW, cordoned_since=None),
+                RetireWorkers((addr(1),), "idle for at least drain_delay=60s"),
+                DrainNode("node-1", hostname(1), "empty for 61s (drain_delay 60s)"),
+            )
+        ),
+    ),
+]
+
+
+def test_a_cordoned_worker_is_active_a_retiring_one_without_the_mark_is_retiring() -> None:
+    snapshot = assemble(xlarge(1, (), retiring=True, marks=CORDONED), xlarge(2, (), retiring=True))
+    cluster = classify(snapshot, make_policy())
+    assert [m.key for m in cluster.active] == ["i-0001"] and cluster.active[0].cordoned
+    assert [m.key for m in cluster.retiring] == ["i-0002"] and not cluster.retiring[0].cordoned
+
+
+@pytest.mark.parametrize("case", SCALE_UP + SCALE_DOWN + REPAIR + CONSOLIDATE, ids=lambda c: c.name)
 def test_rule(case: Case) -> None:
     assert plan(case.snapshot, case.policy) == case.expected
 
 
-@pytest.mark.parametrize("case", SCALE_UP + SCALE_DOWN + REPAIR, ids=lambda c: c.name)
+@pytest.mark.parametrize("case", SCALE_UP + SCALE_DOWN + REPAIR + CONSOLIDATE, ids=lambda c: c.name)
 def test_rule_transitions_are_in_the_table(case: Case) -> None:
     result = plan(case.snapshot, case.policy)
     before = classify(case.snapshot, case.policy).bucket_of()

@@ -233,3 +233,29 @@ async def test_a_joined_node_gets_the_labels_its_instance_was_launched_with() ->
     again = await h.daemon.tick_once()  # labelled once, not on every tick
     assert again is not None
     assert sum(1 for c in h.swarm.calls if c == ("add_labels", inst.hostname)) == 1
+
+
+async def test_consolidation_cordons_through_the_ports_and_pending_work_takes_the_worker_back() -> None:
+    h = Harness()
+    workers = []
+    for n in (1, 2):
+        host = f"ip-10-0-0-{n}"
+        inst = Instance(f"i-{n}", "m5.xlarge", InstanceState.RUNNING, h.clock.now - 600, host)
+        h.cloud.instances[inst.id] = inst
+        h.swarm.join(host, h.swarm.join_token)
+        running = Task(f"run-{n}", Resources(1, GIB), executing=True)
+        workers.append(
+            Worker(f"tcp://10.0.0.{n}:1", host, host, Resources(4, 16 * GIB), processing=(running,))
+        )
+    h.workload.workers = workers
+    await h.daemon.tick_once()
+    assert h.workload.cordoned == [("tcp://10.0.0.1:1", True)]  # dask now sends new tasks to the other
+    node = next(n for n in h.swarm.nodes.values() if n.hostname == "ip-10-0-0-1")
+    assert node.marks.cordoned_since == h.clock.now  # marked first: a restart knows it was cordoned
+
+    h.clock.step(5)
+    h.workload.unrunnable = [task("big", cpus=3), task("more", cpus=3)]  # more than the other can take
+    await h.daemon.tick_once()
+    assert h.workload.cordoned[-1] == ("tcp://10.0.0.1:1", False)
+    assert h.swarm.nodes[node.id].marks.cordoned_since is None
+    assert h.launches() == []  # the cordoned worker's room came first; the rest fit the other

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import itertools
+from dataclasses import replace
 
 from swarm_autoscaler.model import GIB, Resources, Worker
 from swarm_autoscaler.sim.scheduler import EventQueue, Scheduler, SimWorker
@@ -113,7 +113,11 @@ def test_cached_view_always_equals_a_fresh_one() -> None:
                 w.name,
                 w.hostname,
                 w.capacity,
-                tuple(s.tasks[k] for k in itertools.chain(w.running, w.waiting)),
+                (
+                    *(replace(s.tasks[k], executing=True) for k in w.running),
+                    *(s.tasks[k] for k in w.waiting),
+                ),
+                retiring=w.cordoned,
             )
             for w in s.workers.values()
         )
@@ -122,8 +126,29 @@ def test_cached_view_always_equals_a_fresh_one() -> None:
     while events.next_time() is not None:
         _, _, (address, key, end) = events.pop()
         s.finish(address, key, end)
-        assert s.view().workers[0].processing == tuple(
-            s.tasks[k]
-            for k in itertools.chain(s.workers["tcp://b:1"].running, s.workers["tcp://b:1"].waiting)
-        )
+        b = s.workers["tcp://b:1"]
+        assert [t.key for t in s.view().workers[0].processing] == [*b.running, *b.waiting]
+        assert [t.executing for t in s.view().workers[0].processing] == [
+            k in b.running for k in (*b.running, *b.waiting)
+        ]
     assert len(s.completed_at) == 12
+
+
+def test_a_cordoned_worker_gets_no_new_task_and_finishes_its_running_ones() -> None:
+    jobs = [job(i, d=10) for i in range(4)]
+    s, events = make(*jobs)
+    s.add_worker(worker("a"), 0.0)
+    s.add_worker(worker("b"), 0.0)
+    s.submit(jobs[0].key, 0.0)  # both idle: goes to a (first of the least loaded)
+    assert processing(s, "tcp://a:1") == [jobs[0].key]
+    assert s.cordon("tcp://a:1", True, 1.0) and s.view().workers[0].retiring
+    for j in jobs[1:]:
+        s.submit(j.key, 1.0)
+    assert processing(s, "tcp://a:1") == [jobs[0].key]  # nothing new for the cordoned worker
+    assert sorted(processing(s, "tcp://b:1")) == sorted(j.key for j in jobs[1:])
+    _, _, (address, key, end) = events.pop()
+    s.finish(address, key, end)
+    assert key == jobs[0].key and processing(s, "tcp://a:1") == []  # its running task finished
+    assert s.cordon("tcp://a:1", False, 11.0) and not s.view().workers[0].retiring
+    assert processing(s, "tcp://a:1")  # uncordoned, it steals what waits on b
+    assert not s.cordon("tcp://gone:1", True, 12.0)

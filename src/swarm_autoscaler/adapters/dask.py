@@ -26,6 +26,12 @@ more work than it can run at once, and when a worker leaves; notifications are c
 the scheduler does not need this package installed, only `distributed`. They must therefore use
 nothing but builtins and their own arguments.
 
+Cordoning a worker sets its status to `closing_gracefully` on the scheduler and on the worker, the
+first step of dask's own `retire_workers`, without the rest: the scheduler gives it no new task, the
+worker starts none (its executing tasks finish), and it stays connected. Uncordoning sets `running`
+again on both, and the worker starts what waits on it. A task is reported `executing` when the
+worker's last heartbeat listed it as running.
+
 Tasks the scheduler keeps in its own queue (`queued`: unrestricted root tasks held back while every
 worker is saturated) are neither unrunnable nor processing; `observe()` returns them in
 `WorkloadView.queued`; the planner counts them as pending. A task with no `CPU` restriction needs
@@ -67,8 +73,8 @@ def _make_state_reader() -> Callable[..., dict[str, Any]]:
     """The function `observe()` runs on the scheduler. Nested so cloudpickle sends it by value."""
 
     def read_state(dask_scheduler: Any, plugin_name: str) -> dict[str, Any]:
-        def task(ts: Any) -> list[Any]:
-            return [str(ts.key), dict(ts.resource_restrictions or {})]
+        def task(ts: Any, executing: Any = ()) -> list[Any]:
+            return [str(ts.key), dict(ts.resource_restrictions or {}), ts in executing]
 
         workers = [
             {
@@ -77,7 +83,7 @@ def _make_state_reader() -> Callable[..., dict[str, Any]]:
                 "status": ws.status.name,
                 "resources": dict(ws.resources),
                 "nthreads": ws.nthreads,
-                "processing": [task(ts) for ts in ws.processing],
+                "processing": [task(ts, ws.executing) for ts in ws.processing],
                 "unique": any(len(ts.who_has or ()) <= 1 for ts in ws.has_what),
             }
             for ws in dask_scheduler.workers.values()
@@ -102,6 +108,35 @@ def _make_address_reader() -> Callable[..., list[str]]:
 # Nested functions (qualname "<locals>") are pickled by value; module-level ones would be by reference.
 _READ_STATE = _make_state_reader()
 _READ_ADDRESSES = _make_address_reader()
+
+
+def _make_status_setter() -> Callable[..., list[str]]:
+    def set_status(dask_scheduler: Any, addresses: list[str], status: str) -> list[str]:
+        """Set `status` ("closing_gracefully" to cordon, "running" to uncordon) on the scheduler and on
+        each worker; return the addresses that have it. A cordon only applies to a running or paused
+        worker, an uncordon only to a closing_gracefully one."""
+        import time
+
+        allowed = ("running", "paused") if status == "closing_gracefully" else ("closing_gracefully",)
+        done = []
+        for address in addresses:
+            ws = dask_scheduler.workers.get(address)
+            if ws is None:
+                continue
+            if ws.status.name in allowed:
+                stimulus_id = f"swarm-autoscaler-{status}-{time.time()}"
+                dask_scheduler.handle_worker_status_change(status, ws, stimulus_id)
+                dask_scheduler.stream_comms[address].send(
+                    {"op": "worker-status-change", "status": status, "stimulus_id": stimulus_id}
+                )
+            if ws.status.name == status:
+                done.append(address)
+        return done
+
+    return set_status
+
+
+_SET_STATUS = _make_status_setter()
 
 
 def _make_oversubscribed() -> Callable[[Any, Any], bool]:
@@ -190,11 +225,11 @@ def split_resources(raw: Mapping[str, float]) -> tuple[Resources, str | None]:
 
 def _task(raw: Sequence[Any]) -> Task:
     """A task without a `CPU` restriction still occupies one of a worker's threads: it needs 1 CPU."""
-    key, restrictions = raw
+    key, restrictions, executing = raw
     needs, pinned = split_resources(restrictions)
     if "CPU" not in restrictions:
         needs = needs + Resources(cpus=1.0)
-    return Task(key=key, needs=needs, pinned_type=pinned)
+    return Task(key=key, needs=needs, pinned_type=pinned, executing=bool(executing))
 
 
 class _HostnameMatcher:
@@ -276,6 +311,22 @@ class DaskWorkload:
             await asyncio.wait_for(retiring, self._retire_timeout)
         after = set(await self._call(client.run_on_scheduler(_READ_ADDRESSES)))
         return tuple(a for a in known if a not in after)
+
+    async def cordon(self, addresses: Sequence[str]) -> tuple[str, ...]:
+        """Stop the scheduler giving these workers new tasks (they finish what they run)."""
+        return await self._set_status(addresses, "closing_gracefully")
+
+    async def uncordon(self, addresses: Sequence[str]) -> tuple[str, ...]:
+        """Let cordoned workers take and start tasks again."""
+        return await self._set_status(addresses, "running")
+
+    async def _set_status(self, addresses: Sequence[str], status: str) -> tuple[str, ...]:
+        if not addresses:
+            return ()
+        client = await self._connected()
+        wanted = list(dict.fromkeys(addresses))
+        done = await self._call(client.run_on_scheduler(_SET_STATUS, addresses=wanted, status=status))
+        return tuple(done)
 
     async def wait_for_change(self, timeout: float) -> bool:
         """True as soon as the scheduler reports a change not yet seen by `observe()`; False on timeout."""

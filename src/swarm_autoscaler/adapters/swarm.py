@@ -1,7 +1,8 @@
 """The docker swarm adapter: `ports.Orchestrator` over the docker engine API, with aiodocker.
 
 The lifecycle marks live in node labels named `<prefix>ready`, `<prefix>empty-since`,
-`<prefix>drained-since`, `<prefix>termination-started` and `<prefix>down-since` (times as epoch seconds),
+`<prefix>drained-since`, `<prefix>termination-started`, `<prefix>down-since` and `<prefix>cordoned-since`
+(times as epoch seconds),
 so a restarted daemon continues where it stopped. A garbled label value is read as absent, never a crash.
 
 Node updates carry the node's current `Version.Index`; when someone else updated the node between our
@@ -25,7 +26,7 @@ from ..errors import EndpointError, NotFoundError
 from ..model import Availability, Node, NodeMarks, NodeStatus
 
 DEFAULT_PREFIX = "swarm-autoscaler."
-_TIME_MARKS = ("empty_since", "drained_since", "termination_started", "down_since")
+_TIME_MARKS = ("empty_since", "drained_since", "termination_started", "down_since", "cordoned_since")
 _TRUE = frozenset({"true", "1", "yes"})
 
 Spec = dict[str, Any]

@@ -15,10 +15,13 @@ It follows distributed's rules closely enough for the planner to face the same s
   can start at once from the most loaded valid workers.
 - A worker that leaves (drain, termination, retirement) releases its tasks: they are decided again from
   scratch, losing the progress of the running ones.
+- A cordoned worker (dask's `closing_gracefully` status) gets no new task, steals none and starts none
+  of those waiting on it; its running tasks finish. Uncordoned, it is like a worker that joined.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 from collections.abc import Mapping
@@ -58,6 +61,7 @@ class SimWorker:
     free: Resources
     running: dict[str, float] = field(default_factory=dict)  # key -> end time
     waiting: list[str] = field(default_factory=list)
+    cordoned: bool = False
     load: float = 0.0  # seconds of work assigned and not finished
     view: Worker | None = None  # cached model value, dropped on every change
 
@@ -72,6 +76,7 @@ class Scheduler:
     def __init__(self, jobs: Mapping[str, Job], events: EventQueue) -> None:
         self.jobs = jobs
         self.tasks: dict[str, Task] = {k: j.task() for k, j in jobs.items()}
+        self._executing: dict[str, Task] = {}  # the tasks' views while they run
         self.events = events
         self.workers: dict[str, SimWorker] = {}
         self.unrunnable: dict[str, None] = {}  # ordered set
@@ -108,9 +113,16 @@ class Scheduler:
                 name=w.name,
                 hostname=w.hostname,
                 resources=w.capacity,
-                processing=tuple(self.tasks[k] for k in itertools.chain(w.running, w.waiting)),
+                processing=(*map(self._executing_view, w.running), *(self.tasks[k] for k in w.waiting)),
+                retiring=w.cordoned,
             )
         return w.view
+
+    def _executing_view(self, key: str) -> Task:
+        view = self._executing.get(key)
+        if view is None:
+            view = self._executing[key] = dataclasses.replace(self.tasks[key], executing=True)
+        return view
 
     def _changed(self, worker: SimWorker | None = None) -> None:
         self._view = None
@@ -122,9 +134,27 @@ class Scheduler:
     def submit(self, key: str, now: float) -> None:
         self._decide(key, now)
 
+    def cordon(self, address: str, on: bool, now: float) -> bool:
+        """Cordon (on) or uncordon a worker; False when there is no such worker."""
+        worker = self.workers.get(address)
+        if worker is None:
+            return False
+        if worker.cordoned != on:
+            worker.cordoned = on
+            self._changed(worker)
+            if not on:
+                self._admit(worker, now)
+        return True
+
     def add_worker(self, worker: SimWorker, now: float) -> None:
         self.workers[worker.address] = worker
+        self._admit(worker, now)
+
+    def _admit(self, worker: SimWorker, now: float) -> None:
+        """A worker that can take tasks: it starts what waits on it, takes the unrunnable tasks it can
+        run, and steals."""
         self._changed(worker)
+        self._start_ready(worker, now)
         for key in [k for k in self.unrunnable if self.valid(k, worker)]:
             del self.unrunnable[key]
             self._changed()
@@ -166,7 +196,7 @@ class Scheduler:
         best: SimWorker | None = None
         best_score = 0.0
         for worker in self.workers.values():
-            if not self.valid(key, worker):
+            if worker.cordoned or not self.valid(key, worker):
                 continue
             score = worker.load / max(worker.capacity.cpus, 1.0)
             if best is None or score < best_score:
@@ -185,7 +215,7 @@ class Scheduler:
         self.where[key] = worker.address
 
     def _start_ready(self, worker: SimWorker, now: float) -> None:
-        while worker.waiting:
+        while worker.waiting and not worker.cordoned:
             key = worker.waiting[0]
             needs = self.tasks[key].needs
             if not needs.fits_in(worker.free):
@@ -200,6 +230,8 @@ class Scheduler:
 
     def _steal_for(self, thief: SimWorker, now: float) -> None:
         """Move waiting tasks the idle `thief` can start right now from the most loaded workers."""
+        if thief.cordoned:
+            return
         victims = sorted(
             (w for w in self.workers.values() if w.waiting and w is not thief),
             key=lambda w: (-len(w.waiting), w.address),

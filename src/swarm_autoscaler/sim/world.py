@@ -347,6 +347,9 @@ class World:
                 self._schedule_worker(node)  # swarm restarts the exited container
         return tuple(retired)
 
+    def cordon(self, addresses: Sequence[str], on: bool) -> tuple[str, ...]:
+        return tuple(a for a in addresses if self.scheduler.cordon(a, on, self.now))
+
 
 class SimCloud:
     """The daemon's EC2 adapter onto the world. Its refusal back-off (which doubles on each refusal of a
@@ -417,6 +420,12 @@ class SimWorkload:
 
     async def retire(self, addresses: Sequence[str]) -> tuple[str, ...]:
         return self.world.retire(addresses)
+
+    async def cordon(self, addresses: Sequence[str]) -> tuple[str, ...]:
+        return self.world.cordon(addresses, True)
+
+    async def uncordon(self, addresses: Sequence[str]) -> tuple[str, ...]:
+        return self.world.cordon(addresses, False)
 
     async def wait_for_change(self, timeout: float) -> bool:
         return False  # the engine ticks on the virtual clock

@@ -167,6 +167,62 @@ async def _observe_until(
             await asyncio.sleep(0.05)
 
 
+# --------------------------------------------------------------------------------------------- cordon
+
+
+async def test_executing_tasks_are_told_apart_from_waiting_ones(
+    workload: DaskWorkload, start_worker: StartWorker, client: Client, gate: threading.Event
+) -> None:
+    await start_worker("ip-10-0-0-5", cpus=2)
+    futures = [client.submit(held, i, key=f"held-{i}", resources={"CPU": 1}) for i in range(3)]
+
+    def two_run_one_waits(view: WorkloadView) -> bool:
+        flags = sorted(t.executing for w in view.workers for t in w.processing)
+        return flags == [False, True, True]
+
+    view = await _observe_until(workload, two_run_one_waits)  # executing comes with the heartbeats
+    assert all(not t.executing for t in view.unrunnable + view.queued)
+    gate.set()
+    assert await client.gather(futures) == [0, 1, 2]
+
+
+async def test_a_cordoned_worker_gets_no_new_task_finishes_its_own_and_comes_back(
+    workload: DaskWorkload, start_worker: StartWorker, client: Client, gate: threading.Event
+) -> None:
+    quiet = await start_worker("ip-10-0-0-5", cpus=2)
+    other = await start_worker("ip-10-0-0-6", cpus=2)
+    running = client.submit(held, "first", key="running", resources={"CPU": 1}, workers=[quiet.address])
+    await _observe_until(workload, lambda v: any(t.executing for w in v.workers for t in w.processing))
+
+    assert await workload.cordon([quiet.address, "tcp://127.0.0.1:1"]) == (quiet.address,)
+    assert await workload.cordon([quiet.address]) == (quiet.address,)  # idempotent
+    await until(lambda: quiet.status.name == "closing_gracefully")  # the worker itself knows
+    later = [client.submit(make_value, i, key=f"later-{i}", resources={"CPU": 1}) for i in range(6)]
+    assert await client.gather(later) == [make_value(i) for i in range(6)]
+    view = await workload.observe()
+    by_name = {w.name: w for w in view.workers}
+    assert by_name["ip-10-0-0-5"].retiring and not by_name["ip-10-0-0-6"].retiring
+    assert [t.key for t in by_name["ip-10-0-0-5"].processing] == ["running"]  # nothing new reached it
+    who_ran = await client.run_on_scheduler(
+        lambda dask_scheduler: {
+            str(k): sorted(ws.address for ws in ts.who_has or ()) for k, ts in dask_scheduler.tasks.items()
+        }
+    )
+    assert all(who_ran[f"later-{i}"] == [other.address] for i in range(6))
+
+    gate.set()
+    assert await running == "first"  # its running task finished undisturbed
+    assert quiet.address in (w.address for w in (await workload.observe()).workers)  # still connected
+
+    assert await workload.uncordon([quiet.address]) == (quiet.address,)
+    await until(lambda: quiet.status.name == "running")
+    view = await workload.observe()
+    assert not any(w.retiring for w in view.workers)
+    again = client.submit(make_value, 3, key="again", resources={"CPU": 1}, workers=[quiet.address])
+    assert await again == [0, 1, 2]
+    assert await workload.uncordon([]) == ()
+
+
 # --------------------------------------------------------------------------------------------- retire
 
 
