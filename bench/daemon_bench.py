@@ -77,6 +77,16 @@ async def _until(predicate: Callable[[], bool], seconds: float, step: float) -> 
         await asyncio.sleep(step)
 
 
+async def _until_room(daemon: Any, count: int, seconds: float) -> None:
+    """Wait until the workers together have room for `count` of the benchmark's 2-CPU tasks."""
+    for _ in range(int(seconds / 0.2)):
+        view = await daemon.ports.workload.observe()
+        if sum(int(w.resources.cpus // 2) for w in view.workers) >= count:
+            return
+        await asyncio.sleep(0.2)
+    raise RuntimeError(f"no room for task {count} after {seconds:g}s")
+
+
 def _sleep(seconds: float) -> float:
     time.sleep(seconds)
     return seconds
@@ -169,7 +179,8 @@ async def bench_idle_calls(sizes: tuple[int, ...], ticks: int) -> list[dict[str,
 
 async def bench_refusals(waves: int) -> dict[str, Any]:
     """30% of RunInstances of the preferred type (m5.large) are refused. Each wave submits a task that
-    needs one more whole m5.large and holds it, so every wave needs one new machine."""
+    needs one whole m5.large and holds it, and starts when the previous one runs: a wave needs a new
+    machine, except when a fallback m5.xlarge still has room for a second task."""
     from distributed import Client
 
     from swarm_autoscaler.model import GIB
@@ -188,8 +199,9 @@ async def bench_refusals(waves: int) -> dict[str, Any]:
                         _sleep, 600.0, key=f"hold-{i}", resources={"CPU": 2.0, "RAM": 6.0 * GIB}, pure=False
                     )
                 )
-                # a joined node per wave (a task "processing" may only be queued on a worker)
-                await _until(lambda: len(lc.orchestrator.nodes) > i, 30.0, 0.1)  # noqa: B023 - awaited at once
+                # the next wave starts once the workers have room for every task so far (dask may keep
+                # a task queued behind a busy worker even then: it does not move it to a new one)
+                await _until_room(daemon, i + 1, 60.0)
             joined = len(lc.orchestrator.nodes)  # type: ignore[union-attr]
             for f in futures:
                 await f.cancel()
@@ -377,7 +389,7 @@ def main(flags: list[str]) -> None:
         return {
             "latency": await bench_latency(8 if quick else 20),
             "idle_calls": await bench_idle_calls((1, 10, 50), 3 if quick else 5),
-            "refusals": await bench_refusals(5 if quick else 10),
+            "refusals": await bench_refusals(10 if quick else 30),
         }
 
     results = asyncio.run(measure())

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .cluster import Bucket, Cluster, Member, classify
+from .consolidate import choose_cordons
 from .model import (
     Action,
     ActivateNode,
@@ -59,9 +60,6 @@ from .placement import (
     TypeOption,
     Vec,
     estimate_demand,
-    fits,
-    minus,
-    plus,
     rank_types,
     type_capacity,
 )
@@ -505,64 +503,14 @@ class _Planner:
     # ------------------------------------------------------------------------------ consolidation
 
     def consolidate(self, capacity: Mapping[str, Vec]) -> None:
-        """Cordon under-used workers while nothing is pending, so that the scheduler packs new tasks
-        onto the others and these empty. Dask sends each task to the least busy worker, and an empty
-        one is the least busy of all: without this, a fleet stays as large as its last peak for as
-        long as tasks keep arriving, every machine running a task or two.
-
-        Per type, least used first: a worker using at most `policy.consolidate_below` of its machine
-        (in its most used resource; the rule and default of Kubernetes' cluster-autoscaler) is
-        cordoned when the other uncordoned workers of its type have room for its tasks; one worker of
-        each type always stays uncordoned, and a worker with a task waiting on it is never cordoned
-        (the task would never start). A cordoned node follows the usual rules from there: drained once
-        empty for `drain_delay`, terminated beyond the reserve after `termination_delay`; pending work
-        that fits it takes it back (uncordoned) before drained nodes or new instances."""
-        by_type: dict[str, list[Member]] = {}
-        for member in self.cluster.active:
-            eligible = member.key not in self.received and member.key not in self.draining
-            if member.workers and not member.cordoned and eligible:
-                by_type.setdefault(member.type_name, []).append(member)
-        for type_name, members in sorted(by_type.items()):
-            whole = capacity.get(type_name)
-            if whole is not None and len(members) > 1:
-                self._consolidate_type(members, whole)
-
-    def _consolidate_type(self, members: list[Member], whole: Vec) -> None:
-        free = {m.key: self._free_of(m, whole) for m in members}
-        room = tuple(0.0 for _ in whole)
-        for m in members:
-            room = plus(room, free[m.key])
-        ranked = []
-        for m in members:
-            if not all(t.executing for w in m.workers for t in w.processing):
-                continue  # a task waits on it: cordoning would leave it stuck
-            used = minus(whole, free[m.key])
-            share = max((u / c for u, c in zip(used, whole, strict=True) if c > 0), default=0.0)
-            if share <= self.policy.consolidate_below:
-                ranked.append((share, m.key, m, used))
-        ranked.sort(key=lambda r: (r[0], r[1]))
-        uncordoned = len(members)
-        for share, _key, member, used in ranked:
-            rest = minus(room, free[member.key])
-            if uncordoned <= 1 or not fits(used, rest):
-                continue
-            room = minus(rest, used)
-            uncordoned -= 1
-            node = member.node
-            assert node is not None
-            reason = f"uses {share:.0%} of its machine; the rest of its type has room for its tasks"
-            self.cordon.append(
-                Cordon(node.id, node.hostname, tuple(w.address for w in member.workers), reason)
-            )
-
-    def _free_of(self, member: Member, whole: Vec) -> Vec:
-        """The member's free room: what its workers have left (their whole machine when none)."""
-        if not member.workers:
-            return whole
-        total = tuple(0.0 for _ in whole)
-        for w in member.workers:
-            total = plus(total, self.demand.free[w.address])
-        return total
+        """Cordon under-used workers while nothing is pending (see consolidate.py)."""
+        candidates = [
+            m
+            for m in self.cluster.active
+            if m.workers and not m.cordoned and m.key not in self.received and m.key not in self.draining
+        ]
+        threshold = self.policy.consolidate_below
+        self.cordon.extend(choose_cordons(candidates, self.demand.free, capacity, threshold))
 
     # ------------------------------------------------------------------------------ output
 

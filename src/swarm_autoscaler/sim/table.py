@@ -46,13 +46,15 @@ def markdown(results: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for scenario, by_policy in results.items():
         for policy, s in by_policy.items():
-            cells = [scenario, policy, *(_cell(s[key]) for _, key in COLUMNS)]
+            cells = [scenario, policy, *(_cell(s[key], key) for _, key in COLUMNS)]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def _cell(value: object) -> str:
+def _cell(value: object, key: str = "") -> str:
     if isinstance(value, float):
+        if key == "cost_usd":  # cents matter when two policies are close
+            return f"{value:.2f}"
         return f"{value:.3f}" if value < 10 else f"{value:.0f}"
     return "-" if value is None else str(value)
 
