@@ -23,7 +23,7 @@ class CapacityBackoff:
     (without a success in between) doubles that, up to `maximum`. A success forgets the pair.
     """
 
-    def __init__(self, initial: float = 30.0, maximum: float = 600.0) -> None:
+    def __init__(self, initial: float = 180.0, maximum: float = 600.0) -> None:
         if initial <= 0 or maximum < initial:
             raise ValueError(f"need 0 < initial <= maximum, got {initial}, {maximum}")
         self._initial = initial

@@ -123,7 +123,12 @@ class TimingSettings(BaseSettings):
         ),
     )
     capacity_backoff_initial: Duration = Field(
-        default=30.0, gt=0, description="First pause before retrying a type EC2 refused for lack of capacity."
+        default=180.0,
+        gt=0,
+        description=(
+            "First pause before retrying a type EC2 refused for lack of capacity in a subnet (a shortage "
+            "usually lasts minutes; Karpenter skips such an offering for 3 minutes)."
+        ),
     )
     capacity_backoff_max: Duration = Field(
         default=600.0, gt=0, description="Longest such pause (it doubles on each refusal up to this)."

@@ -107,7 +107,7 @@ class Ec2Cloud:
         key_name: str | None = None,
         iam_instance_profile: str | None = None,
         custom_tags: Mapping[str, str] | None = None,
-        capacity_backoff_initial: float = 30.0,
+        capacity_backoff_initial: float = 180.0,
         capacity_backoff_max: float = 600.0,
         clock: Callable[[], float] = time.time,
         page_size: int = 1000,

@@ -52,7 +52,7 @@ class Knobs:
     worker_start_s: float = 20.0
     running_after_s: float = 30.0  # pending -> running for an instance that never joins
     shutdown_s: float = 30.0
-    backoff_initial_s: float = 30.0  # the daemon's capacity back-off (settings), doubling per refusal
+    backoff_initial_s: float = 180.0  # the daemon's capacity back-off (settings), doubling per refusal
     backoff_max_s: float = 600.0
 
 

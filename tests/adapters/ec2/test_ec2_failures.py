@@ -22,7 +22,7 @@ async def test_capacity_refusal_moves_to_the_next_subnet(
 ) -> None:
     first, second = network.subnet_ids[:2]
     faults.refuse("m5.large", subnet_id=first)
-    cloud = await make_cloud()
+    cloud = await make_cloud(capacity_backoff_initial=30.0)
 
     result = await cloud.launch("m5.large", 2, {})
 
@@ -63,7 +63,7 @@ async def test_blocked_type_is_not_asked_again_until_the_back_off_ends(
     make_cloud: CloudFactory, faults: FaultInjector, clock: SteppedClock
 ) -> None:
     faults.refuse("c5.large")
-    cloud = await make_cloud()
+    cloud = await make_cloud(capacity_backoff_initial=30.0)
     refused = (await cloud.launch("c5.large", 1, {})).refused
     calls = cloud.stats.launch_calls
 
@@ -78,7 +78,7 @@ async def test_success_resets_the_back_off(
     make_cloud: CloudFactory, network: LocalNetwork, faults: FaultInjector, clock: SteppedClock
 ) -> None:
     first = network.subnet_ids[0]
-    cloud = await make_cloud(subnet_ids=[first])
+    cloud = await make_cloud(subnet_ids=[first], capacity_backoff_initial=30.0)
     faults.refuse("t3.micro")
     await cloud.launch("t3.micro", 1, {})
     clock.step(30.0)
