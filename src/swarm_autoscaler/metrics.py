@@ -33,6 +33,12 @@ class Metrics:
         self.pending = Gauge(
             "autoscaler_pending_tasks", "Tasks waiting for capacity", ["cluster"], registry=r
         )
+        self.cordoned = Gauge(
+            "autoscaler_cordoned_nodes",
+            "Active nodes whose worker the daemon cordoned (consolidation: no new tasks, so it empties)",
+            ["cluster"],
+            registry=r,
+        )
         self.unplaceable = Gauge(
             "autoscaler_unplaceable_tasks", "Tasks no allowed instance type can run", ["cluster"], registry=r
         )
@@ -75,6 +81,7 @@ class Metrics:
         self.buckets.clear()
         for (bucket, type_name), count in result.cluster.counts_by_type().items():
             self.buckets.labels(self.cluster, bucket, type_name).set(count)
+        self.cordoned.labels(self.cluster).set(sum(1 for m in result.cluster.active if m.cordoned))
         for outcome in result.outcomes:
             label = "ok" if outcome.ok else outcome.kind or "error"
             self.actions.labels(self.cluster, outcome.action_kind, label).inc()

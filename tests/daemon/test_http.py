@@ -21,6 +21,7 @@ from swarm_autoscaler.model import (
     InstanceState,
     Resources,
     Task,
+    Worker,
 )
 from swarm_autoscaler.tick import Ports
 
@@ -122,6 +123,7 @@ async def test_metrics_scrape_shows_buckets_work_actions_failures_and_tick_durat
         launch_calls
     )
 
+    assert value(got["autoscaler_cordoned_nodes"], cluster=CLUSTER) == 0
     assert value(got["autoscaler_tick_duration_seconds_count"], cluster=CLUSTER) == 3
     assert value(got["autoscaler_tick_duration_seconds_bucket"], cluster=CLUSTER, le="+Inf") == 3
     assert value(got["autoscaler_is_leader"], cluster=CLUSTER) == 1
@@ -162,3 +164,23 @@ async def test_healthz_is_ok_after_a_tick_and_503_with_the_reason_once_ticks_sto
     served.cloud.fail_list = None
     assert await served.daemon.tick_once() is not None
     assert (await served.healthz())[0] == 200
+
+
+async def test_cordoned_nodes_are_counted(served: Served) -> None:
+    """Two machines of a type, each running one small task: consolidation cordons one of them."""
+    for n in (1, 2):
+        host = f"ip-10-0-0-{n}"
+        inst = Instance(f"i-{n}", "m5.xlarge", InstanceState.RUNNING, served.clock.now - 600, host)
+        served.cloud.instances[inst.id] = inst
+        swarm = served.daemon.ports.orchestrator
+        assert isinstance(swarm, MemorySwarm)
+        swarm.join(host, swarm.join_token)
+        running = Task(f"run-{n}", Resources(1, GIB), executing=True)
+        worker = Worker(f"tcp://10.0.0.{n}:1", host, host, Resources(4, 16 * GIB), processing=(running,))
+        served.workload.workers.append(worker)
+    await served.daemon.tick_once()  # cordons one
+    served.clock.step(POLL)
+    await served.daemon.tick_once()  # sees it cordoned
+    got = await served.samples()
+    assert value(got["autoscaler_cordoned_nodes"], cluster=CLUSTER) == 1
+    assert value(got["autoscaler_actions_total"], kind="Cordon", outcome="ok") == 1
