@@ -34,13 +34,13 @@ from dataclasses import dataclass, field
 
 from .cluster import Bucket, Cluster, Member, classify
 from .consolidate import choose_cordons
+from .launches import LaunchBook, useful
 from .model import (
     Action,
     ActivateNode,
     Cordon,
     DrainNode,
     LabelNode,
-    Launch,
     MarkNode,
     NodeStatus,
     Plan,
@@ -68,20 +68,8 @@ from .placement import (
 TIERS = (Bucket.ACTIVE, Bucket.DRAINED, Bucket.RESERVE, Bucket.JOINING, Bucket.LAUNCHED)
 NEW = "new"
 
-# Members that count towards min_instances: alive and expected to be useful.
-_USEFUL = (
-    Bucket.LAUNCHED,
-    Bucket.JOINING,
-    Bucket.ACTIVE,
-    Bucket.RETIRING,
-    Bucket.DRAINED,
-    Bucket.RESERVE,
-    Bucket.DISCONNECTED,
-)
 # Buckets whose nodes get the labels their instance was launched with.
 _LABELLED = (Bucket.JOINING, Bucket.ACTIVE, Bucket.RETIRING, Bucket.DRAINED, Bucket.RESERVE)
-# Buckets whose idle members count as a type's spare (warm) machines.
-_SPARE = (Bucket.RESERVE, Bucket.DRAINED, Bucket.LAUNCHED, Bucket.JOINING, Bucket.ACTIVE)
 _MARK_ORDER = ("ready", "empty_since", "drained_since", "termination_started", "down_since", "cordoned_since")
 
 
@@ -122,7 +110,8 @@ def _decide(
     options = rank_types(snapshot, policy, space)
     pool = Pool(demand.groups, ledger)
     unplaceable = pool.drop_unplaceable(options, policy)
-    planner = _Planner(snapshot, policy, cluster, demand, tracing=ledger is not None)
+    launches = LaunchBook.of(snapshot, policy)
+    planner = _Planner(snapshot, policy, cluster, demand, launches, tracing=ledger is not None)
     nothing_pending = pool.left == 0
     capacity = type_capacity(snapshot, options, space)
     planner.scale_up(pool, options, capacity)
@@ -130,7 +119,7 @@ def _decide(
     planner.keep_marks()
     planner.label_nodes()
     if nothing_pending:
-        planner.fill_reserve(options)
+        planner.launches.fill_reserve(cluster, planner.received, options)
     # Idle machines are scaled down when nothing is pending, and also when pending work could not get
     # capacity (max_instances reached, or its types refused): placement put nothing on them, so they
     # cannot serve it, and keeping them would block the launches it needs forever.
@@ -158,11 +147,11 @@ class _Planner:
     policy: Policy
     cluster: Cluster
     demand: Demand
+    launches: LaunchBook
     placed: dict[str, int] = field(default_factory=dict)
     received: dict[str, int] = field(default_factory=dict)  # member key -> tasks placed on it
     marks: dict[str, dict[str, float | bool | None]] = field(default_factory=dict)
     why: dict[str, list[str]] = field(default_factory=dict)
-    launches: dict[str, list[int]] = field(default_factory=dict)  # type -> [count, tasks, for minimum]
     activate: list[ActivateNode] = field(default_factory=list)
     uncordon: list[Uncordon] = field(default_factory=list)
     cordon: list[Cordon] = field(default_factory=list)
@@ -170,7 +159,6 @@ class _Planner:
     shrink: list[Action] = field(default_factory=list)
     removed: set[str] = field(default_factory=set)  # node ids removed by this plan
     draining: set[str] = field(default_factory=set)  # member keys drained by this plan
-    reserve_fill: dict[str, int] = field(default_factory=dict)  # type -> launched to fill its reserve
     labelled: list[LabelNode] = field(default_factory=list)
     tracing: bool = False
     bins: dict[str, tuple[str, Vec]] = field(default_factory=dict)  # only when tracing
@@ -188,12 +176,11 @@ class _Planner:
                 self._fill_tier(pool, tier, capacity)
             if tier == Bucket.ACTIVE and pool.left:
                 self._fill_cordoned(pool)
-        budget = self._launch_budget()
-        for bins in pool.pack_new(options, budget):
+        for bins in pool.pack_new(options, self.launches.left):
             self.new_bins.append(bins)
-            self._launch(bins.type_name, bins.count, bins.count * bins.tasks_each)
+            self.launches.add(bins.type_name, bins.count, bins.count * bins.tasks_each)
             self.placed[NEW] = self.placed.get(NEW, 0) + bins.count * bins.tasks_each
-        self._top_up(options, budget - self._launched())
+        self.launches.top_up(self.cluster, options)
 
     def _fill_tier(self, pool: Pool, tier: Bucket, capacity: Mapping[str, Vec]) -> None:
         members = self.cluster.bucket(tier)
@@ -258,72 +245,6 @@ class _Planner:
             ActivateNode(node.id, node.hostname, f"{n} pending task(s) fit on this drained node")
         )
         self._mark(node.id, "reactivated for pending work", drained_since=None, empty_since=None)
-
-    def _launch_budget(self) -> int:
-        alive = sum(1 for i in self.snapshot.instances if i.alive)
-        budget = max(0, self.policy.max_instances - alive)
-        if self.policy.max_launch_per_tick > 0:
-            budget = min(budget, self.policy.max_launch_per_tick)
-        return budget
-
-    def _launch(self, type_name: str, count: int, tasks: int) -> None:
-        entry = self.launches.setdefault(type_name, [0, 0, 0])
-        entry[0] += count
-        entry[1] += tasks
-        entry[2] += 0 if tasks else count
-
-    def _useful(self) -> int:
-        """Alive instances expected to be useful (not broken, not terminating): what min_instances counts."""
-        members = (m for b in _USEFUL for m in self.cluster.bucket(b))
-        return sum(1 for m in members if m.instance is not None and m.instance.alive)
-
-    def _launched(self) -> int:
-        return sum(entry[0] for entry in self.launches.values())
-
-    def _top_up(self, options: tuple[TypeOption, ...], budget: int) -> None:
-        useful = self._useful() - len(self.cluster.reserve)  # the reserve comes on top of the minimum
-        missing = min(self.policy.min_instances - useful - self._launched(), budget)
-        cheapest = next((o for o in options if o.available), None)
-        if missing > 0 and cheapest is not None:
-            self._launch(cheapest.name, missing, 0)
-
-    def fill_reserve(self, options: tuple[TypeOption, ...]) -> None:
-        """Launch what a type's reserve lacks. Spare machines of a type are the idle ones: reserve,
-        drained, launched or joining without placed work, and active without work."""
-        available = {o.name for o in options if o.available}
-        budget = self._launch_budget() - self._launched()
-        for tp in self.policy.allowed_types:
-            if tp.reserve <= 0 or tp.name not in available or budget <= 0:
-                continue
-            spare = sum(
-                1
-                for bucket in _SPARE
-                for m in self.cluster.bucket(bucket)
-                if m.type_name == tp.name and not m.busy and m.key not in self.received
-            )
-            planned = self.launches.get(tp.name, [0, 0, 0])[0]
-            missing = min(tp.reserve - spare - planned, budget)
-            if missing > 0:
-                self._launch(tp.name, missing, 0)
-                self.reserve_fill[tp.name] = self.reserve_fill.get(tp.name, 0) + missing
-                budget -= missing
-
-    def _launch_actions(self) -> list[Launch]:
-        out = []
-        for type_name, (count, tasks, for_minimum) in self.launches.items():
-            parts = []
-            if tasks:
-                parts.append(f"{tasks} pending task(s) need new capacity; cheapest fitting type: {type_name}")
-            for_reserve = self.reserve_fill.get(type_name, 0)
-            if for_minimum - for_reserve > 0:
-                parts.append(f"{for_minimum - for_reserve} to keep min_instances={self.policy.min_instances}")
-            if for_reserve:
-                tp = self.policy.type_policy(type_name)
-                parts.append(
-                    f"{for_reserve} to fill the reserve of {tp.reserve if tp else 0} warm {type_name}"
-                )
-            out.append(Launch(type_name, count, "; ".join(parts)))
-        return out
 
     # ------------------------------------------------------------------------------ repair
 
@@ -477,7 +398,9 @@ class _Planner:
         self._terminate_beyond_reserve()
 
     def _terminate_beyond_reserve(self) -> None:
-        live = self._useful() + self._launched() - len(self.cluster.reserve)  # reserve is on top of min
+        live = (
+            useful(self.cluster) + self.launches.total - len(self.cluster.reserve)
+        )  # reserve: on top of min
         chosen: list[Member] = []
         for member in self.cluster.drained:
             node = member.node
@@ -521,7 +444,7 @@ class _Planner:
             *self.repairs,
             *self.uncordon,
             *self.activate,
-            *self._launch_actions(),
+            *self.launches.actions(),
             *self.cordon,
             *self.shrink,
         )

@@ -1,0 +1,121 @@
+"""What one plan launches, per instance type, and why. Used by plan(); pure.
+
+A plan launches for three reasons, each counted so that the Launch action can say it: pending tasks that
+need new capacity, `min_instances` (the minimum counts useful machines, the reserve comes on top), and a
+type's warm reserve (launched when nothing is pending; the machines join, idle and are drained into it).
+Every launch comes out of one budget: `max_instances` less the live instances, capped by
+`max_launch_per_tick`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .cluster import Bucket, Cluster
+from .model import Launch, Policy, Snapshot
+from .placement import TypeOption
+
+# Members that count towards min_instances: alive and expected to be useful.
+USEFUL = (
+    Bucket.LAUNCHED,
+    Bucket.JOINING,
+    Bucket.ACTIVE,
+    Bucket.RETIRING,
+    Bucket.DRAINED,
+    Bucket.RESERVE,
+    Bucket.DISCONNECTED,
+)
+# Buckets whose idle members count as a type's spare (warm) machines.
+SPARE = (Bucket.RESERVE, Bucket.DRAINED, Bucket.LAUNCHED, Bucket.JOINING, Bucket.ACTIVE)
+
+
+def useful(cluster: Cluster) -> int:
+    """Alive instances expected to be useful (not broken, not terminating): what min_instances counts."""
+    members = (m for b in USEFUL for m in cluster.bucket(b))
+    return sum(1 for m in members if m.instance is not None and m.instance.alive)
+
+
+@dataclass
+class LaunchBook:
+    """The launches of one plan. `budget` is how many instances the plan may launch in all."""
+
+    policy: Policy
+    budget: int
+    by_type: dict[str, list[int]] = field(default_factory=dict)  # type -> [count, tasks, for minimum]
+    for_reserve: dict[str, int] = field(default_factory=dict)  # type -> launched to fill its reserve
+
+    @staticmethod
+    def of(snapshot: Snapshot, policy: Policy) -> LaunchBook:
+        alive = sum(1 for i in snapshot.instances if i.alive)
+        budget = max(0, policy.max_instances - alive)
+        if policy.max_launch_per_tick > 0:
+            budget = min(budget, policy.max_launch_per_tick)
+        return LaunchBook(policy, budget)
+
+    @property
+    def total(self) -> int:
+        return sum(entry[0] for entry in self.by_type.values())
+
+    @property
+    def left(self) -> int:
+        return self.budget - self.total
+
+    def __contains__(self, type_name: object) -> bool:
+        return type_name in self.by_type
+
+    def __bool__(self) -> bool:
+        return bool(self.by_type)
+
+    def add(self, type_name: str, count: int, tasks: int) -> None:
+        """`count` instances of `type_name` for `tasks` pending tasks (0: for the minimum or a reserve)."""
+        entry = self.by_type.setdefault(type_name, [0, 0, 0])
+        entry[0] += count
+        entry[1] += tasks
+        entry[2] += 0 if tasks else count
+
+    def top_up(self, cluster: Cluster, options: Sequence[TypeOption]) -> None:
+        """Launch the cheapest available type for what `min_instances` lacks (the reserve is on top)."""
+        have = useful(cluster) - len(cluster.reserve)
+        missing = min(self.policy.min_instances - have - self.total, self.left)
+        cheapest = next((o for o in options if o.available), None)
+        if missing > 0 and cheapest is not None:
+            self.add(cheapest.name, missing, 0)
+
+    def fill_reserve(
+        self, cluster: Cluster, received: Mapping[str, int], options: Sequence[TypeOption]
+    ) -> None:
+        """Launch what a type's reserve lacks. Spare machines of a type are the idle ones: reserve,
+        drained, launched or joining without placed work, and active without work."""
+        available = {o.name for o in options if o.available}
+        for tp in self.policy.allowed_types:
+            if tp.reserve <= 0 or tp.name not in available or self.left <= 0:
+                continue
+            spare = sum(
+                1
+                for bucket in SPARE
+                for m in cluster.bucket(bucket)
+                if m.type_name == tp.name and not m.busy and m.key not in received
+            )
+            planned = self.by_type.get(tp.name, [0, 0, 0])[0]
+            missing = min(tp.reserve - spare - planned, self.left)
+            if missing > 0:
+                self.add(tp.name, missing, 0)
+                self.for_reserve[tp.name] = self.for_reserve.get(tp.name, 0) + missing
+
+    def actions(self) -> list[Launch]:
+        out = []
+        for type_name, (count, tasks, for_minimum) in self.by_type.items():
+            parts = []
+            if tasks:
+                parts.append(f"{tasks} pending task(s) need new capacity; cheapest fitting type: {type_name}")
+            for_reserve = self.for_reserve.get(type_name, 0)
+            if for_minimum - for_reserve > 0:
+                parts.append(f"{for_minimum - for_reserve} to keep min_instances={self.policy.min_instances}")
+            if for_reserve:
+                tp = self.policy.type_policy(type_name)
+                parts.append(
+                    f"{for_reserve} to fill the reserve of {tp.reserve if tp else 0} warm {type_name}"
+                )
+            out.append(Launch(type_name, count, "; ".join(parts)))
+        return out
