@@ -69,17 +69,37 @@ def test_pinned_task_goes_only_to_its_type() -> None:
     assert processing(s, "tcp://c:1") == [pinned.key]
 
 
-def test_unrunnable_burst_piles_onto_the_first_worker_and_idle_newcomers_steal() -> None:
-    jobs = [job(i, cpus=2) for i in range(4)]
-    s, _ = make(*jobs)
+def test_a_burst_piles_onto_the_first_worker_and_newcomers_steal_once_durations_are_known() -> None:
+    jobs = [job(i, cpus=2, d=100) for i in range(5)]
+    s, events = make(*jobs)
     for j in jobs:
         s.submit(j.key, 0.0)
-    assert len(s.view().unrunnable) == 4
+    assert len(s.view().unrunnable) == 5
     s.add_worker(worker("a"), 10.0)
-    assert len(processing(s, "tcp://a:1")) == 4  # the whole burst lands on the first worker
+    assert len(processing(s, "tcp://a:1")) == 5  # the whole burst lands on the first worker
     s.add_worker(worker("b"), 20.0)
-    assert len(processing(s, "tcp://b:1")) == 1  # b steals what it can start at once
+    assert processing(s, "tcp://b:1") == []  # no duration estimate yet: nothing is stolen
+    _, _, (address, key, end) = events.pop()
+    s.finish(address, key, end)  # the first task finishes at 110: the estimate is 100 s
+    assert s.duration_average == 100.0
+    assert len(processing(s, "tcp://b:1")) == 1  # now idle b steals what it can start at once
     assert s.running_count() == 2 and s.waiting_count() == 2
+
+
+def test_a_task_running_past_twice_the_estimate_makes_it_unknown_again() -> None:
+    jobs = [job(0, cpus=2, d=10), job(1, cpus=2, d=500), job(2, cpus=2, d=10), job(3, cpus=2, d=10)]
+    s, events = make(*jobs)
+    s.add_worker(worker("a"), 0.0)
+    s.add_worker(worker("b"), 0.0)
+    s.submit(jobs[0].key, 0.0)  # on a
+    s.submit(jobs[1].key, 0.0)  # on b, runs 500 s
+    _, _, (address, key, end) = events.pop()
+    s.finish(address, key, end)  # job 0 done at 10: estimate 10 s
+    for j in jobs[2:]:
+        s.submit(j.key, 30.0)  # a takes one, the other queues (on the least loaded: a again)
+    assert s.waiting_count() == 1
+    s.add_worker(worker("c"), 31.0)  # b's task has run 31 s > 2 x 10 s: the estimate is unknown
+    assert processing(s, "tcp://c:1") == [] and s.duration_average is None
 
 
 def test_removed_worker_releases_its_tasks_which_restart_elsewhere() -> None:
