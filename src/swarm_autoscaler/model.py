@@ -185,15 +185,12 @@ class Node:
 @dataclass(frozen=True, slots=True)
 class Task:
     """A unit of dask work: its key, what it needs, and the instance type it is pinned to, if any.
-    `executing` is True for a processing task its worker reports as running (not waiting on it).
-    `movable` is False for a task waiting on a busy worker that the scheduler will not move to another
-    worker yet (dask's work stealing needs a duration estimate for the task's prefix)."""
+    `executing` is True for a processing task its worker reports as running (not waiting on it)."""
 
     key: str
     needs: Resources
     pinned_type: str | None = None
     executing: bool = False
-    movable: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,24 +92,18 @@ def plus(total: Vec, need: Vec, k: int = 1) -> Vec:
 
 @dataclass(frozen=True, slots=True)
 class Group:
-    """Pending tasks with identical needs, pinned type and movability. `nz` lists the (dimension, amount)
-    pairs of `vec` that are not zero: the only ones that limit how many fit. Tasks that are not
-    `movable` (waiting on a busy worker that the scheduler will not move them from yet) hold existing
-    and in-flight capacity but never open new instances: a new machine could not take them."""
+    """Pending tasks with identical needs and pinned type. `nz` lists the (dimension, amount) pairs of
+    `vec` that are not zero: the only ones that limit how many fit."""
 
     needs: Resources
     pinned: str | None
     vec: Vec
     keys: tuple[str, ...]
     nz: tuple[tuple[int, float], ...]
-    movable: bool = True
 
     @staticmethod
-    def of(
-        needs: Resources, pinned: str | None, vec: Vec, keys: tuple[str, ...], movable: bool = True
-    ) -> Group:
-        nz = tuple((d, a) for d, a in enumerate(vec) if a > 0.0)
-        return Group(needs, pinned, vec, keys, nz, movable)
+    def of(needs: Resources, pinned: str | None, vec: Vec, keys: tuple[str, ...]) -> Group:
+        return Group(needs, pinned, vec, keys, tuple((d, a) for d, a in enumerate(vec) if a > 0.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +128,8 @@ def estimate_demand(snapshot: Snapshot, policy: Policy) -> tuple[Space, Demand]:
     """
     shapes: dict[ShapeKey, Task] = {}
     keys: dict[ShapeKey, list[str]] = {}
-    _collect(snapshot.unrunnable, shapes, keys, movable=True)  # on no worker: any new one can take them
-    _collect(snapshot.queued, shapes, keys, movable=True)
+    _collect(snapshot.unrunnable, shapes, keys)
+    _collect(snapshot.queued, shapes, keys)
     loads = [_load(w.processing) for w in snapshot.workers]
     space = Space.over(_all_resources(snapshot, policy, shapes.values(), loads))
     free: dict[str, Vec] = {}
@@ -146,9 +140,7 @@ def estimate_demand(snapshot: Snapshot, policy: Policy) -> tuple[Space, Demand]:
         if waiting:
             queued[worker.address] = len(waiting)
             _collect(waiting, shapes, keys)
-    groups = [
-        Group.of(t.needs, t.pinned_type, space.vec(t.needs), tuple(keys[k]), k[5]) for k, t in shapes.items()
-    ]
+    groups = [Group.of(t.needs, t.pinned_type, space.vec(t.needs), tuple(keys[k])) for k, t in shapes.items()]
     groups.sort(key=lambda g: (tuple(-x for x in g.vec), g.pinned or ""))
     total = len(snapshot.unrunnable) + len(snapshot.queued) + sum(queued.values())
     return space, Demand(tuple(groups), total, free, queued)
@@ -156,20 +148,13 @@ def estimate_demand(snapshot: Snapshot, policy: Policy) -> tuple[Space, Demand]:
 
 # Tasks are grouped by the plain values of their needs and pin: hashing a tuple of builtins is much
 # cheaper than hashing the Resources dataclass, and this runs once per task.
-ShapeKey = tuple[float, int, int, tuple[tuple[str, float], ...], str | None, bool]
+ShapeKey = tuple[float, int, int, tuple[tuple[str, float], ...], str | None]
 
 
-def _collect(
-    tasks: Iterable[Task],
-    shapes: dict[ShapeKey, Task],
-    keys: dict[ShapeKey, list[str]],
-    movable: bool | None = None,
-) -> None:
-    """Group `tasks` by shape; `movable` (when given) overrides the tasks' own flag."""
+def _collect(tasks: Iterable[Task], shapes: dict[ShapeKey, Task], keys: dict[ShapeKey, list[str]]) -> None:
     for task in tasks:
         n = task.needs
-        moves = task.movable if movable is None else movable
-        shape = (n.cpus, n.ram, n.gpus, n.generic, task.pinned_type, moves)
+        shape = (n.cpus, n.ram, n.gpus, n.generic, task.pinned_type)
         same = keys.get(shape)
         if same is None:
             shapes[shape] = task
@@ -428,7 +413,7 @@ class Pool:
         """
         by_type: dict[str, list[int]] = {}
         for gi, group in enumerate(self.groups):
-            if self.remaining[gi] and group.movable:
+            if self.remaining[gi]:
                 option = choose_type(group, options)
                 if option is not None:
                     by_type.setdefault(option.name, []).append(gi)
@@ -437,9 +422,7 @@ class Pool:
         for type_name, openers in by_type.items():
             chosen = set(openers)
             fillers = [
-                gi
-                for gi, g in enumerate(self.groups)
-                if gi not in chosen and g.movable and g.pinned in (None, type_name)
+                gi for gi, g in enumerate(self.groups) if gi not in chosen and g.pinned in (None, type_name)
             ]
             while budget > 0:
                 pattern = self._pattern(capacity[type_name], openers, fillers)

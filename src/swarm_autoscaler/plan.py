@@ -4,8 +4,7 @@ No clock (only `snapshot.now`), no randomness, no I/O, no logging; the inputs ar
 same snapshot always gives an equal Plan. The recipe:
 
 1. classify the machines into buckets (cluster.py) and estimate the pending work (placement.py):
-   unrunnable tasks plus each worker's estimated queue (a queued task dask will not move yet holds
-   existing and in-flight capacity but opens no new instance);
+   unrunnable tasks plus each worker's estimated queue;
 2. set aside tasks no allowed type can ever run (`Plan.unplaceable`);
 3. scale up: place pending tasks virtually on free capacity of active workers, then of cordoned
    workers (which get uncordoned), then drained and reserve nodes (which get activated), then joining nodes, then launched instances (in-flight capacity always

@@ -53,13 +53,7 @@ TIMES = st.sampled_from((None, NOW - 1000, NOW - 200, NOW - 90, NOW - 10, NOW))
 def tasks(draw: st.DrawFn, prefix: str, max_size: int, executing: bool = False) -> tuple[Task, ...]:
     shapes = draw(st.lists(st.sampled_from(SHAPES), max_size=max_size))
     made = (make_task(f"{prefix}{i}", **shape) for i, shape in enumerate(shapes))  # type: ignore[arg-type]
-    on_worker = executing  # tasks on a worker: some run, some wait and cannot be moved (no estimate)
-    return tuple(
-        dataclasses.replace(
-            t, executing=on_worker and draw(st.booleans()), movable=not on_worker or draw(st.booleans())
-        )
-        for t in made
-    )
+    return tuple(dataclasses.replace(t, executing=executing and draw(st.booleans())) for t in made)
 
 
 @st.composite

@@ -589,33 +589,6 @@ CONSOLIDATE = [
 ]
 
 
-def stuck(n: int, prefix: str) -> tuple[Task, ...]:
-    """`n` tasks waiting on their worker that the scheduler will not move (no duration estimate)."""
-    return tuple(replace(t, movable=False) for t in make_tasks(n, prefix))
-
-
-UNMOVABLE = [
-    Case(
-        "a task queued behind a busy worker that dask will not move buys no machine: none could take it",
-        assemble(machine(1, processing=(*running(2, "run"), *stuck(1, "w")))),
-        Plan(pending=1),
-    ),
-    Case(
-        "it still holds capacity already in flight, which is then not scaled down",
-        assemble(
-            machine(1, processing=(*running(2, "run"), *stuck(1, "w"))),
-            (make_instance(2, age=30), None, None),
-        ),
-        Plan(pending=1, placed=(("launched", 1),)),
-    ),
-    Case(
-        "the same task once dask can move it gets a new machine",
-        assemble(machine(1, processing=(*running(2, "run"), *make_tasks(1, "w")))),
-        Plan((launch("m5.large", 1, 1),), pending=1, placed=(("new", 1),)),
-    ),
-]
-
-
 def test_a_cordoned_worker_is_active_a_retiring_one_without_the_mark_is_retiring() -> None:
     snapshot = assemble(xlarge(1, (), retiring=True, marks=CORDONED), xlarge(2, (), retiring=True))
     cluster = classify(snapshot, make_policy())
@@ -623,16 +596,12 @@ def test_a_cordoned_worker_is_active_a_retiring_one_without_the_mark_is_retiring
     assert [m.key for m in cluster.retiring] == ["i-0002"] and not cluster.retiring[0].cordoned
 
 
-@pytest.mark.parametrize(
-    "case", SCALE_UP + SCALE_DOWN + REPAIR + CONSOLIDATE + UNMOVABLE, ids=lambda c: c.name
-)
+@pytest.mark.parametrize("case", SCALE_UP + SCALE_DOWN + REPAIR + CONSOLIDATE, ids=lambda c: c.name)
 def test_rule(case: Case) -> None:
     assert plan(case.snapshot, case.policy) == case.expected
 
 
-@pytest.mark.parametrize(
-    "case", SCALE_UP + SCALE_DOWN + REPAIR + CONSOLIDATE + UNMOVABLE, ids=lambda c: c.name
-)
+@pytest.mark.parametrize("case", SCALE_UP + SCALE_DOWN + REPAIR + CONSOLIDATE, ids=lambda c: c.name)
 def test_rule_transitions_are_in_the_table(case: Case) -> None:
     result = plan(case.snapshot, case.policy)
     before = classify(case.snapshot, case.policy).bucket_of()

@@ -30,9 +30,7 @@ Cordoning a worker sets its status to `closing_gracefully` on the scheduler and 
 first step of dask's own `retire_workers`, without the rest: the scheduler gives it no new task, the
 worker starts none (its executing tasks finish), and it stays connected. Uncordoning sets `running`
 again on both, and the worker starts what waits on it. A task is reported `executing` when the
-worker's last heartbeat listed it as running, and not `movable` while its task prefix has no duration
-estimate (`TaskPrefix.duration_average` < 0: none finished yet, or one ran past twice the estimate):
-work stealing does not move such a task off the busy worker it waits on.
+worker's last heartbeat listed it as running.
 
 Tasks the scheduler keeps in its own queue (`queued`: unrestricted root tasks held back while every
 worker is saturated) are neither unrunnable nor processing; `observe()` returns them in
@@ -75,12 +73,8 @@ def _make_state_reader() -> Callable[..., dict[str, Any]]:
     """The function `observe()` runs on the scheduler. Nested so cloudpickle sends it by value."""
 
     def read_state(dask_scheduler: Any, plugin_name: str) -> dict[str, Any]:
-        def task(ts: Any, executing: Any = None) -> list[Any]:
-            # work stealing moves a task waiting on a worker only once its prefix has a duration estimate
-            on_worker = executing is not None
-            movable = not on_worker or ts.prefix is None or ts.prefix.duration_average >= 0
-            executing = executing or ()
-            return [str(ts.key), dict(ts.resource_restrictions or {}), ts in executing, movable]
+        def task(ts: Any, executing: Any = ()) -> list[Any]:
+            return [str(ts.key), dict(ts.resource_restrictions or {}), ts in executing]
 
         workers = [
             {
@@ -231,11 +225,11 @@ def split_resources(raw: Mapping[str, float]) -> tuple[Resources, str | None]:
 
 def _task(raw: Sequence[Any]) -> Task:
     """A task without a `CPU` restriction still occupies one of a worker's threads: it needs 1 CPU."""
-    key, restrictions, executing, movable = raw
+    key, restrictions, executing = raw
     needs, pinned = split_resources(restrictions)
     if "CPU" not in restrictions:
         needs = needs + Resources(cpus=1.0)
-    return Task(key=key, needs=needs, pinned_type=pinned, executing=bool(executing), movable=bool(movable))
+    return Task(key=key, needs=needs, pinned_type=pinned, executing=bool(executing))
 
 
 class _HostnameMatcher:

@@ -83,8 +83,6 @@ class Scheduler:
         self.jobs = jobs
         self.tasks: dict[str, Task] = {k: j.task() for k, j in jobs.items()}
         self._executing: dict[str, Task] = {}  # the tasks' views while they run
-        self._stuck: dict[str, Task] = {}  # the tasks' views while they wait and cannot be stolen
-        self._movable = True  # whether the last view reported waiting tasks movable
         self.events = events
         self.workers: dict[str, SimWorker] = {}
         self.unrunnable: dict[str, None] = {}  # ordered set
@@ -110,16 +108,7 @@ class Scheduler:
     def waiting_count(self) -> int:
         return len(self.unrunnable) + sum(len(w.waiting) for w in self.workers.values())
 
-    def view(self, now: float | None = None) -> WorkloadView:
-        """What the scheduler reports. With `now`, a task waiting on a worker is reported not movable
-        while there is no duration estimate (stealing could not move it)."""
-        movable = now is None or self._estimate_known(now)
-        if movable != self._movable:
-            self._movable = movable
-            self._view = None
-            for w in self.workers.values():
-                if w.waiting:
-                    w.view = None
+    def view(self) -> WorkloadView:
         if self._view is None:
             workers = tuple(self._worker_view(w) for w in self.workers.values())
             self._view = WorkloadView(workers, tuple(self.tasks[k] for k in self.unrunnable))
@@ -132,19 +121,10 @@ class Scheduler:
                 name=w.name,
                 hostname=w.hostname,
                 resources=w.capacity,
-                processing=(
-                    *map(self._executing_view, w.running),
-                    *(self.tasks[k] if self._movable else self._stuck_view(k) for k in w.waiting),
-                ),
+                processing=(*map(self._executing_view, w.running), *(self.tasks[k] for k in w.waiting)),
                 retiring=w.cordoned,
             )
         return w.view
-
-    def _stuck_view(self, key: str) -> Task:
-        view = self._stuck.get(key)
-        if view is None:
-            view = self._stuck[key] = dataclasses.replace(self.tasks[key], movable=False)
-        return view
 
     def _executing_view(self, key: str) -> Task:
         view = self._executing.get(key)

@@ -10,7 +10,6 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-import dask
 import pytest
 from distributed import Client, Scheduler, Worker
 from distributed.protocol.pickle import dumps as dask_dumps
@@ -185,30 +184,6 @@ async def test_executing_tasks_are_told_apart_from_waiting_ones(
     assert all(not t.executing for t in view.unrunnable + view.queued)
     gate.set()
     assert await client.gather(futures) == [0, 1, 2]
-
-
-async def test_a_waiting_task_is_movable_only_with_a_duration_estimate(
-    workload: DaskWorkload, start_worker: StartWorker, client: Client, gate: threading.Event
-) -> None:
-    """dask's stealing moves a task off a busy worker only when its prefix has a duration estimate:
-    none for a prefix no task of which finished; one from `default-task-durations`."""
-    await start_worker("ip-10-0-0-5", cpus=1)
-    with dask.config.set({"distributed.scheduler.default-task-durations": {"known": "1h"}}):
-        unknown = [client.submit(held, i, key=f"unknown-{i}", resources={"CPU": 1}) for i in range(2)]
-        known = [client.submit(held, i, key=f"known-{i}", resources={"CPU": 1}) for i in range(2)]
-
-        def four_on_the_worker(view: WorkloadView) -> bool:
-            return sum(len(w.processing) for w in view.workers) == 4
-
-        view = await _observe_until(workload, four_on_the_worker)
-    waiting = {t.key: t.movable for w in view.workers for t in w.processing if not t.executing}
-    assert waiting and all(moves == k.startswith("known-") for k, moves in waiting.items()), waiting
-    too_big = client.submit(make_value, 1, key="too-big-for-any", resources={"CPU": 8})
-    view = await _observe_until(workload, lambda v: len(v.unrunnable) == 1)
-    assert view.unrunnable[0].movable  # on no worker: a new one would get it
-    gate.set()
-    assert await client.gather(unknown + known) == [0, 1, 0, 1]
-    del too_big
 
 
 async def test_a_cordoned_worker_gets_no_new_task_finishes_its_own_and_comes_back(
