@@ -217,3 +217,36 @@ def clone(snapshot: Snapshot) -> Snapshot:
         fresh(snapshot.unrunnable),  # type: ignore[arg-type]
         fresh(snapshot.unavailable),  # type: ignore[arg-type]
     )
+
+
+@st.composite
+def quiet_fleets(draw: st.DrawFn) -> Snapshot:
+    """What consolidation acts on: joined machines of one or two types whose workers run a few tasks
+    (some may wait, some workers may be cordoned), often with nothing pending."""
+    parts = []
+    for n in range(1, draw(st.integers(2, 7)) + 1):
+        type_name = draw(st.sampled_from(("m5.xlarge", "c5.2xlarge")))
+        host = hostname(n)
+        res = next(t.resources for t in CATALOGUE if t.name == type_name)
+        cordoned = not draw(st.integers(0, 4))
+        marks = NodeMarks(ready=True, cordoned_since=NOW - 30 if cordoned else None)
+        shapes = draw(st.lists(st.sampled_from(SHAPES[:4]), max_size=4))
+        work = tuple(
+            dataclasses.replace(make_task(f"w{n}-{i}", **shape), executing=draw(st.integers(0, 5)) > 0)  # type: ignore[arg-type]
+            for i, shape in enumerate(shapes)
+        )
+        parts.append(
+            (
+                Instance(f"i-{n:04d}", type_name, InstanceState.RUNNING, NOW - 1000, host),
+                Node(f"node-{n}", host, Availability.ACTIVE, NodeStatus.READY, marks=marks),
+                Worker(f"tcp://{host}:8786", host, host, res, processing=work, retiring=cordoned),
+            )
+        )
+    return Snapshot(
+        now=NOW,
+        instance_types=CATALOGUE,
+        instances=tuple(i for i, _, _ in parts),
+        nodes=tuple(n for _, n, _ in parts),
+        workers=tuple(w for _, _, w in parts),
+        unrunnable=draw(tasks("u", 2)) if not draw(st.integers(0, 3)) else (),
+    )

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
-from tests.core.randomized import apply, clone, policies, snapshots
+from hypothesis import strategies as st
+from tests.core.randomized import apply, clone, policies, quiet_fleets, snapshots
 
 from swarm_autoscaler.cluster import Bucket, allowed, classify
 from swarm_autoscaler.model import (
@@ -51,7 +52,7 @@ def test_never_above_the_maximum(snapshot: Snapshot, policy: Policy) -> None:
 
 
 @FAST
-@given(snapshots(), policies())
+@given(st.one_of(snapshots(), quiet_fleets()), policies())
 def test_never_drains_retires_or_terminates_a_busy_node(snapshot: Snapshot, policy: Policy) -> None:
     result = plan(snapshot, policy)
     busy_hosts = {w.hostname for w in snapshot.workers if w.busy}
@@ -67,7 +68,7 @@ def test_never_drains_retires_or_terminates_a_busy_node(snapshot: Snapshot, poli
 
 
 @FAST
-@given(snapshots(), policies())
+@given(st.one_of(snapshots(), quiet_fleets()), policies())
 def test_cordons_only_while_nothing_waits(snapshot: Snapshot, policy: Policy) -> None:
     """A worker is cordoned only when nothing is pending, only if every task on it is executing (a
     waiting task would never start), and never the last uncordoned worker of its type."""
@@ -105,7 +106,7 @@ def test_never_touches_unowned_or_manager_nodes(snapshot: Snapshot, policy: Poli
 
 
 @FAST
-@given(snapshots(), policies())
+@given(st.one_of(snapshots(), quiet_fleets()), policies())
 def test_every_placement_fits(snapshot: Snapshot, policy: Policy) -> None:
     _, trace = plan_traced(snapshot, policy)
     used: dict[str, tuple[float, ...]] = {}
@@ -151,7 +152,7 @@ def test_scale_down_never_terminates_a_type_it_launches(snapshot: Snapshot, poli
 
 
 @FAST
-@given(snapshots(), policies())
+@given(st.one_of(snapshots(), quiet_fleets()), policies())
 def test_every_transition_the_plan_causes_is_in_the_table(snapshot: Snapshot, policy: Policy) -> None:
     result = plan(snapshot, policy)
     before = classify(snapshot, policy).bucket_of()
