@@ -194,36 +194,34 @@ class _Planner:
         else:
             owner = {m.key: m for m in members}
             bins = [(m.key, m.type_name, capacity[m.type_name]) for m in members if m.type_name in capacity]
-        if self.tracing:
-            self.bins.update((key, (type_name, free)) for key, type_name, free in bins)
-        got = pool.fill(bins)
-        self.placed[tier.value] = sum(got.values())
-        for key, n in got.items():
-            member = owner[key]
-            self.received[member.key] = self.received.get(member.key, 0) + n
-        if tier in (Bucket.DRAINED, Bucket.RESERVE):
-            for key in got:
-                self._activate(owner[key])
+        for member in self._place(pool, tier.value, owner, bins):
+            if tier in (Bucket.DRAINED, Bucket.RESERVE):
+                self._activate(member)
 
     def _fill_cordoned(self, pool: Pool) -> None:
         """Free room on cordoned workers comes next: they are up and paid for; the ones that receive
         tasks are uncordoned."""
         owner = {w.address: m for m in self.cluster.active if m.cordoned for w in m.workers}
-        if not owner:
-            return
         bins = [(a, m.type_name, self.demand.free[a]) for a, m in owner.items()]
+        for member in self._place(pool, "cordoned", owner, bins):
+            n = self.received[member.key]
+            self._uncordon(member, f"{n} pending task(s) fit on this cordoned worker")
+
+    def _place(
+        self, pool: Pool, tier: str, owner: Mapping[str, Member], bins: list[tuple[str, str, Vec]]
+    ) -> list[Member]:
+        """Fill `bins` (key, type, free room) from the pool; count what each member received. Returns
+        the members that received tasks, once each."""
         if self.tracing:
             self.bins.update((key, (type_name, free)) for key, type_name, free in bins)
         got = pool.fill(bins)
-        self.placed["cordoned"] = sum(got.values())
+        self.placed[tier] = sum(got.values())
         members: dict[str, Member] = {}
         for key, n in got.items():
             member = owner[key]
             self.received[member.key] = self.received.get(member.key, 0) + n
             members[member.key] = member
-        for member in members.values():
-            n = self.received[member.key]
-            self._uncordon(member, f"{n} pending task(s) fit on this cordoned worker")
+        return list(members.values())
 
     def _uncordon(self, member: Member, reason: str) -> None:
         node = member.node
