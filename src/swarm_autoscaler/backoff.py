@@ -16,6 +16,12 @@ class _Strike:
     until: float
 
 
+# The defaults of AUTOSCALER_CAPACITY_BACKOFF_INITIAL / _MAX (seconds). A capacity shortage in a zone
+# usually lasts minutes: Karpenter skips such an offering for 3 minutes.
+DEFAULT_INITIAL = 180.0
+DEFAULT_MAXIMUM = 600.0
+
+
 class CapacityBackoff:
     """Which (type, subnet) pairs EC2 recently refused, and until when they are skipped.
 
@@ -23,7 +29,7 @@ class CapacityBackoff:
     (without a success in between) doubles that, up to `maximum`. A success forgets the pair.
     """
 
-    def __init__(self, initial: float = 180.0, maximum: float = 600.0) -> None:
+    def __init__(self, initial: float = DEFAULT_INITIAL, maximum: float = DEFAULT_MAXIMUM) -> None:
         if initial <= 0 or maximum < initial:
             raise ValueError(f"need 0 < initial <= maximum, got {initial}, {maximum}")
         self._initial = initial

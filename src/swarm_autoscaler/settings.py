@@ -32,6 +32,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
+from .backoff import DEFAULT_INITIAL, DEFAULT_MAXIMUM
 from .durations import format_duration
 from .errors import ConfigurationError
 from .settings_types import (
@@ -123,7 +124,7 @@ class TimingSettings(BaseSettings):
         ),
     )
     capacity_backoff_initial: Duration = Field(
-        default=180.0,
+        default=DEFAULT_INITIAL,
         gt=0,
         description=(
             "First pause before retrying a type EC2 refused for lack of capacity in a subnet (a shortage "
@@ -131,7 +132,9 @@ class TimingSettings(BaseSettings):
         ),
     )
     capacity_backoff_max: Duration = Field(
-        default=600.0, gt=0, description="Longest such pause (it doubles on each refusal up to this)."
+        default=DEFAULT_MAXIMUM,
+        gt=0,
+        description="Longest such pause (it doubles on each refusal up to this).",
     )
 
     @field_validator("capacity_backoff_max")

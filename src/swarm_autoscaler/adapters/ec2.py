@@ -31,7 +31,7 @@ from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from ..backoff import CapacityBackoff
+from ..backoff import DEFAULT_INITIAL, DEFAULT_MAXIMUM, CapacityBackoff
 from ..catalogue import CATALOGUE
 from ..errors import AutoscalerError, ConfigurationError
 from ..model import Instance, InstanceState, InstanceType, Unavailable
@@ -107,8 +107,8 @@ class Ec2Cloud:
         key_name: str | None = None,
         iam_instance_profile: str | None = None,
         custom_tags: Mapping[str, str] | None = None,
-        capacity_backoff_initial: float = 180.0,
-        capacity_backoff_max: float = 600.0,
+        capacity_backoff_initial: float = DEFAULT_INITIAL,
+        capacity_backoff_max: float = DEFAULT_MAXIMUM,
         clock: Callable[[], float] = time.time,
         page_size: int = 1000,
         retry_attempts: int = 5,

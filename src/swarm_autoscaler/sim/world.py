@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..backoff import CapacityBackoff
+from ..backoff import DEFAULT_INITIAL, DEFAULT_MAXIMUM, CapacityBackoff
 from ..errors import ConfigurationError, NotFoundError
 from ..model import (
     Availability,
@@ -52,8 +52,8 @@ class Knobs:
     worker_start_s: float = 20.0
     running_after_s: float = 30.0  # pending -> running for an instance that never joins
     shutdown_s: float = 30.0
-    backoff_initial_s: float = 180.0  # the daemon's capacity back-off (settings), doubling per refusal
-    backoff_max_s: float = 600.0
+    backoff_initial_s: float = DEFAULT_INITIAL  # the daemon's capacity back-off (settings), doubling
+    backoff_max_s: float = DEFAULT_MAXIMUM
 
 
 class Faults:
