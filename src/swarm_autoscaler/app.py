@@ -67,7 +67,9 @@ async def open_daemon(
             clock=clock,
         )
         await stack.enter_async_context(ec2)
-        workload = DaskWorkload(settings.dask.scheduler_url, settings.dask.worker_hostname_pattern)
+        workload = DaskWorkload(
+            settings.dask.scheduler_url, settings.dask.worker_hostname_pattern, clock=clock
+        )
         await stack.enter_async_context(workload)
         lock = _lock(settings)
         stack.push_async_callback(_close, lock)

@@ -185,12 +185,17 @@ class Node:
 @dataclass(frozen=True, slots=True)
 class Task:
     """A unit of dask work: its key, what it needs, and the instance type it is pinned to, if any.
-    `executing` is True for a processing task its worker reports as running (not waiting on it)."""
+    `executing` is True for a processing task its worker reports as running (not waiting on it).
+    `expected` is the scheduler's estimate of its duration in seconds (None: no estimate yet), and
+    `started` when it started running (None unless executing); both only inform how soon tasks queued
+    behind it will start."""
 
     key: str
     needs: Resources
     pinned_type: str | None = None
     executing: bool = False
+    expected: float | None = None
+    started: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +280,8 @@ class Policy:
     - `max_launch_per_tick`: cap on new instances per plan (0 = no cap beyond max_instances).
     - `consolidate_below`: a worker using at most this fraction of its machine is cordoned (takes no new
       tasks, so that it empties) when others of its type have room for its tasks (0 = never).
+    - `launch_lead_time`: how long a new instance takes to run a task (boot, join, worker start); a task
+      expected to start on its own busy worker sooner than that buys no new instance (0 = always buy).
     """
 
     allowed_types: tuple[TypePolicy, ...]
@@ -286,6 +293,7 @@ class Policy:
     node_down_timeout: float = 300.0
     max_launch_per_tick: int = 0
     consolidate_below: float = 0.5
+    launch_lead_time: float = 120.0
 
     def type_policy(self, name: str) -> TypePolicy | None:
         for tp in self.allowed_types:
@@ -423,7 +431,8 @@ class Plan:
     """What one tick decided. `actions` are in the order they should be carried out.
 
     `pending` counts the tasks waiting for capacity (unrunnable plus the estimated queue);
-    `placed` maps each bucket name to how many pending tasks were virtually assigned there.
+    `placed` maps each bucket name to how many pending tasks were virtually assigned there
+    (`own-worker`: left queued on their busy worker, expected to start there within the launch lead time).
     """
 
     actions: tuple[Action, ...] = ()

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .model import Policy, Resources, Snapshot, Task, Unplaceable, Worker
+from .starts import starting_soon
 
 Vec = tuple[float, ...]
 EPS = 1e-9
@@ -93,17 +94,22 @@ def plus(total: Vec, need: Vec, k: int = 1) -> Vec:
 @dataclass(frozen=True, slots=True)
 class Group:
     """Pending tasks with identical needs and pinned type. `nz` lists the (dimension, amount) pairs of
-    `vec` that are not zero: the only ones that limit how many fit."""
+    `vec` that are not zero: the only ones that limit how many fit. `soon` tasks wait on a busy worker
+    that is expected to start them within `Policy.launch_lead_time` (see starts.py): they may take free
+    room on active workers, but activate and launch nothing."""
 
     needs: Resources
     pinned: str | None
     vec: Vec
     keys: tuple[str, ...]
     nz: tuple[tuple[int, float], ...]
+    soon: bool = False
 
     @staticmethod
-    def of(needs: Resources, pinned: str | None, vec: Vec, keys: tuple[str, ...]) -> Group:
-        return Group(needs, pinned, vec, keys, tuple((d, a) for d, a in enumerate(vec) if a > 0.0))
+    def of(
+        needs: Resources, pinned: str | None, vec: Vec, keys: tuple[str, ...], soon: bool = False
+    ) -> Group:
+        return Group(needs, pinned, vec, keys, tuple((d, a) for d, a in enumerate(vec) if a > 0.0), soon)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,22 +145,30 @@ def estimate_demand(snapshot: Snapshot, policy: Policy) -> tuple[Space, Demand]:
         free[worker.address] = left
         if waiting:
             queued[worker.address] = len(waiting)
-            _collect(waiting, shapes, keys)
-    groups = [Group.of(t.needs, t.pinned_type, space.vec(t.needs), tuple(keys[k])) for k, t in shapes.items()]
-    groups.sort(key=lambda g: (tuple(-x for x in g.vec), g.pinned or ""))
+            waits = {id(t) for t in waiting}
+            running = [t for t in worker.processing if id(t) not in waits]
+            soon = starting_soon(worker.resources, running, waiting, snapshot.now, policy.launch_lead_time)
+            _collect(waiting[:soon], shapes, keys, soon=True)
+            _collect(waiting[soon:], shapes, keys)
+    groups = [
+        Group.of(t.needs, t.pinned_type, space.vec(t.needs), tuple(keys[k]), k[5]) for k, t in shapes.items()
+    ]
+    groups.sort(key=lambda g: (tuple(-x for x in g.vec), g.pinned or "", g.soon))
     total = len(snapshot.unrunnable) + len(snapshot.queued) + sum(queued.values())
     return space, Demand(tuple(groups), total, free, queued)
 
 
 # Tasks are grouped by the plain values of their needs and pin: hashing a tuple of builtins is much
 # cheaper than hashing the Resources dataclass, and this runs once per task.
-ShapeKey = tuple[float, int, int, tuple[tuple[str, float], ...], str | None]
+ShapeKey = tuple[float, int, int, tuple[tuple[str, float], ...], str | None, bool]
 
 
-def _collect(tasks: Iterable[Task], shapes: dict[ShapeKey, Task], keys: dict[ShapeKey, list[str]]) -> None:
+def _collect(
+    tasks: Iterable[Task], shapes: dict[ShapeKey, Task], keys: dict[ShapeKey, list[str]], soon: bool = False
+) -> None:
     for task in tasks:
         n = task.needs
-        shape = (n.cpus, n.ram, n.gpus, n.generic, task.pinned_type)
+        shape = (n.cpus, n.ram, n.gpus, n.generic, task.pinned_type, soon)
         same = keys.get(shape)
         if same is None:
             shapes[shape] = task
@@ -333,6 +347,17 @@ class Pool:
                 self.left -= self.remaining[i]
                 self.remaining[i] = 0
         return tuple(sorted(out, key=lambda u: u.task_key))
+
+    def hold_soon(self) -> int:
+        """Take the `soon` tasks still unplaced out of the pool (they wait for their own worker);
+        returns how many."""
+        held = 0
+        for i, group in enumerate(self.groups):
+            if group.soon and self.remaining[i]:
+                held += self.remaining[i]
+                self.left -= self.remaining[i]
+                self.remaining[i] = 0
+        return held
 
     def fill(self, bins: Iterable[tuple[str, str, Vec]]) -> dict[str, int]:
         """Place pending tasks into existing bins (key, type name, free capacity), first-fit decreasing

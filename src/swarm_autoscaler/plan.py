@@ -4,7 +4,8 @@ No clock (only `snapshot.now`), no randomness, no I/O, no logging; the inputs ar
 same snapshot always gives an equal Plan. The recipe:
 
 1. classify the machines into buckets (cluster.py) and estimate the pending work (placement.py):
-   unrunnable tasks plus each worker's estimated queue;
+   unrunnable tasks plus each worker's estimated queue; a queued task dask's duration estimates say its
+   worker starts within `launch_lead_time` (starts.py) may only take free room on active workers;
 2. set aside tasks no allowed type can ever run (`Plan.unplaceable`);
 3. scale up: place pending tasks virtually on free capacity of active workers, then of cordoned
    workers (which get uncordoned), then drained and reserve nodes (which get activated), then joining nodes, then launched instances (in-flight capacity always
@@ -17,7 +18,7 @@ same snapshot always gives an equal Plan. The recipe:
    `max_instances`, or its types refused) so idle machines it cannot use must make room: retire idle workers and drain nodes that stayed
    empty for `drain_delay`, then terminate drained nodes beyond the reserve after `termination_delay`,
    never below `min_instances` and never a type launched in the same plan;
-6. consolidate when nothing is pending: cordon under-used workers (no new tasks reach them) while
+6. consolidate when nothing is pending (and no cordon is being undone): cordon under-used workers (no new tasks reach them) while
    others of their type have room for their tasks, so that they empty and step 5 drains them; a
    cordoned worker is uncordoned when pending work fits it or a task waits on it;
 7. keep the lifecycle marks (node labels) up to date so the timing survives a restart.
@@ -67,6 +68,7 @@ from .placement import (
 # Buckets that receive pending tasks, in order, and where their capacity comes from.
 TIERS = (Bucket.ACTIVE, Bucket.DRAINED, Bucket.RESERVE, Bucket.JOINING, Bucket.LAUNCHED)
 NEW = "new"
+OWN_WORKER = "own-worker"  # queued tasks their busy worker is expected to start within the lead time
 
 # Buckets whose nodes get the labels their instance was launched with.
 _LABELLED = (Bucket.JOINING, Bucket.ACTIVE, Bucket.RETIRING, Bucket.DRAINED, Bucket.RESERVE)
@@ -125,7 +127,8 @@ def _decide(
     # cannot serve it, and keeping them would block the launches it needs forever.
     if nothing_pending or pool.left > 0:
         planner.scale_down()
-    if nothing_pending and not planner.launches and policy.consolidate_below > 0.0:
+    # Not while this plan undoes a cordon (a task waits on a cordoned worker): one change at a time.
+    if nothing_pending and not planner.launches and not planner.uncordon and policy.consolidate_below > 0.0:
         planner.consolidate(capacity)
     result = Plan(
         actions=planner.actions(),
@@ -176,6 +179,8 @@ class _Planner:
                 self._fill_tier(pool, tier, capacity)
             if tier == Bucket.ACTIVE and pool.left:
                 self._fill_cordoned(pool)
+            if tier == Bucket.ACTIVE and (held := pool.hold_soon()):
+                self.placed[OWN_WORKER] = held
         for bins in pool.pack_new(options, self.launches.left):
             self.new_bins.append(bins)
             self.launches.add(bins.type_name, bins.count, bins.count * bins.tasks_each)

@@ -123,6 +123,15 @@ class TimingSettings(BaseSettings):
             "tasks, so that it empties and is drained. 0 turns consolidation off."
         ),
     )
+    launch_lead_time: Duration = Field(
+        default=120.0,
+        description=(
+            "How long a new machine takes to run a task (boot, swarm join, worker start). A task queued "
+            "behind a busy worker that dask's duration estimates say will start there sooner buys no new "
+            "machine (a new one could not start it earlier); without an estimate it always counts. 0 "
+            "launches for every queued task."
+        ),
+    )
     capacity_backoff_initial: Duration = Field(
         default=DEFAULT_INITIAL,
         gt=0,

@@ -53,7 +53,16 @@ TIMES = st.sampled_from((None, NOW - 1000, NOW - 200, NOW - 90, NOW - 10, NOW))
 def tasks(draw: st.DrawFn, prefix: str, max_size: int, executing: bool = False) -> tuple[Task, ...]:
     shapes = draw(st.lists(st.sampled_from(SHAPES), max_size=max_size))
     made = (make_task(f"{prefix}{i}", **shape) for i, shape in enumerate(shapes))  # type: ignore[arg-type]
-    return tuple(dataclasses.replace(t, executing=executing and draw(st.booleans())) for t in made)
+    return tuple(timed(draw, t, executing and draw(st.booleans())) for t in made)
+
+
+ESTIMATES = st.sampled_from((None, 30.0, 100.0, 600.0))
+
+
+def timed(draw: st.DrawFn, task: Task, executing: bool) -> Task:
+    """`task` with dask's duration estimate and, when executing, a start time (either may be absent)."""
+    started = draw(st.sampled_from((None, NOW - 500, NOW - 90, NOW - 10))) if executing else None
+    return dataclasses.replace(task, executing=executing, expected=draw(ESTIMATES), started=started)
 
 
 @st.composite
@@ -135,6 +144,7 @@ def policies(draw: st.DrawFn) -> Policy:
         node_down_timeout=300.0,
         max_launch_per_tick=draw(st.sampled_from((0, 0, 2))),
         consolidate_below=draw(st.sampled_from((0.0, 0.5, 0.5, 1.0))),
+        launch_lead_time=draw(st.sampled_from((0.0, 120.0, 600.0))),
     )
 
 
@@ -232,7 +242,7 @@ def quiet_fleets(draw: st.DrawFn) -> Snapshot:
         marks = NodeMarks(ready=True, cordoned_since=NOW - 30 if cordoned else None)
         shapes = draw(st.lists(st.sampled_from(SHAPES[:4]), max_size=4))
         work = tuple(
-            dataclasses.replace(make_task(f"w{n}-{i}", **shape), executing=draw(st.integers(0, 5)) > 0)  # type: ignore[arg-type]
+            timed(draw, make_task(f"w{n}-{i}", **shape), draw(st.integers(0, 5)) > 0)  # type: ignore[arg-type]
             for i, shape in enumerate(shapes)
         )
         parts.append(

@@ -91,6 +91,14 @@ def busy_large(n: int, **kw: object) -> tuple[object, ...]:
     return machine(n, processing=make_tasks(2, f"run{n}-"), **kw)  # type: ignore[arg-type]
 
 
+def timed_queue(ends_in: float, expected: float | None = 100.0) -> list[Task]:
+    """An m5.large worker's processing: two 1-cpu tasks running (with dask's duration estimate
+    `expected`, ending in `ends_in` seconds by it) and one waiting behind them."""
+    started = NOW + ends_in - (expected if expected is not None else 100.0)
+    run = [replace(make_task(f"run{i}"), executing=True, started=started, expected=expected) for i in (0, 1)]
+    return [*run, replace(make_task("wait"), expected=expected)]
+
+
 SCALE_UP = [
     Case("nothing observed, nothing to do", make_snapshot(), Plan()),
     Case(
@@ -102,6 +110,45 @@ SCALE_UP = [
         "a worker's processing tasks beyond its resources are the estimated queue",
         assemble(machine(1, processing=make_tasks(4, "p"))),
         Plan((launch("m5.large", 1, 2),), pending=2, placed=(("new", 2),)),
+    ),
+    Case(
+        "a queued task its busy worker will start within the launch lead time buys nothing",
+        # dask's estimate: 100 s; the running tasks end in 30 s, the lead time is 120 s
+        assemble(machine(1, processing=timed_queue(ends_in=30))),
+        Plan(pending=1, placed=(("own-worker", 1),)),
+    ),
+    Case(
+        "a queued task its busy worker starts only after the lead time still buys a machine",
+        assemble(machine(1, processing=timed_queue(ends_in=300, expected=400))),
+        Plan((launch("m5.large", 1, 1),), pending=1, placed=(("new", 1),)),
+    ),
+    Case(
+        "without dask's duration estimate a queued task buys a machine",
+        assemble(machine(1, processing=timed_queue(ends_in=30, expected=None))),
+        Plan((launch("m5.large", 1, 1),), pending=1, placed=(("new", 1),)),
+    ),
+    Case(
+        "launch_lead_time 0 buys a machine for every queued task",
+        assemble(machine(1, processing=timed_queue(ends_in=30))),
+        Plan((launch("m5.large", 1, 1),), pending=1, placed=(("new", 1),)),
+        make_policy(launch_lead_time=0.0),
+    ),
+    Case(
+        "a task starting soon on its worker still takes free room on another active worker",
+        # dask moves it there (it has an estimate), so that worker must not be drained meanwhile
+        assemble(
+            machine(1, processing=timed_queue(ends_in=30)),
+            machine(2, "m5.xlarge", processing=make_tasks(1, "p")),
+        ),
+        Plan(pending=1, placed=(("active", 1),)),
+    ),
+    Case(
+        "a task starting soon on its worker activates no drained node",
+        assemble(
+            machine(1, processing=timed_queue(ends_in=30)),
+            machine(2, worker=False, availability=Availability.DRAIN, marks=DRAINED),
+        ),
+        Plan(pending=1, placed=(("own-worker", 1),)),
     ),
     Case(
         "a queued task is never placed back onto its own worker",

@@ -27,8 +27,8 @@ def job(
     return Job(i, 0.0, d, cpus, ram, gpus, pin)
 
 
-def processing(s: Scheduler, address: str) -> list[str]:
-    return [t.key for w in s.view().workers if w.address == address for t in w.processing]
+def processing(s: Scheduler, address: str, now: float = 0.0) -> list[str]:
+    return [t.key for w in s.view(now).workers if w.address == address for t in w.processing]
 
 
 def test_task_no_worker_can_take_stays_unrunnable_until_a_fitting_worker_joins() -> None:
@@ -36,9 +36,9 @@ def test_task_no_worker_can_take_stays_unrunnable_until_a_fitting_worker_joins()
     s, _ = make(gpu_job)
     s.add_worker(worker("a"), 0.0)
     s.submit(gpu_job.key, 0.0)
-    assert [t.key for t in s.view().unrunnable] == [gpu_job.key]
+    assert [t.key for t in s.view(0.0).unrunnable] == [gpu_job.key]
     s.add_worker(worker("g", "g4dn.xlarge", cpus=4, ram_gib=16, gpus=1), 5.0)
-    assert s.view().unrunnable == ()
+    assert s.view(0.0).unrunnable == ()
     assert processing(s, "tcp://g:1") == [gpu_job.key]
     assert s.started_at[gpu_job.key] == 5.0
 
@@ -51,7 +51,7 @@ def test_restricted_tasks_wait_in_processing_on_a_busy_worker() -> None:
         s.submit(j.key, 0.0)
     # one runs (2 CPUs), two wait on the same worker: the scheduler lists all three as processing
     assert processing(s, "tcp://a:1") == [j.key for j in jobs]
-    assert s.running_count() == 1 and s.waiting_count() == 2 and s.view().unrunnable == ()
+    assert s.running_count() == 1 and s.waiting_count() == 2 and s.view(0.0).unrunnable == ()
     time, kind, (address, key, end) = events.pop()
     assert (time, kind, key) == (100.0, "done", jobs[0].key)
     s.finish(address, key, end)
@@ -63,8 +63,8 @@ def test_pinned_task_goes_only_to_its_type() -> None:
     s, _ = make(pinned)
     s.add_worker(worker("m"), 0.0)
     s.submit(pinned.key, 0.0)
-    assert [t.key for t in s.view().unrunnable] == [pinned.key]
-    assert s.view().unrunnable[0].pinned_type == "c5.large"
+    assert [t.key for t in s.view(0.0).unrunnable] == [pinned.key]
+    assert s.view(0.0).unrunnable[0].pinned_type == "c5.large"
     s.add_worker(worker("c", "c5.large", ram_gib=4), 1.0)
     assert processing(s, "tcp://c:1") == [pinned.key]
 
@@ -74,7 +74,7 @@ def test_a_burst_piles_onto_the_first_worker_and_newcomers_steal_once_durations_
     s, events = make(*jobs)
     for j in jobs:
         s.submit(j.key, 0.0)
-    assert len(s.view().unrunnable) == 5
+    assert len(s.view(0.0).unrunnable) == 5
     s.add_worker(worker("a"), 10.0)
     assert len(processing(s, "tcp://a:1")) == 5  # the whole burst lands on the first worker
     s.add_worker(worker("b"), 20.0)
@@ -95,11 +95,13 @@ def test_a_task_running_past_twice_the_estimate_makes_it_unknown_again() -> None
     s.submit(jobs[1].key, 0.0)  # on b, runs 500 s
     _, _, (address, key, end) = events.pop()
     s.finish(address, key, end)  # job 0 done at 10: estimate 10 s
+    assert [t.expected for w in s.view(15.0).workers for t in w.processing] == [10.0]  # b's task
     for j in jobs[2:]:
         s.submit(j.key, 30.0)  # a takes one, the other queues (on the least loaded: a again)
     assert s.waiting_count() == 1
     s.add_worker(worker("c"), 31.0)  # b's task has run 31 s > 2 x 10 s: the estimate is unknown
-    assert processing(s, "tcp://c:1") == [] and s.duration_average is None
+    assert processing(s, "tcp://c:1", 31.0) == [] and s.duration_average is None
+    assert {t.expected for w in s.view(31.0).workers for t in w.processing} == {None}
 
 
 def test_removed_worker_releases_its_tasks_which_restart_elsewhere() -> None:
@@ -109,7 +111,7 @@ def test_removed_worker_releases_its_tasks_which_restart_elsewhere() -> None:
     for j in jobs:
         s.submit(j.key, 0.0)
     assert s.remove_worker("tcp://a:1", 50.0) == 2
-    assert s.restarts == 2 and len(s.view().unrunnable) == 2 and not s.started_at
+    assert s.restarts == 2 and len(s.view(0.0).unrunnable) == 2 and not s.started_at
     s.add_worker(worker("b"), 60.0)
     assert s.started_at == {jobs[0].key: 60.0, jobs[1].key: 60.0}
     s.finish("tcp://a:1", jobs[0].key, 100.0)  # a stale completion from the lost worker is ignored
@@ -127,31 +129,42 @@ def test_cached_view_always_equals_a_fresh_one() -> None:
             s.add_worker(worker("b", "m5.xlarge", cpus=4, ram_gib=16), 7.0)
         if i == 9:
             s.remove_worker("tcp://a:1", 9.0)
-        fresh = tuple(
-            Worker(
-                w.address,
-                w.name,
-                w.hostname,
-                w.capacity,
-                (
-                    *(replace(s.tasks[k], executing=True) for k in w.running),
-                    *(s.tasks[k] for k in w.waiting),
-                ),
-                retiring=w.cordoned,
-            )
-            for w in s.workers.values()
-        )
-        assert s.view().workers == fresh
-        assert s.view().unrunnable == tuple(s.tasks[k] for k in s.unrunnable)
+        assert_fresh(s, float(i))
     while events.next_time() is not None:
         _, _, (address, key, end) = events.pop()
         s.finish(address, key, end)
         b = s.workers["tcp://b:1"]
-        assert [t.key for t in s.view().workers[0].processing] == [*b.running, *b.waiting]
-        assert [t.executing for t in s.view().workers[0].processing] == [
+        assert [t.key for t in s.view(end).workers[0].processing] == [*b.running, *b.waiting]
+        assert [t.executing for t in s.view(end).workers[0].processing] == [
             k in b.running for k in (*b.running, *b.waiting)
         ]
+        assert_fresh(s, end)
     assert len(s.completed_at) == 12
+
+
+def assert_fresh(s: Scheduler, now: float) -> None:
+    """The cached view equals one built from scratch (estimate, start times and all)."""
+    view = s.view(now)
+    estimate = s.duration_average
+    fresh = tuple(
+        Worker(
+            w.address,
+            w.name,
+            w.hostname,
+            w.capacity,
+            (
+                *(
+                    replace(s.tasks[k], executing=True, started=s.started_at[k], expected=estimate)
+                    for k in w.running
+                ),
+                *(replace(s.tasks[k], expected=estimate) for k in w.waiting),
+            ),
+            retiring=w.cordoned,
+        )
+        for w in s.workers.values()
+    )
+    assert view.workers == fresh
+    assert view.unrunnable == tuple(s.tasks[k] for k in s.unrunnable)
 
 
 def test_a_cordoned_worker_gets_no_new_task_and_finishes_its_running_ones() -> None:
@@ -161,7 +174,7 @@ def test_a_cordoned_worker_gets_no_new_task_and_finishes_its_running_ones() -> N
     s.add_worker(worker("b"), 0.0)
     s.submit(jobs[0].key, 0.0)  # both idle: goes to a (first of the least loaded)
     assert processing(s, "tcp://a:1") == [jobs[0].key]
-    assert s.cordon("tcp://a:1", True, 1.0) and s.view().workers[0].retiring
+    assert s.cordon("tcp://a:1", True, 1.0) and s.view(0.0).workers[0].retiring
     for j in jobs[1:]:
         s.submit(j.key, 1.0)
     assert processing(s, "tcp://a:1") == [jobs[0].key]  # nothing new for the cordoned worker
@@ -169,6 +182,6 @@ def test_a_cordoned_worker_gets_no_new_task_and_finishes_its_running_ones() -> N
     _, _, (address, key, end) = events.pop()
     s.finish(address, key, end)
     assert key == jobs[0].key and processing(s, "tcp://a:1") == []  # its running task finished
-    assert s.cordon("tcp://a:1", False, 11.0) and not s.view().workers[0].retiring
+    assert s.cordon("tcp://a:1", False, 11.0) and not s.view(0.0).workers[0].retiring
     assert processing(s, "tcp://a:1")  # uncordoned, it steals what waits on b
     assert not s.cordon("tcp://gone:1", True, 12.0)

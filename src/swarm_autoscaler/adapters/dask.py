@@ -30,7 +30,10 @@ Cordoning a worker sets its status to `closing_gracefully` on the scheduler and 
 first step of dask's own `retire_workers`, without the rest: the scheduler gives it no new task, the
 worker starts none (its executing tasks finish), and it stays connected. Uncordoning sets `running`
 again on both, and the worker starts what waits on it. A task is reported `executing` when the
-worker's last heartbeat listed it as running.
+worker's last heartbeat listed it as running; it then carries `started` (the daemon's clock less the
+seconds the heartbeat says it has run). Every task carries `expected`, its prefix's duration estimate
+(`TaskPrefix.duration_average`; None while dask has none: before a task of the prefix finished, or once
+one runs past twice the estimate).
 
 Tasks the scheduler keeps in its own queue (`queued`: unrestricted root tasks held back while every
 worker is saturated) are neither unrunnable nor processing; `observe()` returns them in
@@ -43,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -73,8 +77,12 @@ def _make_state_reader() -> Callable[..., dict[str, Any]]:
     """The function `observe()` runs on the scheduler. Nested so cloudpickle sends it by value."""
 
     def read_state(dask_scheduler: Any, plugin_name: str) -> dict[str, Any]:
-        def task(ts: Any, executing: Any = ()) -> list[Any]:
-            return [str(ts.key), dict(ts.resource_restrictions or {}), ts in executing]
+        def task(ts: Any, executing: Any = None) -> list[Any]:
+            elapsed = executing.get(ts) if executing is not None else None
+            prefix = getattr(ts, "prefix", None)
+            average = getattr(prefix, "duration_average", -1)  # -1 while unknown
+            expected = float(average) if average is not None and average >= 0 else None
+            return [str(ts.key), dict(ts.resource_restrictions or {}), elapsed, expected]
 
         workers = [
             {
@@ -223,13 +231,22 @@ def split_resources(raw: Mapping[str, float]) -> tuple[Resources, str | None]:
     return Resources.of(cpus, ram, gpus, **generic), min(pinned) if pinned else None
 
 
-def _task(raw: Sequence[Any]) -> Task:
-    """A task without a `CPU` restriction still occupies one of a worker's threads: it needs 1 CPU."""
-    key, restrictions, executing = raw
+def _task(raw: Sequence[Any], now: float) -> Task:
+    """A task without a `CPU` restriction still occupies one of a worker's threads: it needs 1 CPU.
+    `raw` holds the seconds it has run (None unless executing) and its prefix's duration estimate."""
+    key, restrictions, elapsed, expected = raw
     needs, pinned = split_resources(restrictions)
     if "CPU" not in restrictions:
         needs = needs + Resources(cpus=1.0)
-    return Task(key=key, needs=needs, pinned_type=pinned, executing=bool(executing))
+    started = now - float(elapsed) if elapsed is not None else None
+    return Task(
+        key=key,
+        needs=needs,
+        pinned_type=pinned,
+        executing=elapsed is not None,
+        expected=None if expected is None else float(expected),
+        started=started,
+    )
 
 
 class _HostnameMatcher:
@@ -267,8 +284,10 @@ class DaskWorkload:
         *,
         timeout: float = 10.0,
         retire_timeout: float = 300.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.address = scheduler_address
+        self._clock = clock
         self._hostname = _HostnameMatcher(worker_hostname_pattern)
         self._timeout = timeout
         self._retire_timeout = retire_timeout
@@ -287,10 +306,11 @@ class DaskWorkload:
         state = await self._call(client.run_on_scheduler(_READ_STATE, plugin_name=PLUGIN_NAME))
         if not state["watching"]:  # the scheduler restarted since we registered: watch again
             await self._watch(client)
+        now = self._clock()
         return WorkloadView(
-            workers=tuple(self._worker(raw) for raw in state["workers"]),
-            unrunnable=tuple(_task(raw) for raw in state["unrunnable"]),
-            queued=tuple(_task(raw) for raw in state["queued"]),
+            workers=tuple(self._worker(raw, now) for raw in state["workers"]),
+            unrunnable=tuple(_task(raw, now) for raw in state["unrunnable"]),
+            queued=tuple(_task(raw, now) for raw in state["queued"]),
         )
 
     async def retire(self, addresses: Sequence[str]) -> tuple[str, ...]:
@@ -410,7 +430,7 @@ class DaskWorkload:
                 raise
             raise EndpointError(self._endpoint, f"connection lost ({exc}); will reconnect") from None
 
-    def _worker(self, raw: Mapping[str, Any]) -> Worker:
+    def _worker(self, raw: Mapping[str, Any], now: float) -> Worker:
         resources, _pinned = split_resources(raw["resources"])
         if "CPU" not in raw["resources"]:  # a worker without a CPU resource runs nthreads tasks at once
             resources = resources + Resources(cpus=float(raw["nthreads"]))
@@ -419,7 +439,7 @@ class DaskWorkload:
             name=raw["name"],
             hostname=self._hostname(raw["name"]),
             resources=resources,
-            processing=tuple(_task(t) for t in raw["processing"]),
+            processing=tuple(_task(t, now) for t in raw["processing"]),
             has_unique_data=bool(raw["unique"]),
             retiring=raw["status"] in _RETIRING_STATUSES,
         )

@@ -83,6 +83,8 @@ class Scheduler:
         self.jobs = jobs
         self.tasks: dict[str, Task] = {k: j.task() for k, j in jobs.items()}
         self._executing: dict[str, Task] = {}  # the tasks' views while they run
+        self._waiting: dict[str, Task] = {}  # the tasks' views while they wait on a worker
+        self._view_estimate: float | None = None  # the duration estimate the cached views carry
         self.events = events
         self.workers: dict[str, SimWorker] = {}
         self.unrunnable: dict[str, None] = {}  # ordered set
@@ -108,7 +110,17 @@ class Scheduler:
     def waiting_count(self) -> int:
         return len(self.unrunnable) + sum(len(w.waiting) for w in self.workers.values())
 
-    def view(self) -> WorkloadView:
+    def view(self, now: float) -> WorkloadView:
+        """What the scheduler reports at `now`; tasks on workers carry the current duration estimate,
+        and running ones their start time."""
+        estimate = self.duration_average if self._estimate_known(now) else None
+        if estimate != self._view_estimate:
+            self._view_estimate = estimate
+            self._executing.clear()
+            self._waiting.clear()
+            self._changed()
+            for worker in self.workers.values():
+                worker.view = None
         if self._view is None:
             workers = tuple(self._worker_view(w) for w in self.workers.values())
             self._view = WorkloadView(workers, tuple(self.tasks[k] for k in self.unrunnable))
@@ -121,7 +133,7 @@ class Scheduler:
                 name=w.name,
                 hostname=w.hostname,
                 resources=w.capacity,
-                processing=(*map(self._executing_view, w.running), *(self.tasks[k] for k in w.waiting)),
+                processing=(*map(self._executing_view, w.running), *map(self._waiting_view, w.waiting)),
                 retiring=w.cordoned,
             )
         return w.view
@@ -129,7 +141,17 @@ class Scheduler:
     def _executing_view(self, key: str) -> Task:
         view = self._executing.get(key)
         if view is None:
-            view = self._executing[key] = dataclasses.replace(self.tasks[key], executing=True)
+            view = self._executing[key] = dataclasses.replace(
+                self.tasks[key], executing=True, started=self.started_at[key], expected=self._view_estimate
+            )
+        return view
+
+    def _waiting_view(self, key: str) -> Task:
+        if self._view_estimate is None:
+            return self.tasks[key]
+        view = self._waiting.get(key)
+        if view is None:
+            view = self._waiting[key] = dataclasses.replace(self.tasks[key], expected=self._view_estimate)
         return view
 
     def _changed(self, worker: SimWorker | None = None) -> None:
@@ -240,6 +262,7 @@ class Scheduler:
             end = now + self.jobs[key].duration_s
             worker.running[key] = end
             self.started_at[key] = now
+            self._executing.pop(key, None)  # a restarted task: its view carries the new start
             heapq.heappush(self._starts, (now, key))
             self.events.push(end, "done", (worker.address, key, end))
 

@@ -416,7 +416,7 @@ class SimWorkload:
         self.world = world
 
     async def observe(self) -> WorkloadView:
-        return self.world.scheduler.view()
+        return self.world.scheduler.view(self.world.now)
 
     async def retire(self, addresses: Sequence[str]) -> tuple[str, ...]:
         return self.world.retire(addresses)

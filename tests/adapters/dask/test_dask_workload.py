@@ -7,9 +7,11 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+import dask
 import pytest
 from distributed import Client, Scheduler, Worker
 from distributed.protocol.pickle import dumps as dask_dumps
@@ -184,6 +186,32 @@ async def test_executing_tasks_are_told_apart_from_waiting_ones(
     assert all(not t.executing for t in view.unrunnable + view.queued)
     gate.set()
     assert await client.gather(futures) == [0, 1, 2]
+
+
+async def test_tasks_carry_their_prefix_estimate_and_running_ones_their_start(
+    workload: DaskWorkload, start_worker: StartWorker, client: Client, gate: threading.Event
+) -> None:
+    # dask's estimate for a prefix: from its config until a task of it finishes, else none (None)
+    with dask.config.set({"distributed.scheduler.default-task-durations": {"job": "1h"}}):
+        await start_worker("ip-10-0-0-5", cpus=1)
+        before = time.time()
+        futures = [client.submit(held, i, key=f"job-{i}", resources={"CPU": 1}) for i in range(2)]
+        other = client.submit(held, "x", key="other-1", resources={"CPU": 1})
+
+        def one_runs(view: WorkloadView) -> bool:
+            return any(t.executing for w in view.workers for t in w.processing)
+
+        view = await _observe_until(workload, one_runs)
+        after = time.time()
+        tasks = {t.key: t for w in view.workers for t in w.processing}
+        assert set(tasks) == {"job-0", "job-1", "other-1"}
+        assert tasks["job-0"].expected == tasks["job-1"].expected == 3600.0
+        assert tasks["other-1"].expected is None
+        (running,) = (t for t in tasks.values() if t.executing)
+        assert running.started is not None and before - 1.0 <= running.started <= after
+        assert all(t.started is None for t in tasks.values() if not t.executing)
+        gate.set()
+        assert await client.gather([*futures, other]) == [0, 1, "x"]
 
 
 async def test_a_cordoned_worker_gets_no_new_task_finishes_its_own_and_comes_back(
