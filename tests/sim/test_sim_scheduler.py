@@ -81,7 +81,7 @@ def test_a_burst_piles_onto_the_first_worker_and_newcomers_steal_once_durations_
     assert processing(s, "tcp://b:1") == []  # no duration estimate yet: nothing is stolen
     _, _, (address, key, end) = events.pop()
     s.finish(address, key, end)  # the first task finishes at 110: the estimate is 100 s
-    assert s.duration_average == 100.0
+    assert s.estimate(key) == 100.0
     assert len(processing(s, "tcp://b:1")) == 1  # now idle b steals what it can start at once
     assert s.running_count() == 2 and s.waiting_count() == 2
 
@@ -100,8 +100,21 @@ def test_a_task_running_past_twice_the_estimate_makes_it_unknown_again() -> None
         s.submit(j.key, 30.0)  # a takes one, the other queues (on the least loaded: a again)
     assert s.waiting_count() == 1
     s.add_worker(worker("c"), 31.0)  # b's task has run 31 s > 2 x 10 s: the estimate is unknown
-    assert processing(s, "tcp://c:1", 31.0) == [] and s.duration_average is None
+    assert processing(s, "tcp://c:1", 31.0) == [] and s.estimate(jobs[0].key) is None
     assert {t.expected for w in s.view(31.0).workers for t in w.processing} == {None}
+
+
+def test_each_kind_of_job_has_its_own_estimate() -> None:
+    small, big, small2 = job(0, cpus=1, d=10), job(1, cpus=2, d=50), job(2, cpus=1, d=30)
+    s, events = make(small, big, small2)
+    s.add_worker(worker("a", "m5.xlarge", cpus=4, ram_gib=16), 0.0)
+    for j in (small, big, small2):
+        s.submit(j.key, 0.0)
+    _, _, (address, key, end) = events.pop()
+    s.finish(address, key, end)  # the first small job: 10 s
+    assert s.estimate(small2.key) == 10.0 and s.estimate(big.key) is None
+    view = {t.key: t for w in s.view(end).workers for t in w.processing}
+    assert view[small2.key].expected == 10.0 and view[big.key].expected is None
 
 
 def test_removed_worker_releases_its_tasks_which_restart_elsewhere() -> None:
@@ -145,7 +158,6 @@ def test_cached_view_always_equals_a_fresh_one() -> None:
 def assert_fresh(s: Scheduler, now: float) -> None:
     """The cached view equals one built from scratch (estimate, start times and all)."""
     view = s.view(now)
-    estimate = s.duration_average
     fresh = tuple(
         Worker(
             w.address,
@@ -154,10 +166,10 @@ def assert_fresh(s: Scheduler, now: float) -> None:
             w.capacity,
             (
                 *(
-                    replace(s.tasks[k], executing=True, started=s.started_at[k], expected=estimate)
+                    replace(s.tasks[k], executing=True, started=s.started_at[k], expected=s.estimate(k))
                     for k in w.running
                 ),
-                *(replace(s.tasks[k], expected=estimate) for k in w.waiting),
+                *(replace(s.tasks[k], expected=s.estimate(k)) for k in w.waiting),
             ),
             retiring=w.cordoned,
         )

@@ -12,13 +12,14 @@ It follows distributed's rules closely enough for the planner to face the same s
   `constrained` queue: the head blocks the rest). The scheduler lists running *and* waiting tasks as
   `processing`; it cannot tell them apart.
 - Work stealing, simplified: a worker with free resources and nothing waiting steals waiting tasks it
-  can start at once from the most loaded valid workers, but only while the scheduler has a duration
-  estimate for the tasks, as distributed's stealing needs one: every job of a trace is one task prefix,
-  whose estimate is unknown until a task finishes, then `0.5 x last + 0.5 x previous`
-  (`TaskPrefix.add_duration`), and unknown again once a running task has run for more than twice the
-  estimate (`add_exec_time`) until the next one finishes. Checked against distributed 2026.8: a task
-  queued behind a busy worker was not moved to a new idle worker without an estimate, and was within
-  3 s with one.
+  can start at once from the most loaded valid workers, but only tasks whose prefix has a duration
+  estimate, as distributed's stealing needs one. A trace names no functions, so the jobs with the same
+  requests and pin form one task prefix (`Job.kind`); its estimate is unknown until a task of it
+  finishes, then `0.5 x last + 0.5 x previous` (`TaskPrefix.add_duration`), and unknown again once a
+  running task of it has run for more than twice the estimate (`add_exec_time`) until the next one
+  finishes. Checked against distributed 2026.8: a task queued behind a busy worker was not moved to a
+  new idle worker without an estimate, and was within 3 s with one. The view reports each task's
+  estimate (`Task.expected`) and each running task's start, as the daemon's dask adapter does.
 - A worker that leaves (drain, termination, retirement) releases its tasks: they are decided again from
   scratch, losing the progress of the running ones.
 - A cordoned worker (dask's `closing_gracefully` status) gets no new task, steals none and starts none
@@ -37,6 +38,8 @@ from typing import Any
 from ..model import Resources, Task, Worker
 from ..ports import WorkloadView
 from .trace import Job
+
+Kind = tuple[float, float, int, str | None]  # a task prefix: `Job.kind`
 
 
 class EventQueue:
@@ -84,7 +87,7 @@ class Scheduler:
         self.tasks: dict[str, Task] = {k: j.task() for k, j in jobs.items()}
         self._executing: dict[str, Task] = {}  # the tasks' views while they run
         self._waiting: dict[str, Task] = {}  # the tasks' views while they wait on a worker
-        self._view_estimate: float | None = None  # the duration estimate the cached views carry
+        self._view_estimates: dict[Kind, float] = {}  # the estimates the cached views carry
         self.events = events
         self.workers: dict[str, SimWorker] = {}
         self.unrunnable: dict[str, None] = {}  # ordered set
@@ -92,8 +95,9 @@ class Scheduler:
         self.started_at: dict[str, float] = {}
         self.completed_at: dict[str, float] = {}
         self.restarts = 0
-        self.duration_average: float | None = None  # the prefix's estimate (None: unknown)
-        self._starts: list[tuple[float, str]] = []  # heap of (start, key) of running tasks (lazily pruned)
+        self.estimates: dict[Kind, float] = {}  # each prefix's duration estimate (absent: unknown)
+        self._starts: dict[Kind, list[tuple[float, str]]] = {}  # per prefix, heap of (start, key) of
+        # running tasks (lazily pruned)
         self._view: WorkloadView | None = None  # cached until anything changes
 
     # ------------------------------------------------------------------ queries
@@ -113,9 +117,10 @@ class Scheduler:
     def view(self, now: float) -> WorkloadView:
         """What the scheduler reports at `now`; tasks on workers carry the current duration estimate,
         and running ones their start time."""
-        estimate = self.duration_average if self._estimate_known(now) else None
-        if estimate != self._view_estimate:
-            self._view_estimate = estimate
+        for kind in list(self.estimates):
+            self._estimate_known(kind, now)  # drops estimates a running task has overrun
+        if self.estimates != self._view_estimates:
+            self._view_estimates = dict(self.estimates)
             self._executing.clear()
             self._waiting.clear()
             self._changed()
@@ -142,17 +147,25 @@ class Scheduler:
         view = self._executing.get(key)
         if view is None:
             view = self._executing[key] = dataclasses.replace(
-                self.tasks[key], executing=True, started=self.started_at[key], expected=self._view_estimate
+                self.tasks[key], executing=True, started=self.started_at[key], expected=self._expected(key)
             )
         return view
 
     def _waiting_view(self, key: str) -> Task:
-        if self._view_estimate is None:
+        expected = self._expected(key)
+        if expected is None:
             return self.tasks[key]
         view = self._waiting.get(key)
         if view is None:
-            view = self._waiting[key] = dataclasses.replace(self.tasks[key], expected=self._view_estimate)
+            view = self._waiting[key] = dataclasses.replace(self.tasks[key], expected=expected)
         return view
+
+    def _expected(self, key: str) -> float | None:
+        return self._view_estimates.get(self.jobs[key].kind)
+
+    def estimate(self, key: str) -> float | None:
+        """The duration estimate of the prefix of task `key` (None: unknown)."""
+        return self.estimates.get(self.jobs[key].kind)
 
     def _changed(self, worker: SimWorker | None = None) -> None:
         self._view = None
@@ -216,9 +229,10 @@ class Scheduler:
         worker.free = worker.free + self.tasks[key].needs
         worker.load -= self.jobs[key].duration_s
         self.completed_at[key] = end
-        average, took = self.duration_average, self.jobs[key].duration_s
+        kind, took = self.jobs[key].kind, self.jobs[key].duration_s
+        average = self.estimates.get(kind)
         was_known = average is not None
-        self.duration_average = took if average is None else 0.5 * took + 0.5 * average
+        self.estimates[kind] = took if average is None else 0.5 * took + 0.5 * average
         self._start_ready(worker, end)
         if not worker.waiting:
             self._steal_for(worker, end)
@@ -263,28 +277,31 @@ class Scheduler:
             worker.running[key] = end
             self.started_at[key] = now
             self._executing.pop(key, None)  # a restarted task: its view carries the new start
-            heapq.heappush(self._starts, (now, key))
+            heapq.heappush(self._starts.setdefault(self.jobs[key].kind, []), (now, key))
             self.events.push(end, "done", (worker.address, key, end))
 
-    def _estimate_known(self, now: float) -> bool:
-        """Whether the duration estimate exists; a task running past twice it makes it unknown."""
-        average = self.duration_average
+    def _estimate_known(self, kind: Kind, now: float) -> bool:
+        """Whether the prefix has a duration estimate; a task of it running past twice it makes it
+        unknown."""
+        average = self.estimates.get(kind)
         if average is None:
             return False
-        starts = self._starts  # the oldest running task decides; entries of ended runs are dropped
+        starts = self._starts.get(kind, [])  # the oldest running task decides; ended runs are dropped
         while starts and (
             starts[0][1] not in self.where or self.started_at.get(starts[0][1]) != starts[0][0]
         ):
             heapq.heappop(starts)
         if starts and now - starts[0][0] > 2.0 * average:
-            self.duration_average = None
+            del self.estimates[kind]
             return False
         return True
 
     def _steal_for(self, thief: SimWorker, now: float) -> None:
-        """Move waiting tasks the idle `thief` can start right now from the most loaded workers."""
-        if thief.cordoned or not self._estimate_known(now):
+        """Move waiting tasks the idle `thief` can start right now from the most loaded workers (only
+        tasks whose prefix has a duration estimate)."""
+        if thief.cordoned or not self.estimates:
             return
+        known: dict[Kind, bool] = {}
         victims = sorted(
             (w for w in self.workers.values() if w.waiting and w is not thief),
             key=lambda w: (-len(w.waiting), w.address),
@@ -293,7 +310,10 @@ class Scheduler:
             for key in reversed(list(victim.waiting)):
                 if thief.waiting:
                     return
-                if self.valid(key, thief) and self.tasks[key].needs.fits_in(thief.free):
+                kind = self.jobs[key].kind
+                if kind not in known:
+                    known[kind] = self._estimate_known(kind, now)
+                if known[kind] and self.valid(key, thief) and self.tasks[key].needs.fits_in(thief.free):
                     self._changed(victim)
                     victim.waiting.remove(key)
                     victim.load -= self.jobs[key].duration_s

@@ -50,6 +50,12 @@ class Job:
     def task(self) -> Task:
         return Task(self.key, self.needs, self.instance_type)
 
+    @property
+    def kind(self) -> tuple[float, float, int, str | None]:
+        """The job's task prefix in the simulated scheduler: a trace names no functions, so jobs with the
+        same requests and pin are taken to be one kind of task, sharing dask's duration estimate."""
+        return (self.cpus, self.ram_gib, self.gpus, self.instance_type)
+
 
 def read_trace(path: str | Path) -> tuple[Job, ...]:
     """Read a trace file; jobs come back sorted by submit time (stable on ties)."""
