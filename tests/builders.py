@@ -153,7 +153,7 @@ def make_policy(
     node_down_timeout: float = 300.0,
     max_launch_per_tick: int = 0,
     consolidate_below: float = 0.5,
-    launch_lead_time: float = 120.0,
+    tolerated_wait: float = 120.0,
 ) -> Policy:
     allowed = tuple(t if isinstance(t, TypePolicy) else TypePolicy(t) for t in types)
     return Policy(
@@ -166,7 +166,7 @@ def make_policy(
         node_down_timeout=node_down_timeout,
         max_launch_per_tick=max_launch_per_tick,
         consolidate_below=consolidate_below,
-        launch_lead_time=launch_lead_time,
+        tolerated_wait=tolerated_wait,
     )
 
 

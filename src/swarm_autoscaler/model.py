@@ -280,8 +280,8 @@ class Policy:
     - `max_launch_per_tick`: cap on new instances per plan (0 = no cap beyond max_instances).
     - `consolidate_below`: a worker using at most this fraction of its machine is cordoned (takes no new
       tasks, so that it empties) when others of its type have room for its tasks (0 = never).
-    - `launch_lead_time`: how long a new instance takes to run a task (boot, join, worker start); a task
-      expected to start on its own busy worker sooner than that buys no new instance (0 = always buy).
+    - `tolerated_wait`: a task queued behind a busy worker that dask's duration estimates say starts
+      there within this long buys no new instance (0 = every queued task may buy one).
     """
 
     allowed_types: tuple[TypePolicy, ...]
@@ -293,7 +293,7 @@ class Policy:
     node_down_timeout: float = 300.0
     max_launch_per_tick: int = 0
     consolidate_below: float = 0.5
-    launch_lead_time: float = 120.0
+    tolerated_wait: float = 120.0
 
     def type_policy(self, name: str) -> TypePolicy | None:
         for tp in self.allowed_types:
@@ -432,7 +432,7 @@ class Plan:
 
     `pending` counts the tasks waiting for capacity (unrunnable plus the estimated queue);
     `placed` maps each bucket name to how many pending tasks were virtually assigned there
-    (`own-worker`: left queued on their busy worker, expected to start there within the launch lead time).
+    (`own-worker`: left queued on their busy worker, expected to start there within `tolerated_wait`).
     """
 
     actions: tuple[Action, ...] = ()

@@ -5,7 +5,7 @@ same snapshot always gives an equal Plan. The recipe:
 
 1. classify the machines into buckets (cluster.py) and estimate the pending work (placement.py):
    unrunnable tasks plus each worker's estimated queue; a queued task dask's duration estimates say its
-   worker starts within `launch_lead_time` (starts.py) may only take free room on active workers;
+   worker starts within `tolerated_wait` (starts.py) may only take free room on active workers;
 2. set aside tasks no allowed type can ever run (`Plan.unplaceable`);
 3. scale up: place pending tasks virtually on free capacity of active workers, then of cordoned
    workers (which get uncordoned), then drained and reserve nodes (which get activated), then joining nodes, then launched instances (in-flight capacity always
@@ -68,7 +68,7 @@ from .placement import (
 # Buckets that receive pending tasks, in order, and where their capacity comes from.
 TIERS = (Bucket.ACTIVE, Bucket.DRAINED, Bucket.RESERVE, Bucket.JOINING, Bucket.LAUNCHED)
 NEW = "new"
-OWN_WORKER = "own-worker"  # queued tasks their busy worker is expected to start within the lead time
+OWN_WORKER = "own-worker"  # queued tasks their busy worker is expected to start within tolerated_wait
 
 # Buckets whose nodes get the labels their instance was launched with.
 _LABELLED = (Bucket.JOINING, Bucket.ACTIVE, Bucket.RETIRING, Bucket.DRAINED, Bucket.RESERVE)

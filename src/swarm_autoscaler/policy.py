@@ -51,7 +51,7 @@ def build_policy(
         termination_delay=timing.termination_delay,
         node_down_timeout=timing.node_down_timeout,
         consolidate_below=timing.consolidate_below,
-        launch_lead_time=timing.launch_lead_time,
+        tolerated_wait=timing.tolerated_wait,
         max_launch_per_tick=max_launch_per_tick,
     )
 

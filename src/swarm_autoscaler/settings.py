@@ -123,13 +123,14 @@ class TimingSettings(BaseSettings):
             "tasks, so that it empties and is drained. 0 turns consolidation off."
         ),
     )
-    launch_lead_time: Duration = Field(
+    tolerated_wait: Duration = Field(
         default=120.0,
         description=(
-            "How long a new machine takes to run a task (boot, swarm join, worker start). A task queued "
-            "behind a busy worker that dask's duration estimates say will start there sooner buys no new "
-            "machine (a new one could not start it earlier); without an estimate it always counts. 0 "
-            "launches for every queued task."
+            "A task queued behind a busy worker buys a new machine only if dask's duration estimates say "
+            "it would wait there longer than this. The default is about what a new machine takes to run "
+            "a task (boot, swarm join, worker start): a task held back would not have started sooner on "
+            "a new machine, as far as the estimates hold. Raise it to trade waiting for money. A task "
+            "without an estimate always counts. 0: every queued task may buy a machine."
         ),
     )
     capacity_backoff_initial: Duration = Field(

@@ -1,8 +1,9 @@
 """When will a task waiting on a busy worker start there? Pure; used by `estimate_demand`.
 
 A task the scheduler queued behind a busy worker counts as pending: a new machine could run it. But a
-new machine is only useful to it if the task would otherwise wait longer than the machine takes to
-serve it (`Policy.launch_lead_time`: boot, join, worker start). With the scheduler's duration estimates
+new machine only helps if the task would otherwise wait longer than the machine takes to serve it
+(boot, join, worker start: about two minutes), and the operator may accept somewhat longer waits to
+save money: `Policy.tolerated_wait` says how long. With the scheduler's duration estimates
 (dask keeps one per task prefix), the worker's queue can be played forward: its running tasks end at
 `started + expected`, and the waiting ones start in order (the head of the queue blocks the rest, as a
 dask worker's constrained queue does) as soon as the freed resources fit them.
@@ -23,11 +24,11 @@ INF = float("inf")
 
 
 def starting_soon(
-    capacity: Resources, running: Sequence[Task], waiting: Sequence[Task], now: float, lead: float
+    capacity: Resources, running: Sequence[Task], waiting: Sequence[Task], now: float, within: float
 ) -> int:
-    """How many of `waiting` (in queue order) are expected to start on this worker within `lead`
+    """How many of `waiting` (in queue order) are expected to start on this worker within `within`
     seconds of `now`, given the tasks `running` on it. Always a prefix of `waiting`."""
-    if lead <= 0.0 or not waiting:
+    if within <= 0.0 or not waiting:
         return 0
     cpus, ram, gpus = capacity.cpus, capacity.ram, capacity.gpus
     ends: list[tuple[float, int]] = []  # (end time, index into needs)
@@ -40,7 +41,7 @@ def starting_soon(
             ends.append((end, len(needs)))
             needs.append(n)
     heapq.heapify(ends)
-    horizon = now + lead
+    horizon = now + within
     soon = 0
     at = now  # queue order: no task starts before the one ahead of it
     for task in waiting:

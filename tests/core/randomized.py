@@ -144,7 +144,7 @@ def policies(draw: st.DrawFn) -> Policy:
         node_down_timeout=300.0,
         max_launch_per_tick=draw(st.sampled_from((0, 0, 2))),
         consolidate_below=draw(st.sampled_from((0.0, 0.5, 0.5, 1.0))),
-        launch_lead_time=draw(st.sampled_from((0.0, 120.0, 600.0))),
+        tolerated_wait=draw(st.sampled_from((0.0, 120.0, 600.0))),
     )
 
 

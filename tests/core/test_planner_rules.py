@@ -112,13 +112,13 @@ SCALE_UP = [
         Plan((launch("m5.large", 1, 2),), pending=2, placed=(("new", 2),)),
     ),
     Case(
-        "a queued task its busy worker will start within the launch lead time buys nothing",
-        # dask's estimate: 100 s; the running tasks end in 30 s, the lead time is 120 s
+        "a queued task its busy worker will start within the tolerated wait buys nothing",
+        # dask's estimate: 100 s; the running tasks end in 30 s, the tolerated wait is 120 s
         assemble(machine(1, processing=timed_queue(ends_in=30))),
         Plan(pending=1, placed=(("own-worker", 1),)),
     ),
     Case(
-        "a queued task its busy worker starts only after the lead time still buys a machine",
+        "a queued task its busy worker starts only after the tolerated wait still buys a machine",
         assemble(machine(1, processing=timed_queue(ends_in=300, expected=400))),
         Plan((launch("m5.large", 1, 1),), pending=1, placed=(("new", 1),)),
     ),
@@ -128,10 +128,10 @@ SCALE_UP = [
         Plan((launch("m5.large", 1, 1),), pending=1, placed=(("new", 1),)),
     ),
     Case(
-        "launch_lead_time 0 buys a machine for every queued task",
+        "tolerated_wait 0 buys a machine for every queued task",
         assemble(machine(1, processing=timed_queue(ends_in=30))),
         Plan((launch("m5.large", 1, 1),), pending=1, placed=(("new", 1),)),
-        make_policy(launch_lead_time=0.0),
+        make_policy(tolerated_wait=0.0),
     ),
     Case(
         "a task starting soon on its worker still takes free room on another active worker",

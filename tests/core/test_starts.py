@@ -17,51 +17,51 @@ def waiting(key: str, cpus: float, expected: float | None = 100.0) -> Task:
     return Task(key, Resources(cpus, GIB), expected=expected)
 
 
-def test_a_task_behind_one_that_ends_within_the_lead_time_starts_soon() -> None:
+def test_a_task_behind_one_that_ends_within_the_tolerated_wait_starts_soon() -> None:
     busy = [running("r", 2, started=NOW - 50, expected=100)]  # ends in 50 s
-    assert starting_soon(WORKER, busy, [waiting("w", 2)], NOW, lead=120) == 1
-    assert starting_soon(WORKER, busy, [waiting("w", 2)], NOW, lead=40) == 0
+    assert starting_soon(WORKER, busy, [waiting("w", 2)], NOW, within=120) == 1
+    assert starting_soon(WORKER, busy, [waiting("w", 2)], NOW, within=40) == 0
 
 
 def test_without_an_estimate_nothing_starts_soon() -> None:
     unknown = [running("r", 2, started=NOW - 50, expected=None)]
-    assert starting_soon(WORKER, unknown, [waiting("w", 2)], NOW, lead=1e9) == 0
+    assert starting_soon(WORKER, unknown, [waiting("w", 2)], NOW, within=1e9) == 0
     not_started = [running("r", 2, started=None, expected=100)]
-    assert starting_soon(WORKER, not_started, [waiting("w", 2)], NOW, lead=1e9) == 0
+    assert starting_soon(WORKER, not_started, [waiting("w", 2)], NOW, within=1e9) == 0
 
 
 def test_a_task_running_past_its_estimate_frees_nothing() -> None:
     overdue = [running("r", 2, started=NOW - 150, expected=100)]
-    assert starting_soon(WORKER, overdue, [waiting("w", 2)], NOW, lead=1e9) == 0
+    assert starting_soon(WORKER, overdue, [waiting("w", 2)], NOW, within=1e9) == 0
 
 
 def test_the_queue_is_played_in_order_and_each_started_task_ends_later() -> None:
     busy = [running("r", 2, started=NOW - 90, expected=100)]  # ends in 10 s
     queue = [waiting("w1", 2, expected=100), waiting("w2", 2, expected=100), waiting("w3", 2)]
     # w1 starts at +10, w2 at +110 (when w1 ends), w3 at +210
-    assert starting_soon(WORKER, busy, queue, NOW, lead=10) == 1
-    assert starting_soon(WORKER, busy, queue, NOW, lead=109) == 1
-    assert starting_soon(WORKER, busy, queue, NOW, lead=110) == 2
-    assert starting_soon(WORKER, busy, queue, NOW, lead=210) == 3
+    assert starting_soon(WORKER, busy, queue, NOW, within=10) == 1
+    assert starting_soon(WORKER, busy, queue, NOW, within=109) == 1
+    assert starting_soon(WORKER, busy, queue, NOW, within=110) == 2
+    assert starting_soon(WORKER, busy, queue, NOW, within=210) == 3
 
 
 def test_the_head_of_the_queue_blocks_the_rest() -> None:
     # one CPU free at +10; the head needs two, so the one-CPU task behind it waits too (FIFO)
     busy = [running("a", 1, started=NOW - 90, expected=100), running("b", 1, started=NOW, expected=100)]
     queue = [waiting("big", 2), waiting("small", 1)]
-    assert starting_soon(WORKER, busy, queue, NOW, lead=50) == 0
-    assert starting_soon(WORKER, busy, queue, NOW, lead=100) == 1  # b ends at +100: big starts
-    assert starting_soon(WORKER, busy, queue, NOW, lead=200) == 2  # big ends at +200: small starts
+    assert starting_soon(WORKER, busy, queue, NOW, within=50) == 0
+    assert starting_soon(WORKER, busy, queue, NOW, within=100) == 1  # b ends at +100: big starts
+    assert starting_soon(WORKER, busy, queue, NOW, within=200) == 2  # big ends at +200: small starts
 
 
 def test_a_waiting_task_without_an_estimate_never_ends() -> None:
     busy = [running("r", 2, started=NOW - 90, expected=100)]
     queue = [waiting("w1", 2, expected=None), waiting("w2", 2)]
-    assert starting_soon(WORKER, busy, queue, NOW, lead=1e9) == 1
+    assert starting_soon(WORKER, busy, queue, NOW, within=1e9) == 1
 
 
-def test_generic_resources_stop_the_reckoning_and_lead_zero_turns_it_off() -> None:
+def test_generic_resources_stop_the_reckoning_and_zero_turns_it_off() -> None:
     busy = [running("r", 2, started=NOW - 90, expected=100)]
     gpu_like = Task("g", Resources.of(2.0, GIB, 0, licence=1.0), expected=100)
-    assert starting_soon(WORKER, busy, [gpu_like], NOW, lead=1e9) == 0
-    assert starting_soon(WORKER, busy, [waiting("w", 2)], NOW, lead=0) == 0
+    assert starting_soon(WORKER, busy, [gpu_like], NOW, within=1e9) == 0
+    assert starting_soon(WORKER, busy, [waiting("w", 2)], NOW, within=0) == 0
