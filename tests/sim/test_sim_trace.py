@@ -66,9 +66,14 @@ def test_bundled_scenarios_parse_and_have_settings() -> None:
 
     root = Path(__file__).parents[2] / "scenarios"
     names = sorted(p.stem for p in root.glob("*.csv"))
-    assert names == ["burst500", "day_cycle", "gpu_surge", "pinned_mix"]
+    assert names == ["burst500", "day_cycle", "gpu_surge", "pinned_mix", "short_stream"]
     for name in names:
         assert read_trace(root / f"{name}.csv")
         assert load_sim_settings(root / f"{name}.env").policy.allowed_types
     assert len(read_trace(root / "burst500.csv")) == 500
     assert load_sim_settings(root / "burst500.env").policy.max_instances == 40
+    from swarm_autoscaler.sim.workloads import SCENARIOS
+
+    for name, (generate, env) in SCENARIOS.items():  # the files are what the generators write
+        assert read_trace(root / f"{name}.csv") == generate()
+        assert (root / f"{name}.env").read_text() == env

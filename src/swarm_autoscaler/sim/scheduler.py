@@ -28,14 +28,13 @@ It follows distributed's rules closely enough for the planner to face the same s
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import Resources, Task, Worker
+from ..model import GIB, Resources, Task, Worker
 from ..ports import WorkloadView
 from .trace import Job
 
@@ -120,12 +119,7 @@ class Scheduler:
         for kind in list(self.estimates):
             self._estimate_known(kind, now)  # drops estimates a running task has overrun
         if self.estimates != self._view_estimates:
-            self._view_estimates = dict(self.estimates)
-            self._executing.clear()
-            self._waiting.clear()
-            self._changed()
-            for worker in self.workers.values():
-                worker.view = None
+            self._estimates_changed()
         if self._view is None:
             workers = tuple(self._worker_view(w) for w in self.workers.values())
             self._view = WorkloadView(workers, tuple(self.tasks[k] for k in self.unrunnable))
@@ -146,8 +140,9 @@ class Scheduler:
     def _executing_view(self, key: str) -> Task:
         view = self._executing.get(key)
         if view is None:
-            view = self._executing[key] = dataclasses.replace(
-                self.tasks[key], executing=True, started=self.started_at[key], expected=self._expected(key)
+            task = self.tasks[key]  # built directly: dataclasses.replace is slow on this hot path
+            view = self._executing[key] = Task(
+                key, task.needs, task.pinned_type, True, self._expected(key), self.started_at[key]
             )
         return view
 
@@ -157,8 +152,25 @@ class Scheduler:
             return self.tasks[key]
         view = self._waiting.get(key)
         if view is None:
-            view = self._waiting[key] = dataclasses.replace(self.tasks[key], expected=expected)
+            task = self.tasks[key]
+            view = self._waiting[key] = Task(key, task.needs, task.pinned_type, False, expected)
         return view
+
+    def _estimates_changed(self) -> None:
+        """Drop the cached views of tasks whose prefix estimate changed, and of their workers."""
+        old, new = self._view_estimates, self.estimates
+        changed = {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)}
+        self._view_estimates = dict(new)
+        jobs = self.jobs
+        for cache in (self._executing, self._waiting):
+            for key in [k for k in cache if jobs[k].kind in changed]:
+                del cache[key]
+        self._view = None
+        for worker in self.workers.values():
+            if worker.view is not None and any(
+                jobs[k].kind in changed for k in itertools.chain(worker.running, worker.waiting)
+            ):
+                worker.view = None
 
     def _expected(self, key: str) -> float | None:
         return self._view_estimates.get(self.jobs[key].kind)
@@ -280,6 +292,15 @@ class Scheduler:
             heapq.heappush(self._starts.setdefault(self.jobs[key].kind, []), (now, key))
             self.events.push(end, "done", (worker.address, key, end))
 
+    def _can_steal(self, kind: Kind, thief: SimWorker, now: float) -> bool:
+        """Whether `thief` may take tasks of `kind` now: an estimate exists, and the kind's pin and
+        needs suit the worker and fit what it has free."""
+        cpus, ram_gib, gpus, pinned = kind
+        if pinned is not None and pinned != thief.type_name:
+            return False
+        needs = Resources(cpus, round(ram_gib * GIB), gpus)
+        return needs.fits_in(thief.free) and self._estimate_known(kind, now)
+
     def _estimate_known(self, kind: Kind, now: float) -> bool:
         """Whether the prefix has a duration estimate; a task of it running past twice it makes it
         unknown."""
@@ -301,21 +322,22 @@ class Scheduler:
         tasks whose prefix has a duration estimate)."""
         if thief.cordoned or not self.estimates:
             return
-        known: dict[Kind, bool] = {}
+        # A kind decides everything per task here (estimate, pin, needs), so decide per kind once.
+        takes = {kind for kind in list(self.estimates) if self._can_steal(kind, thief, now)}
+        if not takes:
+            return
+        jobs = self.jobs
         victims = sorted(
             (w for w in self.workers.values() if w.waiting and w is not thief),
             key=lambda w: (-len(w.waiting), w.address),
         )
         for victim in victims:
-            for key in reversed(list(victim.waiting)):
+            for key in [k for k in reversed(victim.waiting) if jobs[k].kind in takes]:
                 if thief.waiting:
                     return
-                kind = self.jobs[key].kind
-                if kind not in known:
-                    known[kind] = self._estimate_known(kind, now)
-                if known[kind] and self.valid(key, thief) and self.tasks[key].needs.fits_in(thief.free):
+                if self.tasks[key].needs.fits_in(thief.free):
                     self._changed(victim)
                     victim.waiting.remove(key)
-                    victim.load -= self.jobs[key].duration_s
+                    victim.load -= jobs[key].duration_s
                     self._enqueue(thief, key)
                     self._start_ready(thief, now)

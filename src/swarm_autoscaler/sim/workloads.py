@@ -87,6 +87,23 @@ def pinned_mix(seed: int = 11, n: int = 300) -> tuple[Job, ...]:
     return _sorted(raw)
 
 
+def short_stream(seed: int = 6) -> tuple[Job, ...]:
+    """Two hours of short tasks as dask usually sees them (1 CPU, 5 to 20 s, about 0.45 a second: half of
+    two always-on m5.xlarge), plus, after the first hour, a burst of 150 jobs of a new kind (2 CPUs,
+    1 to 3 minutes) within a minute, while the workers are busy: dask queues them behind the busy workers
+    and, having no duration estimate for them yet, moves none until one finishes."""
+    rng = random.Random(seed)
+    raw: list[tuple[float, float, float, float, int, str | None]] = []
+    t = 0.0
+    while True:
+        t += rng.expovariate(0.45)
+        if t >= 7200:
+            break
+        raw.append((t, rng.uniform(5, 20), 1.0, 1.0, 0, None))
+    raw += [(3600 + rng.uniform(0, 60), rng.uniform(60, 180), 2.0, 4.0, 0, None) for _ in range(150)]
+    return _sorted(raw)
+
+
 def _clamp(value: float, low: float, high: float) -> float:
     return min(high, max(low, value))
 
@@ -115,6 +132,12 @@ SCENARIOS: dict[str, tuple[Callable[[], tuple[Job, ...]], str]] = {
         + '{"m5.large": {"ami_id": "ami-00000000000000000"}, "m5.xlarge": {"ami_id": "ami-00000000000000000"}, '
         + '"r5.xlarge": {"ami_id": "ami-00000000000000000"}}\n'
         + "AUTOSCALER_EC2_MIN_INSTANCES=0\nAUTOSCALER_EC2_MAX_INSTANCES=20\n",
+    ),
+    "short_stream": (
+        short_stream,
+        ENV_COMMON
+        + 'AUTOSCALER_EC2_ALLOWED_TYPES={"m5.xlarge": {"ami_id": "ami-00000000000000000"}}\n'
+        + "AUTOSCALER_EC2_MIN_INSTANCES=2\nAUTOSCALER_EC2_MAX_INSTANCES=20\n",
     ),
     "pinned_mix": (
         pinned_mix,
