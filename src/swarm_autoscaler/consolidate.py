@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from .cluster import Member
 from .model import Cordon
-from .placement import Vec, fits, minus, plus
+from .vectors import Vec, fits, minus, plus
 
 
 def choose_cordons(

@@ -3,7 +3,7 @@
 No clock (only `snapshot.now`), no randomness, no I/O, no logging; the inputs are never mutated, and the
 same snapshot always gives an equal Plan. The recipe:
 
-1. classify the machines into buckets (cluster.py) and estimate the pending work (placement.py):
+1. classify the machines into buckets (cluster.py) and estimate the pending work (demand.py):
    unrunnable tasks plus each worker's estimated queue; a queued task dask's duration estimates say its
    worker starts within `tolerated_wait` (starts.py) may only take free room on active workers;
 2. set aside tasks no allowed type can ever run (`Plan.unplaceable`);
@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from .cluster import Bucket, Cluster, Member, classify
 from .consolidate import choose_cordons
+from .demand import Demand, Group, estimate_demand
 from .launches import LaunchBook, useful
 from .model import (
     Action,
@@ -52,18 +53,8 @@ from .model import (
     Terminate,
     Uncordon,
 )
-from .placement import (
-    Demand,
-    Group,
-    NewBins,
-    Pool,
-    Space,
-    TypeOption,
-    Vec,
-    estimate_demand,
-    rank_types,
-    type_capacity,
-)
+from .placement import NewBins, Pool, TypeOption, rank_types, type_capacity
+from .vectors import Space, Vec
 
 # Buckets that receive pending tasks, in order, and where their capacity comes from.
 TIERS = (Bucket.ACTIVE, Bucket.DRAINED, Bucket.RESERVE, Bucket.JOINING, Bucket.LAUNCHED)

@@ -20,8 +20,8 @@ from swarm_autoscaler.model import (
     Terminate,
     Uncordon,
 )
-from swarm_autoscaler.placement import fits, plus
 from swarm_autoscaler.plan import plan, plan_traced
+from swarm_autoscaler.vectors import fits, plus
 
 FAST = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
