@@ -25,7 +25,7 @@ from swarm_autoscaler.sim.engine import Options
 from swarm_autoscaler.sim.faults import RandomFaults
 from swarm_autoscaler.sim.report import cost_lb, makespan_lb, percentile
 from swarm_autoscaler.sim.runner import POLICIES, default_options, run_trace
-from swarm_autoscaler.sim.table import markdown, misses
+from swarm_autoscaler.sim.table import markdown, mean_of, misses, spread
 from swarm_autoscaler.sim.trace import Job
 
 ENV = (
@@ -173,6 +173,28 @@ def test_cli_json_plot_and_sibling_env(tmp_path: Path, capsys: pytest.CaptureFix
     assert "busy_terminations" in capsys.readouterr().out
 
 
+def test_the_readme_table_runs_a_scenario_as_the_command_does(capsys: pytest.CaptureFixture[str]) -> None:
+    scenarios = Path(__file__).parents[2] / "scenarios"
+    args = _args(scenarios, "--trace", str(scenarios / "gpu_surge.csv"), "--json")
+    assert args.handler(args) == 0
+    printed = json.loads(capsys.readouterr().out)
+    tabled = run_all_of(scenarios, "gpu_surge")
+    assert printed == tabled
+
+
+def run_all_of(directory: Path, name: str) -> dict[str, Any]:
+    """The table's run of `ours` on one scenario (run_all on a folder holding just that scenario)."""
+    import shutil
+    import tempfile
+
+    from swarm_autoscaler.sim.table import run_all
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for suffix in (".csv", ".env"):
+            shutil.copy(directory / f"{name}{suffix}", Path(tmp) / f"{name}{suffix}")
+        return dict(run_all(Path(tmp))[name]["ours"])
+
+
 def test_cli_reports_bad_input_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = tmp_path / "t.csv"
     trace.write_text("submit_s,duration_s,cpus,ram_gib,gpus,instance_type\n0,60,1,2,0,\n0,x,1,2,0,\n")
@@ -225,3 +247,15 @@ def test_table_markdown_and_target_checks() -> None:
     assert misses(results) == []
     results["burst500"]["ours"] = row(30, 4.0, busy=1)
     assert len(misses(results)) == 4
+
+
+def test_over_seeds_costs_are_averaged_and_safety_counts_are_the_worst() -> None:
+    def row(cost: float, busy: int, done: int) -> dict[str, Any]:
+        return {"policy": "ours", "jobs": 2, "completed_jobs": done, "cost_usd": cost, "wait_p95_s": 10.0,
+                "busy_terminations": busy, "max_exceeded": 0, "cost_ratio": None}  # fmt: skip
+
+    runs = [{"s": {"ours": row(1.0, 0, 2)}}, {"s": {"ours": row(3.0, 1, 1)}}]
+    mean = mean_of(runs)["s"]["ours"]
+    assert mean["cost_usd"] == 2.0 and mean["busy_terminations"] == 1 and mean["completed_jobs"] == 1
+    assert mean["policy"] == "ours" and mean["cost_ratio"] is None
+    assert spread(runs).splitlines()[2] == "| s | ours | 2.00 (1.00 to 3.00) | 10 (10 to 10) |"
