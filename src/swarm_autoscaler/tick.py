@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -63,15 +64,20 @@ class Outcome:
         return type(self.action).__name__
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class TickResult:
-    """One tick's snapshot, its classification (for logs, metrics and views), plan and outcomes."""
+    """One tick's snapshot, plan and outcomes, and the snapshot's classification (for logs, metrics and
+    views; computed on first use, as a simulation never asks for it)."""
 
     snapshot: Snapshot
-    cluster: Cluster
+    policy: Policy
     plan: Plan
     outcomes: tuple[Outcome, ...]
     acted: bool
+
+    @functools.cached_property
+    def cluster(self) -> Cluster:
+        return classify(self.snapshot, self.policy)
 
 
 class ObserveError(AutoscalerError):
@@ -217,8 +223,7 @@ async def run_tick(
     """Observe, plan and (when `leader`) act. Raises ObserveError when observe fails."""
     snapshot = await observe(ports, catalogue, now)
     plan = planner(snapshot, policy)
-    cluster = classify(snapshot, policy)
     if not leader:
-        return TickResult(snapshot, cluster, plan, (), acted=False)
+        return TickResult(snapshot, policy, plan, (), acted=False)
     outcomes = await act(plan, snapshot, ports, still_leader)
-    return TickResult(snapshot, cluster, plan, outcomes, acted=True)
+    return TickResult(snapshot, policy, plan, outcomes, acted=True)

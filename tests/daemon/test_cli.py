@@ -165,7 +165,6 @@ async def test_plan_and_status_print_the_plan_with_reasons_and_the_tables(lc: Lo
 def test_status_names_each_machines_bucket() -> None:
     from tests.builders import assemble, machine, make_policy
 
-    from swarm_autoscaler.cluster import classify
     from swarm_autoscaler.model import Availability, NodeMarks, Plan
     from swarm_autoscaler.tick import TickResult
 
@@ -173,7 +172,7 @@ def test_status_names_each_machines_bucket() -> None:
         machine(1),
         machine(2, worker=False, availability=Availability.DRAIN, marks=NodeMarks(True, drained_since=1.0)),
     )
-    result = TickResult(snapshot, classify(snapshot, make_policy()), Plan(), (), acted=False)
+    result = TickResult(snapshot, make_policy(), Plan(), (), acted=False)
     out = io.StringIO()
     print_status(result, Console(file=out, width=250))
     rows: dict[str, str] = {}
