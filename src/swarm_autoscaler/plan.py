@@ -168,13 +168,10 @@ class _Planner:
         for tier in TIERS:
             if pool.left:
                 self._fill_tier(pool, tier, capacity)
-            if tier == Bucket.ACTIVE:
-                # Tasks starting soon on their own worker may take room on active workers only: they
-                # uncordon, activate and launch nothing.
-                if held := pool.hold_soon():
-                    self.placed[OWN_WORKER] = held
-                if pool.left:
-                    self._fill_cordoned(pool)
+            if tier == Bucket.ACTIVE and pool.left:
+                self._fill_cordoned(pool)
+            if tier == Bucket.ACTIVE and (held := pool.hold_soon()):
+                self.placed[OWN_WORKER] = held
         for bins in pool.pack_new(options, self.launches.left):
             self.new_bins.append(bins)
             self.launches.add(bins.type_name, bins.count, bins.count * bins.tasks_each)

@@ -143,20 +143,6 @@ SCALE_UP = [
         Plan(pending=1, placed=(("active", 1),)),
     ),
     Case(
-        "a task starting soon on its worker uncordons no worker",
-        assemble(
-            machine(1, processing=timed_queue(ends_in=30)),
-            machine(
-                2,
-                "m5.xlarge",
-                processing=[replace(make_task("c0"), executing=True)],  # 3 of its 4 cpus free
-                marks=NodeMarks(ready=True, cordoned_since=NOW - 30),
-                retiring=True,
-            ),
-        ),
-        Plan(pending=1, placed=(("own-worker", 1),)),
-    ),
-    Case(
         "a task starting soon on its worker activates no drained node",
         assemble(
             machine(1, processing=timed_queue(ends_in=30)),
