@@ -143,6 +143,25 @@ SCALE_UP = [
         Plan(pending=1, placed=(("active", 1),)),
     ),
     Case(
+        "a task starting soon on its worker may take room on a cordoned worker, which is uncordoned",
+        # the cordoned machine is up and paid for; letting it empty while a queue grows costs more
+        assemble(
+            machine(1, processing=timed_queue(ends_in=30)),
+            machine(
+                2,
+                "m5.xlarge",
+                processing=[replace(make_task("c0"), executing=True)],  # 3 of its 4 cpus free
+                marks=NodeMarks(ready=True, cordoned_since=NOW - 30),
+                retiring=True,
+            ),
+        ),
+        Plan(
+            (Uncordon("node-2", hostname(2), (addr(2),), "1 pending task(s) fit on this cordoned worker"),),
+            pending=1,
+            placed=(("cordoned", 1),),
+        ),
+    ),
+    Case(
         "a task starting soon on its worker activates no drained node",
         assemble(
             machine(1, processing=timed_queue(ends_in=30)),
