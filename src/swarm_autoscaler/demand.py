@@ -21,7 +21,7 @@ class Group:
     """Pending tasks with identical needs and pinned type. `nz` lists the (dimension, amount) pairs of
     `vec` that are not zero: the only ones that limit how many fit. `soon` tasks wait on a busy worker
     that is expected to start them within `Policy.tolerated_wait` (see starts.py): they may take free
-    room on active workers, but activate and launch nothing."""
+    room on active and cordoned workers, but activate and launch nothing."""
 
     needs: Resources
     pinned: str | None
@@ -70,9 +70,7 @@ def estimate_demand(snapshot: Snapshot, policy: Policy) -> tuple[Space, Demand]:
         free[worker.address] = left
         if waiting:
             queued[worker.address] = len(waiting)
-            waits = {id(t) for t in waiting}
-            running = [t for t in worker.processing if id(t) not in waits]
-            soon = starting_soon(worker.resources, running, waiting, snapshot.now, policy.tolerated_wait)
+            soon = starting_soon(worker, waiting, snapshot.now, policy.tolerated_wait)
             _collect(waiting[:soon], shapes, keys, soon=True)
             _collect(waiting[soon:], shapes, keys)
     groups = [

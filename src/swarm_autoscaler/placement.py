@@ -103,20 +103,19 @@ class Pool:
             reason = unplaceable_reason(group, options, policy)
             if reason is not None:
                 out.extend(Unplaceable(key, reason) for key in group.keys)
-                self.left -= self.remaining[i]
-                self.remaining[i] = 0
+                self._take_out(i)
         return tuple(sorted(out, key=lambda u: u.task_key))
 
     def hold_soon(self) -> int:
         """Take the `soon` tasks still unplaced out of the pool (they wait for their own worker);
         returns how many."""
-        held = 0
-        for i, group in enumerate(self.groups):
-            if group.soon and self.remaining[i]:
-                held += self.remaining[i]
-                self.left -= self.remaining[i]
-                self.remaining[i] = 0
-        return held
+        return sum(self._take_out(i) for i, group in enumerate(self.groups) if group.soon)
+
+    def _take_out(self, i: int) -> int:
+        """Remove what is left of group `i` from the pool; returns how many tasks that was."""
+        n, self.remaining[i] = self.remaining[i], 0
+        self.left -= n
+        return n
 
     def fill(self, bins: Iterable[tuple[str, str, Vec]]) -> dict[str, int]:
         """Place pending tasks into existing bins (key, type name, free capacity), first-fit decreasing

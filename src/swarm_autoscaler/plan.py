@@ -5,7 +5,8 @@ same snapshot always gives an equal Plan. The recipe:
 
 1. classify the machines into buckets (cluster.py) and estimate the pending work (demand.py):
    unrunnable tasks plus each worker's estimated queue; a queued task dask's duration estimates say its
-   worker starts within `tolerated_wait` (starts.py) may only take free room on active workers;
+   worker starts within `tolerated_wait` (starts.py) may only take free room on active and cordoned
+   workers;
 2. set aside tasks no allowed type can ever run (`Plan.unplaceable`);
 3. scale up: place pending tasks virtually on free capacity of active workers, then of cordoned
    workers (which get uncordoned), then drained and reserve nodes (which get activated), then joining nodes, then launched instances (in-flight capacity always
@@ -392,9 +393,8 @@ class _Planner:
         self._terminate_beyond_reserve()
 
     def _terminate_beyond_reserve(self) -> None:
-        live = (
-            useful(self.cluster) + self.launches.total - len(self.cluster.reserve)
-        )  # reserve: on top of min
+        # The reserve comes on top of min_instances.
+        live = useful(self.cluster) + self.launches.total - len(self.cluster.reserve)
         chosen: list[Member] = []
         for member in self.cluster.drained:
             node = member.node

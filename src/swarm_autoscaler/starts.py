@@ -18,18 +18,20 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
-from .model import Resources, Task
+from .model import Resources, Task, Worker
+from .vectors import EPS
 
 INF = float("inf")
 
 
-def starting_soon(
-    capacity: Resources, running: Sequence[Task], waiting: Sequence[Task], now: float, within: float
-) -> int:
-    """How many of `waiting` (in queue order) are expected to start on this worker within `within`
-    seconds of `now`, given the tasks `running` on it. Always a prefix of `waiting`."""
+def starting_soon(worker: Worker, waiting: Sequence[Task], now: float, within: float) -> int:
+    """How many of `waiting` (the worker's processing tasks that do not fit at once, in queue order)
+    are expected to start on `worker` within `within` seconds of `now`. Always a prefix of `waiting`."""
     if within <= 0.0 or not waiting:
         return 0
+    waits = {id(t) for t in waiting}
+    running = [t for t in worker.processing if id(t) not in waits]
+    capacity = worker.resources
     cpus, ram, gpus = capacity.cpus, capacity.ram, capacity.gpus
     ends: list[tuple[float, int]] = []  # (end time, index into needs)
     needs: list[Resources] = []
@@ -48,7 +50,7 @@ def starting_soon(
         n = task.needs
         if n.generic:  # generic resources are not tracked here: stop reckoning
             return soon
-        while n.cpus > cpus + 1e-9 or n.ram > ram + 1e-9 or n.gpus > gpus + 1e-9:
+        while n.cpus > cpus + EPS or n.ram > ram + EPS or n.gpus > gpus + EPS:
             if not ends:
                 return soon
             at, index = heapq.heappop(ends)

@@ -183,16 +183,16 @@ def test_the_readme_table_runs_a_scenario_as_the_command_does(capsys: pytest.Cap
 
 
 def run_all_of(directory: Path, name: str) -> dict[str, Any]:
-    """The table's run of `ours` on one scenario (run_all on a folder holding just that scenario)."""
+    """The table's seed-0 run of `ours` on one scenario (on a folder holding just that scenario)."""
     import shutil
     import tempfile
 
-    from swarm_autoscaler.sim.table import run_all
+    from swarm_autoscaler.sim.table import run_seeds
 
     with tempfile.TemporaryDirectory() as tmp:
         for suffix in (".csv", ".env"):
             shutil.copy(directory / f"{name}{suffix}", Path(tmp) / f"{name}{suffix}")
-        return dict(run_all(Path(tmp))[name]["ours"])
+        return dict(run_seeds(Path(tmp), seeds=1)[0][name]["ours"])
 
 
 def test_cli_reports_bad_input_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

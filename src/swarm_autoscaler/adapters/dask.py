@@ -244,7 +244,7 @@ def _task(raw: Sequence[Any], now: float) -> Task:
         needs=needs,
         pinned_type=pinned,
         executing=elapsed is not None,
-        expected=None if expected is None else float(expected),
+        expected=expected,
         started=started,
     )
 

@@ -34,11 +34,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import GIB, Resources, Task, Worker
+from ..model import Resources, Task, Worker
 from ..ports import WorkloadView
-from .trace import Job
-
-Kind = tuple[float, float, int, str | None]  # a task prefix: `Job.kind`
+from .trace import Job, Kind
 
 
 class EventQueue:
@@ -95,8 +93,9 @@ class Scheduler:
         self.completed_at: dict[str, float] = {}
         self.restarts = 0
         self.estimates: dict[Kind, float] = {}  # each prefix's duration estimate (absent: unknown)
-        self._starts: dict[Kind, list[tuple[float, str]]] = {}  # per prefix, heap of (start, key) of
-        # running tasks (lazily pruned)
+        # Per prefix, a heap of (start, key) of its running tasks (entries of ended runs pruned lazily).
+        self._starts: dict[Kind, list[tuple[float, str]]] = {}
+        self._needs: dict[Kind, Resources] = {j.kind: j.needs for j in jobs.values()}
         self._view: WorkloadView | None = None  # cached until anything changes
 
     # ------------------------------------------------------------------ queries
@@ -295,11 +294,10 @@ class Scheduler:
     def _can_steal(self, kind: Kind, thief: SimWorker, now: float) -> bool:
         """Whether `thief` may take tasks of `kind` now: an estimate exists, and the kind's pin and
         needs suit the worker and fit what it has free."""
-        cpus, ram_gib, gpus, pinned = kind
+        pinned = kind[3]
         if pinned is not None and pinned != thief.type_name:
             return False
-        needs = Resources(cpus, round(ram_gib * GIB), gpus)
-        return needs.fits_in(thief.free) and self._estimate_known(kind, now)
+        return self._needs[kind].fits_in(thief.free) and self._estimate_known(kind, now)
 
     def _estimate_known(self, kind: Kind, now: float) -> bool:
         """Whether the prefix has a duration estimate; a task of it running past twice it makes it

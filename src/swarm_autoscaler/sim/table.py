@@ -36,15 +36,9 @@ COLUMNS = (
 )
 
 
-def run_all(directory: Path, seed: int = 0) -> dict[str, dict[str, dict[str, Any]]]:
-    """scenario -> policy -> summary, each run as `swarm-autoscaler simulate --trace NAME.csv --policy P
-    --seed SEED` runs it (join times jittered by the seed, no faults)."""
-    return {
-        trace.stem: {p: _run(trace, p, seed) for p in POLICIES} for trace in sorted(directory.glob("*.csv"))
-    }
-
-
 def _run(trace: Path, policy: str, seed: int) -> dict[str, Any]:
+    """One run as `swarm-autoscaler simulate --trace TRACE --policy POLICY --seed SEED` makes it (join
+    times jittered by the seed, no faults)."""
     settings = load_sim_settings(trace.with_suffix(".env"))
     return run_trace(read_trace(trace), settings, policy, faults=RandomFaults(seed=seed))[1]
 
@@ -87,7 +81,7 @@ def mean_of(
             row: dict[str, Any] = {}
             for key, value in first.items():
                 values = [r[scenario][policy][key] for r in runs]
-                if key in ("busy_terminations", "max_exceeded") or key == "jobs":
+                if key in ("busy_terminations", "max_exceeded", "jobs"):
                     row[key] = max(values)
                 elif key == "completed_jobs":
                     row[key] = min(values)

@@ -27,6 +27,9 @@ class TraceError(ValueError):
     """A trace file that cannot be read: the message names the file, the line and what to fix."""
 
 
+Kind = tuple[float, float, int, str | None]  # a job's task prefix: `Job.kind`
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """One job of a trace. `index` is its position in the trace (0-based) and names its task key."""
@@ -51,7 +54,7 @@ class Job:
         return Task(self.key, self.needs, self.instance_type)
 
     @property
-    def kind(self) -> tuple[float, float, int, str | None]:
+    def kind(self) -> Kind:
         """The job's task prefix in the simulated scheduler: a trace names no functions, so jobs with the
         same requests and pin are taken to be one kind of task, sharing dask's duration estimate."""
         return (self.cpus, self.ram_gib, self.gpus, self.instance_type)
