@@ -36,7 +36,7 @@ def _quiet() -> None:
 
     import distributed  # noqa: F401 - configures its loggers on import; quiet them afterwards
 
-    from swarm_autoscaler.logs import configure_logging
+    from swarm_autoscaler.daemon.logs import configure_logging
 
     configure_logging("ERROR", "console")
     for name in ("distributed", "werkzeug", "tornado", "swarm_autoscaler"):
@@ -97,7 +97,7 @@ async def bench_latency(trials: int) -> dict[str, Any]:
     a new launch (the earlier ones stay in flight and hold the earlier tasks)."""
     from distributed import Client
 
-    from swarm_autoscaler.model import GIB
+    from swarm_autoscaler.core.model import GIB
 
     extra = {"AUTOSCALER_POLL_INTERVAL": "5s", **NO_JOIN}
     async with _cloud("bench-latency", extra, never_join_rate=1.0) as (lc, daemon):
@@ -183,7 +183,7 @@ async def bench_refusals(waves: int) -> dict[str, Any]:
     machine, except when a fallback m5.xlarge still has room for a second task."""
     from distributed import Client
 
-    from swarm_autoscaler.model import GIB
+    from swarm_autoscaler.core.model import GIB
 
     extra = {"AUTOSCALER_POLL_INTERVAL": "2s"}
     async with _cloud("bench-refusals", extra, fast=True) as (lc, daemon):
@@ -238,10 +238,8 @@ def bench_memory() -> dict[str, Any]:
 def _memory_child(instances: int = 1_000, tasks: int = 30_000, ticks: int = 5) -> None:
     from tests.fakes import FakeCloud, FakeLock, FakeWorkload, SteppedClock
 
-    from swarm_autoscaler.catalogue import CATALOGUE
-    from swarm_autoscaler.localcloud.memswarm import MemorySwarm
-    from swarm_autoscaler.loop import Daemon, InFlightCloud
-    from swarm_autoscaler.model import (
+    from swarm_autoscaler.core.catalogue import CATALOGUE
+    from swarm_autoscaler.core.model import (
         GIB,
         Instance,
         InstanceState,
@@ -251,7 +249,9 @@ def _memory_child(instances: int = 1_000, tasks: int = 30_000, ticks: int = 5) -
         TypePolicy,
         Worker,
     )
-    from swarm_autoscaler.tick import Ports
+    from swarm_autoscaler.daemon.loop import Daemon, InFlightCloud
+    from swarm_autoscaler.daemon.tick import Ports
+    from swarm_autoscaler.localcloud.memswarm import MemorySwarm
 
     _quiet()
     baseline = _vm("VmRSS")

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from swarm_autoscaler.model import (
+from swarm_autoscaler.core.model import (
     GIB,
     Availability,
     Instance,
@@ -36,7 +36,7 @@ from swarm_autoscaler.model import (
     Unavailable,
     Worker,
 )
-from swarm_autoscaler.plan import plan
+from swarm_autoscaler.core.plan import plan
 
 SIZES = ((1_000, 100, 10), (10_000, 1_000, 60), (30_000, 1_000, 60))
 RESULTS = Path(__file__).with_name("results.json")

@@ -29,7 +29,7 @@ class _TimedOurs:
         self.seconds = 0.0
 
     def new_planner(self) -> Any:
-        from swarm_autoscaler.plan import plan
+        from swarm_autoscaler.core.plan import plan
 
         def timed(snapshot: Any, policy: Any) -> Any:
             start = time.perf_counter()
@@ -42,7 +42,7 @@ class _TimedOurs:
 
 
 def run(profile: bool = False) -> list[dict[str, Any]]:
-    from swarm_autoscaler.settings import TimingSettings
+    from swarm_autoscaler.config.settings import TimingSettings
     from swarm_autoscaler.sim.config import SimEc2Settings, build_sim_settings
     from swarm_autoscaler.sim.engine import simulate
     from swarm_autoscaler.sim.report import summarize

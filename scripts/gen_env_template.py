@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from swarm_autoscaler.settings_doc import env_template
+from swarm_autoscaler.config.doc import env_template
 
 TEMPLATE = Path(__file__).resolve().parent.parent / ".env.template"
 

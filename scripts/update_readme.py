@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from swarm_autoscaler.settings_doc import markdown_table
+from swarm_autoscaler.config.doc import markdown_table
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 START, END = "<!-- config:start -->", "<!-- config:end -->"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
-from swarm_autoscaler.model import (
+from swarm_autoscaler.core.model import (
     GIB,
     Availability,
     Instance,

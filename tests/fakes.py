@@ -9,8 +9,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from swarm_autoscaler.errors import ConfigurationError, EndpointError
-from swarm_autoscaler.model import (
+from swarm_autoscaler.core.model import (
     GIB,
     Instance,
     InstanceState,
@@ -22,7 +21,8 @@ from swarm_autoscaler.model import (
     Unavailable,
     Worker,
 )
-from swarm_autoscaler.ports import LaunchResult, WorkloadView
+from swarm_autoscaler.core.ports import LaunchResult, WorkloadView
+from swarm_autoscaler.errors import ConfigurationError, EndpointError
 
 # A small fleet for the loop-level tests: two general-purpose types, no reserve, no minimum.
 CATALOGUE = {

@@ -9,8 +9,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from .settings import InvalidSettingsError, Settings, load_settings, unknown_variables
-from .settings_doc import env_template, markdown_table
+from swarm_autoscaler.config.doc import env_template, markdown_table
+from swarm_autoscaler.config.settings import InvalidSettingsError, Settings, load_settings, unknown_variables
 
 EXIT_CONFIGURATION = 2
 
@@ -29,8 +29,8 @@ def load_settings_or_exit(env_file: str | None = None) -> Settings:
 
 
 def _configured(args: argparse.Namespace) -> int:
-    from . import commands
-    from .logs import configure_logging
+    from swarm_autoscaler.daemon import commands
+    from swarm_autoscaler.daemon.logs import configure_logging
 
     settings = load_settings_or_exit(args.env_file)
     configure_logging(settings.logging.level, settings.logging.format)
@@ -41,8 +41,8 @@ def _configured(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from . import demo
-    from .logs import configure_logging
+    from swarm_autoscaler.daemon.logs import configure_logging
+    from swarm_autoscaler.demo import run as demo
 
     configure_logging("WARNING" if not args.verbose else "INFO", "console")
     if not args.verbose:  # the embedded scheduler, workers and moto are chatty; the dashboard says enough
@@ -88,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--out-dir", default="demo-out", help="where the timeline PNG goes (default demo-out)")
     demo.add_argument("--verbose", action="store_true", help="show the daemon's log lines")
     demo.set_defaults(handler=_cmd_demo)
-    from .sim.cli import add_parser as add_simulate
+    from swarm_autoscaler.sim.cli import add_parser as add_simulate
 
     add_simulate(commands)
     template = commands.add_parser("env-template", help="print the .env template of every variable")

@@ -8,7 +8,7 @@ import dataclasses
 from hypothesis import strategies as st
 from tests.builders import CATALOGUE, NOW, hostname, make_task
 
-from swarm_autoscaler.model import (
+from swarm_autoscaler.core.model import (
     ActivateNode,
     Availability,
     Cordon,

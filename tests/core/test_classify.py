@@ -14,9 +14,9 @@ from tests.builders import (
     make_task,
 )
 
-from swarm_autoscaler.cluster import OBSERVED, OWNED_NODE_LABEL, TRANSITIONS, Bucket, allowed, classify
-from swarm_autoscaler.model import Availability, InstanceState, NodeMarks, NodeStatus, TypePolicy
-from swarm_autoscaler.tick import TYPE_LABEL
+from swarm_autoscaler.core.cluster import OBSERVED, OWNED_NODE_LABEL, TRANSITIONS, Bucket, allowed, classify
+from swarm_autoscaler.core.model import Availability, InstanceState, NodeMarks, NodeStatus, TypePolicy
+from swarm_autoscaler.daemon.tick import TYPE_LABEL
 
 POLICY = make_policy(max_start_time=600)
 DRAIN = Availability.DRAIN

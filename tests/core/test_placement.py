@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from tests.builders import make_policy, make_snapshot
 
-from swarm_autoscaler.demand import estimate_demand
-from swarm_autoscaler.model import GIB, Resources, Task, Worker
-from swarm_autoscaler.placement import Pool, rank_types
-from swarm_autoscaler.vectors import Space, fit_count
+from swarm_autoscaler.core.demand import estimate_demand
+from swarm_autoscaler.core.model import GIB, Resources, Task, Worker
+from swarm_autoscaler.core.placement import Pool, rank_types
+from swarm_autoscaler.core.vectors import Space, fit_count
 
 
 def licensed(key: str) -> Task:

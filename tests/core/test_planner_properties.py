@@ -6,8 +6,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.core.randomized import apply, clone, policies, quiet_fleets, snapshots
 
-from swarm_autoscaler.cluster import Bucket, allowed, classify
-from swarm_autoscaler.model import (
+from swarm_autoscaler.core.cluster import Bucket, allowed, classify
+from swarm_autoscaler.core.model import (
     ActivateNode,
     Cordon,
     DrainNode,
@@ -20,8 +20,8 @@ from swarm_autoscaler.model import (
     Terminate,
     Uncordon,
 )
-from swarm_autoscaler.plan import plan, plan_traced
-from swarm_autoscaler.vectors import fits, plus
+from swarm_autoscaler.core.plan import plan, plan_traced
+from swarm_autoscaler.core.vectors import fits, plus
 
 FAST = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -21,8 +21,8 @@ from tests.builders import (
 )
 from tests.core.randomized import apply
 
-from swarm_autoscaler.cluster import Bucket, allowed, classify
-from swarm_autoscaler.model import (
+from swarm_autoscaler.core.cluster import Bucket, allowed, classify
+from swarm_autoscaler.core.model import (
     ActivateNode,
     Availability,
     Cordon,
@@ -49,7 +49,7 @@ from swarm_autoscaler.model import (
     Unplaceable,
     Worker,
 )
-from swarm_autoscaler.plan import plan
+from swarm_autoscaler.core.plan import plan
 
 GIB = 1024**3
 DRAINED = NodeMarks(ready=True, drained_since=NOW - 10)

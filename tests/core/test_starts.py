@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from swarm_autoscaler.model import GIB, Resources, Task, Worker
-from swarm_autoscaler.starts import starting_soon
+from swarm_autoscaler.core.model import GIB, Resources, Task, Worker
+from swarm_autoscaler.core.starts import starting_soon
 
 NOW = 1000.0
 M5_LARGE = Resources(2.0, 8 * GIB)

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from swarm_autoscaler.commands import print_plan, print_status
+from swarm_autoscaler.core.model import GIB
+from swarm_autoscaler.daemon.commands import print_plan, print_status
+from swarm_autoscaler.daemon.tick import run_tick
 from swarm_autoscaler.localcloud.cloud import LocalCloud, LocalCloudOptions, env_without_autoscaler
-from swarm_autoscaler.model import GIB
-from swarm_autoscaler.tick import run_tick
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -165,8 +165,8 @@ async def test_plan_and_status_print_the_plan_with_reasons_and_the_tables(lc: Lo
 def test_status_names_each_machines_bucket() -> None:
     from tests.builders import assemble, machine, make_policy
 
-    from swarm_autoscaler.model import Availability, NodeMarks, Plan
-    from swarm_autoscaler.tick import TickResult
+    from swarm_autoscaler.core.model import Availability, NodeMarks, Plan
+    from swarm_autoscaler.daemon.tick import TickResult
 
     snapshot = assemble(
         machine(1),

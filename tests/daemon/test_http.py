@@ -12,10 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tests.fakes import CATALOGUE, FakeCloud, FakeLock, FakeWorkload, SteppedClock, small_policy
 
-from swarm_autoscaler.localcloud.memswarm import MemorySwarm
-from swarm_autoscaler.loop import Daemon, InFlightCloud
-from swarm_autoscaler.metrics import STALE_TICKS, Metrics, build_app, start_http
-from swarm_autoscaler.model import (
+from swarm_autoscaler.core.model import (
     GIB,
     Instance,
     InstanceState,
@@ -23,7 +20,10 @@ from swarm_autoscaler.model import (
     Task,
     Worker,
 )
-from swarm_autoscaler.tick import Ports
+from swarm_autoscaler.daemon.loop import Daemon, InFlightCloud
+from swarm_autoscaler.daemon.metrics import STALE_TICKS, Metrics, build_app, start_http
+from swarm_autoscaler.daemon.tick import Ports
+from swarm_autoscaler.localcloud.memswarm import MemorySwarm
 
 POLICY = small_policy(6)
 POLL = 5.0

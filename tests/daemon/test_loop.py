@@ -9,10 +9,7 @@ from collections.abc import Callable, Sequence
 import pytest
 from tests.fakes import CATALOGUE, FakeCloud, FakeLock, FakeWorkload, SteppedClock, small_policy
 
-from swarm_autoscaler.errors import EndpointError
-from swarm_autoscaler.localcloud.memswarm import MemorySwarm
-from swarm_autoscaler.loop import Daemon, InFlightCloud
-from swarm_autoscaler.model import (
+from swarm_autoscaler.core.model import (
     GIB,
     Instance,
     InstanceState,
@@ -22,7 +19,10 @@ from swarm_autoscaler.model import (
     Terminate,
     Worker,
 )
-from swarm_autoscaler.tick import Ports
+from swarm_autoscaler.daemon.loop import Daemon, InFlightCloud
+from swarm_autoscaler.daemon.tick import Ports
+from swarm_autoscaler.errors import EndpointError
+from swarm_autoscaler.localcloud.memswarm import MemorySwarm
 
 POLICY = small_policy(5)
 

@@ -12,10 +12,10 @@ from typing import Any
 import boto3
 import pytest
 
+from swarm_autoscaler.core.model import Action
+from swarm_autoscaler.daemon.loop import Daemon
+from swarm_autoscaler.daemon.tick import TickResult
 from swarm_autoscaler.localcloud.cloud import LocalCloud
-from swarm_autoscaler.loop import Daemon
-from swarm_autoscaler.model import Action
-from swarm_autoscaler.tick import TickResult
 
 
 def ec2_client(lc: LocalCloud) -> Any:

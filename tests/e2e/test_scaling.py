@@ -13,8 +13,8 @@ import pytest
 from distributed import Client
 from tests.e2e.helpers import Running, hostname_of, instance_state, owned_instances, start, wait_for
 
+from swarm_autoscaler.core.model import GIB, DrainNode, Launch, Terminate
 from swarm_autoscaler.localcloud.cloud import LocalCloud
-from swarm_autoscaler.model import GIB, DrainNode, Launch, Terminate
 
 pytestmark = [pytest.mark.e2e, pytest.mark.swarm, pytest.mark.timeout(150)]
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from swarm_autoscaler.settings import variables
-from swarm_autoscaler.settings_doc import env_template, markdown_table
+from swarm_autoscaler.config.doc import env_template, markdown_table
+from swarm_autoscaler.config.settings import variables
 
 SCRIPT = Path(sys.executable).parent / "swarm-autoscaler"
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from swarm_autoscaler.durations import EXPECTED, format_duration, parse_duration
+from swarm_autoscaler.config.durations import EXPECTED, format_duration, parse_duration
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from swarm_autoscaler.settings import load_settings, variables
-from swarm_autoscaler.settings_doc import env_template, markdown_table
+from swarm_autoscaler.config.doc import env_template, markdown_table
+from swarm_autoscaler.config.settings import load_settings, variables
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / ".env.template"

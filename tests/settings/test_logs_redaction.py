@@ -11,7 +11,7 @@ import pytest
 import structlog
 from pydantic import SecretStr
 
-from swarm_autoscaler.logs import REDACTED, configure_logging, redact_secrets, redact_text
+from swarm_autoscaler.daemon.logs import REDACTED, configure_logging, redact_secrets, redact_text
 
 
 @pytest.fixture(autouse=True)

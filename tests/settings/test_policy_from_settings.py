@@ -7,10 +7,10 @@ from collections.abc import Callable
 
 import pytest
 
+from swarm_autoscaler.config.policy import policy_from_settings
+from swarm_autoscaler.config.settings import load_settings
+from swarm_autoscaler.core.model import GIB, InstanceType, Policy, Resources, TypePolicy
 from swarm_autoscaler.errors import ConfigurationError
-from swarm_autoscaler.model import GIB, InstanceType, Policy, Resources, TypePolicy
-from swarm_autoscaler.policy import policy_from_settings
-from swarm_autoscaler.settings import load_settings
 
 SetEnv = Callable[..., None]
 
@@ -75,7 +75,7 @@ def test_overhead_that_leaves_no_room_is_refused(set_env: SetEnv, overhead: dict
 
 
 def test_works_with_the_bundled_catalogue(set_env: SetEnv) -> None:
-    from swarm_autoscaler.catalogue import CATALOGUE as BUNDLED
+    from swarm_autoscaler.core.catalogue import CATALOGUE as BUNDLED
 
     set_env()
     policy = policy_from_settings(load_settings(), BUNDLED)

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
+from swarm_autoscaler.config.settings import InvalidSettingsError, load_settings
 from swarm_autoscaler.errors import ConfigurationError
-from swarm_autoscaler.settings import InvalidSettingsError, load_settings
 
 SetEnv = Callable[..., None]
 

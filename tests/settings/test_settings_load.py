@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from swarm_autoscaler.settings import InvalidSettingsError, Settings, load_settings, unknown_variables
+from swarm_autoscaler.config.settings import InvalidSettingsError, Settings, load_settings, unknown_variables
 
 SetEnv = Callable[..., None]
 

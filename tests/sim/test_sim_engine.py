@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from swarm_autoscaler.model import GIB, Plan, Policy, Snapshot, TypePolicy
-from swarm_autoscaler.plan import plan as real_plan
-from swarm_autoscaler.settings import InvalidSettingsError, TimingSettings
+from swarm_autoscaler.config.settings import InvalidSettingsError, TimingSettings
+from swarm_autoscaler.core.model import GIB, Plan, Policy, Snapshot, TypePolicy
+from swarm_autoscaler.core.plan import plan as real_plan
 from swarm_autoscaler.sim import cli
 from swarm_autoscaler.sim.baselines import AdaptiveLike, QueueRule, Static
 from swarm_autoscaler.sim.config import (
@@ -122,7 +122,7 @@ def test_queue_rule_adds_one_machine_per_tick() -> None:
 
 
 def test_adaptive_target_follows_distributed_formula() -> None:
-    from swarm_autoscaler.model import Resources, Task, Worker
+    from swarm_autoscaler.core.model import Resources, Task, Worker
 
     a = AdaptiveLike(mean_duration=60.0)
     task = Task("t", Resources(1, GIB))

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from swarm_autoscaler.model import DrainNode, Plan, Policy, Snapshot
-from swarm_autoscaler.plan import plan as real_plan
+from swarm_autoscaler.core.model import DrainNode, Plan, Policy, Snapshot
+from swarm_autoscaler.core.plan import plan as real_plan
 from swarm_autoscaler.sim import hunt
 
 SEEDS = range(200)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from swarm_autoscaler.model import GIB, Resources, Worker
+from swarm_autoscaler.core.model import GIB, Resources, Worker
 from swarm_autoscaler.sim.scheduler import EventQueue, Scheduler, SimWorker
 from swarm_autoscaler.sim.trace import Job
 

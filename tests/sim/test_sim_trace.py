@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from swarm_autoscaler.model import GIB
+from swarm_autoscaler.core.model import GIB
 from swarm_autoscaler.sim.trace import Job, TraceError, format_trace, parse_trace, read_trace
 
 HEADER = "submit_s,duration_s,cpus,ram_gib,gpus,instance_type\n"

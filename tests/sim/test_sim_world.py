@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from swarm_autoscaler.catalogue import CATALOGUE
+from swarm_autoscaler.core.catalogue import CATALOGUE
+from swarm_autoscaler.core.model import Availability, InstanceState, NodeMarks, NodeStatus
+from swarm_autoscaler.core.ports import Cloud, Orchestrator, Workload
 from swarm_autoscaler.errors import NotFoundError
-from swarm_autoscaler.model import Availability, InstanceState, NodeMarks, NodeStatus
-from swarm_autoscaler.ports import Cloud, Orchestrator, Workload
 from swarm_autoscaler.sim.faults import ScriptedFaults
 from swarm_autoscaler.sim.trace import Job
 from swarm_autoscaler.sim.world import EPOCH, Knobs, SimCloud, SimOrchestrator, SimWorkload, World

@@ -53,9 +53,9 @@ from typing import Any, Self, TypeVar
 
 from distributed import Client as _Client
 
-from ..errors import ConfigurationError, EndpointError
-from ..model import Resources, Task, Worker
-from ..ports import WorkloadView
+from swarm_autoscaler.core.model import Resources, Task, Worker
+from swarm_autoscaler.core.ports import WorkloadView
+from swarm_autoscaler.errors import ConfigurationError, EndpointError
 
 PIN_PREFIX = "instance-type:"
 PLUGIN_NAME = "swarm-autoscaler-watch"

@@ -31,12 +31,7 @@ from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from ..backoff import DEFAULT_INITIAL, DEFAULT_MAXIMUM, CapacityBackoff
-from ..catalogue import CATALOGUE
-from ..errors import AutoscalerError, ConfigurationError
-from ..model import Instance, InstanceState, InstanceType, Unavailable
-from ..ports import LaunchResult
-from .ec2_support import (
+from swarm_autoscaler.adapters.ec2_support import (
     GONE_CODES,
     LABEL_TAG_PREFIX,
     UNKNOWN_TYPE_CODES,
@@ -52,6 +47,11 @@ from .ec2_support import (
     to_instance,
     to_instance_type,
 )
+from swarm_autoscaler.core.backoff import DEFAULT_INITIAL, DEFAULT_MAXIMUM, CapacityBackoff
+from swarm_autoscaler.core.catalogue import CATALOGUE
+from swarm_autoscaler.core.model import Instance, InstanceState, InstanceType, Unavailable
+from swarm_autoscaler.core.ports import LaunchResult
+from swarm_autoscaler.errors import AutoscalerError, ConfigurationError
 
 OWNER_TAG = "managed-by"
 OWNER_VALUE = "swarm-autoscaler"

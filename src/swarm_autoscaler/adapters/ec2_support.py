@@ -19,8 +19,8 @@ from botocore.exceptions import (
     PartialCredentialsError,
 )
 
-from ..errors import EndpointError
-from ..model import Instance, InstanceState, InstanceType, Resources
+from swarm_autoscaler.core.model import Instance, InstanceState, InstanceType, Resources
+from swarm_autoscaler.errors import EndpointError
 
 # ------------------------------------------------------------------------------------------ errors
 

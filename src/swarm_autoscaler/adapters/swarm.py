@@ -22,8 +22,8 @@ import aiodocker
 import aiohttp
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
-from ..errors import EndpointError, NotFoundError
-from ..model import Availability, Node, NodeMarks, NodeStatus
+from swarm_autoscaler.core.model import Availability, Node, NodeMarks, NodeStatus
+from swarm_autoscaler.errors import EndpointError, NotFoundError
 
 DEFAULT_PREFIX = "swarm-autoscaler."
 _TIME_MARKS = ("empty_since", "drained_since", "termination_started", "down_since", "cordoned_since")

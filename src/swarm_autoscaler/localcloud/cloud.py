@@ -19,12 +19,18 @@ from typing import Any
 
 from distributed import Scheduler
 
-from ..catalogue import CATALOGUE
-from ..loop import Daemon
-from ..ports import Orchestrator
-from .machines import MachineEmulator, MemoryJoiner
-from .memswarm import MemorySwarm
-from .moto_server import LOCAL_ACCESS_KEY, LOCAL_SECRET_KEY, LocalNetwork, MotoServer, provision_network
+from swarm_autoscaler.core.catalogue import CATALOGUE
+from swarm_autoscaler.core.ports import Orchestrator
+from swarm_autoscaler.daemon.loop import Daemon
+from swarm_autoscaler.localcloud.machines import MachineEmulator, MemoryJoiner
+from swarm_autoscaler.localcloud.memswarm import MemorySwarm
+from swarm_autoscaler.localcloud.moto_server import (
+    LOCAL_ACCESS_KEY,
+    LOCAL_SECRET_KEY,
+    LocalNetwork,
+    MotoServer,
+    provision_network,
+)
 
 DEFAULT_TYPES: Mapping[str, Mapping[str, Any]] = {
     "m5.large": {"reserve": 1},
@@ -132,9 +138,9 @@ class LocalCloud:
             self.orchestrator = self._swarm
             self._joiner = MemoryJoiner(self._swarm)
             return
-        from ..adapters.swarm import SwarmOrchestrator
-        from .dockerd import LocalSwarm
-        from .dockerd_joiner import DockerdJoiner
+        from swarm_autoscaler.adapters.swarm import SwarmOrchestrator
+        from swarm_autoscaler.localcloud.dockerd import LocalSwarm
+        from swarm_autoscaler.localcloud.dockerd_joiner import DockerdJoiner
 
         swarm = LocalSwarm(Path(self._tmp.name) / "swarm")
         self._stack.push_async_callback(swarm.close)
@@ -146,7 +152,7 @@ class LocalCloud:
         self._joiner = DockerdJoiner(swarm)
 
     def owner_tags(self) -> dict[str, str]:
-        from ..adapters.ec2 import owner_tags
+        from swarm_autoscaler.adapters.ec2 import owner_tags
 
         return owner_tags(self.options.cluster_name)
 
@@ -188,8 +194,8 @@ class LocalCloud:
     @contextlib.asynccontextmanager
     async def daemon(self, extra: Mapping[str, str] | None = None) -> AsyncIterator[Daemon]:
         """The real daemon, built in-process from settings exactly as `swarm-autoscaler run` does."""
-        from ..app import open_daemon
-        from ..settings import load_settings
+        from swarm_autoscaler.config.settings import load_settings
+        from swarm_autoscaler.daemon.app import open_daemon
 
         settings = load_settings(self.write_env_file(extra))
         override = None if self.options.real_swarm else self.orchestrator

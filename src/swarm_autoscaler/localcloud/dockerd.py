@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from ..errors import ConfigurationError, EndpointError
+from swarm_autoscaler.errors import ConfigurationError, EndpointError
 
 SAFE_FLAGS = (
     "--bridge=none",

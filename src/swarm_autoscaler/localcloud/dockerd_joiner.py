@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .dockerd import LocalSwarm
+from swarm_autoscaler.localcloud.dockerd import LocalSwarm
 
 
 class DockerdJoiner:

@@ -25,9 +25,9 @@ import boto3
 import structlog
 from distributed import Worker
 
-from ..adapters.dask import PIN_PREFIX
-from ..model import Availability, InstanceType, NodeStatus
-from ..ports import Orchestrator
+from swarm_autoscaler.adapters.dask import PIN_PREFIX
+from swarm_autoscaler.core.model import Availability, InstanceType, NodeStatus
+from swarm_autoscaler.core.ports import Orchestrator
 
 log = structlog.get_logger("swarm_autoscaler.localcloud.machines")
 

@@ -9,8 +9,8 @@ import dataclasses
 import itertools
 from collections.abc import Mapping
 
-from ..errors import NotFoundError
-from ..model import Availability, Node, NodeMarks, NodeStatus
+from swarm_autoscaler.core.model import Availability, Node, NodeMarks, NodeStatus
+from swarm_autoscaler.errors import NotFoundError
 
 
 class MemorySwarm:

@@ -36,7 +36,7 @@ from moto.moto_server.werkzeug_app import (
 )
 from werkzeug.serving import BaseWSGIServer, make_server
 
-from .ec2_faults import FaultInjector
+from swarm_autoscaler.localcloud.ec2_faults import FaultInjector
 
 LOCAL_ACCESS_KEY = "testing"
 LOCAL_SECRET_KEY = "testing"  # moto accepts any credentials; these are not secrets

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..model import (
+from swarm_autoscaler.core.model import (
     Action,
     Instance,
     InstanceType,
@@ -34,7 +34,7 @@ from ..model import (
     Terminate,
     Worker,
 )
-from .trace import Job
+from swarm_autoscaler.sim.trace import Job
 
 Planner = Callable[[Snapshot, Policy], Plan]
 

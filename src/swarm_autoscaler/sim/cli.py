@@ -16,12 +16,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..settings import InvalidSettingsError
-from .config import SimSettings, load_sim_settings
-from .engine import Options
-from .faults import RandomFaults
-from .runner import POLICIES, default_options, run_trace
-from .trace import TraceError, read_trace
+from swarm_autoscaler.config.settings import InvalidSettingsError
+from swarm_autoscaler.sim.config import SimSettings, load_sim_settings
+from swarm_autoscaler.sim.engine import Options
+from swarm_autoscaler.sim.faults import RandomFaults
+from swarm_autoscaler.sim.runner import POLICIES, default_options, run_trace
+from swarm_autoscaler.sim.trace import TraceError, read_trace
 
 EXIT_INPUT = 2
 
@@ -103,7 +103,7 @@ def main(args: argparse.Namespace) -> int:
     faults = RandomFaults(args.seed, default, per_type, args.never_join_rate)
     run, summary = run_trace(jobs, settings, args.policy, _options(args, settings), faults)
     if args.plot:
-        from .plot import plot_run
+        from swarm_autoscaler.sim.plot import plot_run
 
         plot_run(run, args.plot, title=f"{Path(args.trace).name}: {args.policy}")
     if args.json:
@@ -111,7 +111,7 @@ def main(args: argparse.Namespace) -> int:
     else:
         from rich.console import Console
 
-        from .report import render_table
+        from swarm_autoscaler.sim.report import render_table
 
         Console().print(render_table([summary], title=Path(args.trace).name))
     return 0

@@ -4,7 +4,7 @@ only the ones a simulation uses.
 The daemon's `Settings` requires things a simulation has no use for (the dask scheduler URL, the cluster
 name, an AMI id per type). This loader reads just:
 
-- the timing group, unchanged (`swarm_autoscaler.settings.TimingSettings`: poll interval, start time,
+- the timing group, unchanged (`swarm_autoscaler.config.settings.TimingSettings`: poll interval, start time,
   drain and termination delays, node-down timeout, capacity back-off);
 - from the EC2 group, `AUTOSCALER_EC2_ALLOWED_TYPES` (validated as the daemon's `AllowedType` except that
   `ami_id` may be left out and unknown keys are ignored; only `reserve`, `price_per_hour` and `overhead`
@@ -33,11 +33,8 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings
 
-from ..catalogue import CATALOGUE
-from ..errors import ConfigurationError
-from ..model import InstanceType, Policy
-from ..policy import build_policy
-from ..settings import (
+from swarm_autoscaler.config.policy import build_policy
+from swarm_autoscaler.config.settings import (
     PREFIX,
     Ec2Settings,
     InvalidSettingsError,
@@ -46,7 +43,10 @@ from ..settings import (
     group_config,
     read_group,
 )
-from ..settings_types import AllowedType, json_value, known_types
+from swarm_autoscaler.config.types import AllowedType, json_value, known_types
+from swarm_autoscaler.core.catalogue import CATALOGUE
+from swarm_autoscaler.core.model import InstanceType, Policy
+from swarm_autoscaler.errors import ConfigurationError
 
 
 class SimType(AllowedType):

@@ -18,11 +18,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..loop import InFlightCloud
-from ..model import InstanceState, InstanceType, Plan, Policy, Snapshot
-from ..tick import Ports, TickResult, run_tick
-from .trace import Job
-from .world import EPOCH, Faults, Knobs, SimCloud, SimOrchestrator, SimWorkload, Violation, World
+from swarm_autoscaler.core.model import InstanceState, InstanceType, Plan, Policy, Snapshot
+from swarm_autoscaler.daemon.loop import InFlightCloud
+from swarm_autoscaler.daemon.tick import Ports, TickResult, run_tick
+from swarm_autoscaler.sim.trace import Job
+from swarm_autoscaler.sim.world import (
+    EPOCH,
+    Faults,
+    Knobs,
+    SimCloud,
+    SimOrchestrator,
+    SimWorkload,
+    Violation,
+    World,
+)
 
 Planner = Callable[[Snapshot, Policy], Plan]
 
@@ -86,13 +95,13 @@ TickHook = Callable[[Run, TickResult], None]
 
 
 class Ours:
-    """The real planner, `swarm_autoscaler.plan.plan`, unchanged."""
+    """The real planner, `swarm_autoscaler.core.plan.plan`, unchanged."""
 
     name = "ours"
     stops_when_done = False
 
     def new_planner(self) -> Planner:
-        from ..plan import plan
+        from swarm_autoscaler.core.plan import plan
 
         return plan
 

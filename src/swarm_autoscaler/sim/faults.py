@@ -10,7 +10,7 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .world import Faults, Knobs
+from swarm_autoscaler.sim.world import Faults, Knobs
 
 
 def _uniform(seed: int, what: str, index: int) -> float:

@@ -28,13 +28,21 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from ..model import DrainNode, Policy, RemoveNode, Resources, RetireWorkers, Terminate, TypePolicy
-from ..tick import TickResult
-from .config import priced_catalogue
-from .engine import Options, Ours, Run, Strategy, settled_fleet, simulate
-from .faults import ScriptedFaults
-from .trace import Job
-from .world import EPOCH, Knobs
+from swarm_autoscaler.core.model import (
+    DrainNode,
+    Policy,
+    RemoveNode,
+    Resources,
+    RetireWorkers,
+    Terminate,
+    TypePolicy,
+)
+from swarm_autoscaler.daemon.tick import TickResult
+from swarm_autoscaler.sim.config import priced_catalogue
+from swarm_autoscaler.sim.engine import Options, Ours, Run, Strategy, settled_fleet, simulate
+from swarm_autoscaler.sim.faults import ScriptedFaults
+from swarm_autoscaler.sim.trace import Job
+from swarm_autoscaler.sim.world import EPOCH, Knobs
 
 TICK_S = 10.0
 KNOBS = Knobs(join_s=60.0, join_jitter_s=40.0, worker_start_s=10.0, shutdown_s=20.0, backoff_initial_s=20.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .engine import Run
+from swarm_autoscaler.sim.engine import Run
 
 
 def plot_run(run: Run, path: str | Path, title: str = "") -> None:

@@ -22,11 +22,11 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..model import InstanceType, Policy
-from .baselines import share, usable_types
-from .engine import Run
-from .trace import Job
-from .world import EPOCH
+from swarm_autoscaler.core.model import InstanceType, Policy
+from swarm_autoscaler.sim.baselines import share, usable_types
+from swarm_autoscaler.sim.engine import Run
+from swarm_autoscaler.sim.trace import Job
+from swarm_autoscaler.sim.world import EPOCH
 
 FIELDS = (
     "completed_jobs",

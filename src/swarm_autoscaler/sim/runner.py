@@ -7,12 +7,12 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from .baselines import AdaptiveLike, QueueRule, Static, static_fleet, usable_types
-from .config import SimSettings
-from .engine import Options, Ours, Run, Strategy, TickHook, simulate
-from .report import summarize
-from .trace import Job
-from .world import Faults, Knobs
+from swarm_autoscaler.sim.baselines import AdaptiveLike, QueueRule, Static, static_fleet, usable_types
+from swarm_autoscaler.sim.config import SimSettings
+from swarm_autoscaler.sim.engine import Options, Ours, Run, Strategy, TickHook, simulate
+from swarm_autoscaler.sim.report import summarize
+from swarm_autoscaler.sim.trace import Job
+from swarm_autoscaler.sim.world import Faults, Knobs
 
 POLICIES = ("ours", "queue-rule", "adaptive", "static")
 

@@ -34,9 +34,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import Resources, Task, Worker
-from ..ports import WorkloadView
-from .trace import Job, Kind
+from swarm_autoscaler.core.model import Resources, Task, Worker
+from swarm_autoscaler.core.ports import WorkloadView
+from swarm_autoscaler.sim.trace import Job, Kind
 
 
 class EventQueue:

@@ -17,10 +17,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from .config import load_sim_settings
-from .faults import RandomFaults
-from .runner import POLICIES, run_trace
-from .trace import read_trace
+from swarm_autoscaler.sim.config import load_sim_settings
+from swarm_autoscaler.sim.faults import RandomFaults
+from swarm_autoscaler.sim.runner import POLICIES, run_trace
+from swarm_autoscaler.sim.trace import read_trace
 
 COLUMNS = (
     ("completed", "completed_jobs"),

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..model import GIB, Resources, Task
+from swarm_autoscaler.core.model import GIB, Resources, Task
 
 COLUMNS = ("submit_s", "duration_s", "cpus", "ram_gib", "gpus", "instance_type")
 

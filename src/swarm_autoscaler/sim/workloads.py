@@ -7,7 +7,7 @@ import math
 import random
 from collections.abc import Callable
 
-from .trace import Job
+from swarm_autoscaler.sim.trace import Job
 
 DAY = 86400.0
 

@@ -23,9 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..backoff import DEFAULT_INITIAL, DEFAULT_MAXIMUM, CapacityBackoff
-from ..errors import ConfigurationError, NotFoundError
-from ..model import (
+from swarm_autoscaler.core.backoff import DEFAULT_INITIAL, DEFAULT_MAXIMUM, CapacityBackoff
+from swarm_autoscaler.core.model import (
     Availability,
     Instance,
     InstanceState,
@@ -36,9 +35,10 @@ from ..model import (
     Resources,
     Unavailable,
 )
-from ..ports import LaunchResult, WorkloadView
-from .scheduler import EventQueue, Scheduler, SimWorker
-from .trace import Job
+from swarm_autoscaler.core.ports import LaunchResult, WorkloadView
+from swarm_autoscaler.errors import ConfigurationError, NotFoundError
+from swarm_autoscaler.sim.scheduler import EventQueue, Scheduler, SimWorker
+from swarm_autoscaler.sim.trace import Job
 
 EPOCH = 1_700_000_000.0  # virtual t=0, so that times look like the real epoch seconds the core expects
 

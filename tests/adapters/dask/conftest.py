@@ -8,7 +8,7 @@ import pytest
 from distributed import Client, Scheduler, Worker
 
 from swarm_autoscaler.adapters.dask import DaskWorkload
-from swarm_autoscaler.model import GIB
+from swarm_autoscaler.core.model import GIB
 
 StartWorker = Callable[..., Awaitable[Worker]]
 

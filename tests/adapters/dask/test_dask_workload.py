@@ -18,9 +18,9 @@ from distributed.protocol.pickle import dumps as dask_dumps
 
 from swarm_autoscaler.adapters import dask as dask_adapter
 from swarm_autoscaler.adapters.dask import DaskWorkload, split_resources
+from swarm_autoscaler.core.model import GIB, Resources
+from swarm_autoscaler.core.ports import Workload, WorkloadView
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
-from swarm_autoscaler.model import GIB, Resources
-from swarm_autoscaler.ports import Workload, WorkloadView
 
 StartWorker = Callable[..., Awaitable[Worker]]
 

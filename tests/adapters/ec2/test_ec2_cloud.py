@@ -10,11 +10,11 @@ from tests.adapters.ec2.ec2_helpers import BOOT_SCRIPT, MANAGER, TOKEN, CloudFac
 
 from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, OWNER_TAG, OWNER_VALUE
 from swarm_autoscaler.adapters.ec2_support import node_labels
-from swarm_autoscaler.catalogue import CATALOGUE
+from swarm_autoscaler.core.catalogue import CATALOGUE
+from swarm_autoscaler.core.model import InstanceState
+from swarm_autoscaler.core.ports import Cloud
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
 from swarm_autoscaler.localcloud import LocalNetwork
-from swarm_autoscaler.model import InstanceState
-from swarm_autoscaler.ports import Cloud
 
 
 async def _describe(raw_ec2: Any, instance_id: str) -> dict[str, Any]:

@@ -11,10 +11,10 @@ from tests.adapters.ec2.ec2_helpers import SECRET_KEY, CloudFactory
 from tests.fakes import SteppedClock
 
 from swarm_autoscaler.adapters.ec2_support import render_user_data
-from swarm_autoscaler.backoff import CapacityBackoff
+from swarm_autoscaler.core.backoff import CapacityBackoff
+from swarm_autoscaler.core.model import Unavailable
 from swarm_autoscaler.errors import EndpointError
 from swarm_autoscaler.localcloud import FaultInjector, LocalNetwork
-from swarm_autoscaler.model import Unavailable
 
 
 async def test_capacity_refusal_moves_to_the_next_subnet(

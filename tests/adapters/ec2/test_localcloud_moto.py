@@ -9,9 +9,9 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from swarm_autoscaler.catalogue import CATALOGUE, known_type
+from swarm_autoscaler.core.catalogue import CATALOGUE, known_type
+from swarm_autoscaler.core.model import GIB
 from swarm_autoscaler.localcloud import FaultInjector, LocalNetwork, MotoServer
-from swarm_autoscaler.model import GIB
 
 
 async def _run(raw_ec2: Any, network: LocalNetwork, type_name: str) -> str:

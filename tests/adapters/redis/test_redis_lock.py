@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from swarm_autoscaler.adapters.redis_lock import RedisLock, SingleReplicaLock, redact_url
+from swarm_autoscaler.core.ports import Lock
+from swarm_autoscaler.daemon.logs import REDACTED
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
 from swarm_autoscaler.localcloud.redis_server import RedisServer, RedisServerError
-from swarm_autoscaler.logs import REDACTED
-from swarm_autoscaler.ports import Lock
 
 _names = itertools.count()
 

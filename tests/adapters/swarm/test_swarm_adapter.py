@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from swarm_autoscaler import ports
 from swarm_autoscaler.adapters.swarm import SwarmOrchestrator
+from swarm_autoscaler.core import ports
+from swarm_autoscaler.core.model import Availability, Node, NodeMarks, NodeStatus
 from swarm_autoscaler.errors import EndpointError, NotFoundError
 from swarm_autoscaler.localcloud.dockerd import LocalSwarm
-from swarm_autoscaler.model import Availability, Node, NodeMarks, NodeStatus
 
 pytestmark = pytest.mark.swarm
 

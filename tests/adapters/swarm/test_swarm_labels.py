@@ -18,7 +18,7 @@ from swarm_autoscaler.adapters.swarm import (
     node_from_api,
     nodes_from_api,
 )
-from swarm_autoscaler.model import Availability, NodeMarks, NodeStatus
+from swarm_autoscaler.core.model import Availability, NodeMarks, NodeStatus
 
 times = st.none() | st.floats(min_value=0, max_value=4e9, allow_nan=False)
 marks_strategy = st.builds(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from .model import Resources
+from swarm_autoscaler.core.model import Resources
 
 Vec = tuple[float, ...]
 EPS = 1e-9

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from .cluster import Member
-from .model import Cordon
-from .vectors import Vec, fits, minus, plus
+from swarm_autoscaler.core.cluster import Member
+from swarm_autoscaler.core.model import Cordon
+from swarm_autoscaler.core.vectors import Vec, fits, minus, plus
 
 
 def choose_cordons(

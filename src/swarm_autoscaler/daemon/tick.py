@@ -13,9 +13,8 @@ import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from .cluster import OWNED_NODE_LABEL, Cluster, classify
-from .errors import AutoscalerError, LockLostError
-from .model import (
+from swarm_autoscaler.core.cluster import OWNED_NODE_LABEL, Cluster, classify
+from swarm_autoscaler.core.model import (
     Action,
     ActivateNode,
     Availability,
@@ -34,8 +33,9 @@ from .model import (
     Terminate,
     Uncordon,
 )
-from .plan import plan as make_plan
-from .ports import Cloud, Orchestrator, Workload
+from swarm_autoscaler.core.plan import plan as make_plan
+from swarm_autoscaler.core.ports import Cloud, Orchestrator, Workload
+from swarm_autoscaler.errors import AutoscalerError, LockLostError
 
 # Label carried by every launched instance (as a tag) and applied to its node: the instance type.
 TYPE_LABEL = OWNED_NODE_LABEL

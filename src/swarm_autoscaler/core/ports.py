@@ -10,7 +10,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from .model import Availability, Instance, InstanceType, Node, NodeMarks, Task, Unavailable, Worker
+from swarm_autoscaler.core.model import (
+    Availability,
+    Instance,
+    InstanceType,
+    Node,
+    NodeMarks,
+    Task,
+    Unavailable,
+    Worker,
+)
 
 
 @dataclass(frozen=True, slots=True)

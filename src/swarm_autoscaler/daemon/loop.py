@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from .errors import AutoscalerError
-from .model import Instance, InstanceType, Policy, Unavailable, fields_of
-from .ports import Cloud, LaunchResult, Lock
-from .tick import ObserveError, Outcome, Ports, TickResult, run_tick
+from swarm_autoscaler.core.model import Instance, InstanceType, Policy, Unavailable, fields_of
+from swarm_autoscaler.core.ports import Cloud, LaunchResult, Lock
+from swarm_autoscaler.daemon.tick import ObserveError, Outcome, Ports, TickResult, run_tick
+from swarm_autoscaler.errors import AutoscalerError
 
-log = structlog.get_logger("swarm_autoscaler.loop")
+log = structlog.get_logger("swarm_autoscaler.daemon.loop")
 
 # The shortest gap between two ticks, so a stream of scheduler events cannot spin the loop.
 MIN_TICK_GAP_S = 0.2

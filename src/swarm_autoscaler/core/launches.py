@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .cluster import Bucket, Cluster
-from .model import Launch, Policy, Snapshot
-from .placement import TypeOption
+from swarm_autoscaler.core.cluster import Bucket, Cluster
+from swarm_autoscaler.core.model import Launch, Policy, Snapshot
+from swarm_autoscaler.core.placement import TypeOption
 
 # Members that count towards min_instances: alive and expected to be useful.
 USEFUL = (

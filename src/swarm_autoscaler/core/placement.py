@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .demand import Group
-from .model import Policy, Snapshot, Unplaceable
-from .vectors import EPS, Space, Vec, fit_count_nz, fits, minus
+from swarm_autoscaler.core.demand import Group
+from swarm_autoscaler.core.model import Policy, Snapshot, Unplaceable
+from swarm_autoscaler.core.vectors import EPS, Space, Vec, fit_count_nz, fits, minus
 
 # ------------------------------------------------------------------------------------------ types
 

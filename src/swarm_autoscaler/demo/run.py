@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .dashboard import Dashboard, View
-from .localcloud.cloud import LocalCloud, LocalCloudOptions
-from .model import GIB, Terminate
-from .tick import TickResult
-from .timeline import Sample, Timeline
+from swarm_autoscaler.core.model import GIB, Terminate
+from swarm_autoscaler.daemon.tick import TickResult
+from swarm_autoscaler.demo.dashboard import Dashboard, View
+from swarm_autoscaler.demo.timeline import Sample, Timeline
+from swarm_autoscaler.localcloud.cloud import LocalCloud, LocalCloudOptions
 
 
 @dataclass(frozen=True, slots=True)

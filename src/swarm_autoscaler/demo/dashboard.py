@@ -13,8 +13,8 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 
-from .model import Launch
-from .tick import TickResult
+from swarm_autoscaler.core.model import Launch
+from swarm_autoscaler.daemon.tick import TickResult
 
 
 @dataclass

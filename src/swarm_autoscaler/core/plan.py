@@ -34,11 +34,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .cluster import Bucket, Cluster, Member, classify
-from .consolidate import choose_cordons
-from .demand import Demand, Group, estimate_demand
-from .launches import LaunchBook, useful
-from .model import (
+from swarm_autoscaler.core.cluster import Bucket, Cluster, Member, classify
+from swarm_autoscaler.core.consolidate import choose_cordons
+from swarm_autoscaler.core.demand import Demand, Group, estimate_demand
+from swarm_autoscaler.core.launches import LaunchBook, useful
+from swarm_autoscaler.core.model import (
     Action,
     ActivateNode,
     Cordon,
@@ -54,8 +54,8 @@ from .model import (
     Terminate,
     Uncordon,
 )
-from .placement import NewBins, Pool, TypeOption, rank_types, type_capacity
-from .vectors import Space, Vec
+from swarm_autoscaler.core.placement import NewBins, Pool, TypeOption, rank_types, type_capacity
+from swarm_autoscaler.core.vectors import Space, Vec
 
 # Buckets that receive pending tasks, in order, and where their capacity comes from.
 TIERS = (Bucket.ACTIVE, Bucket.DRAINED, Bucket.RESERVE, Bucket.JOINING, Bucket.LAUNCHED)

@@ -12,20 +12,20 @@ from collections.abc import AsyncIterator, Callable
 
 import structlog
 
-from .adapters.dask import DaskWorkload
-from .adapters.ec2 import Ec2Cloud
-from .adapters.redis_lock import RedisLock, SingleReplicaLock
-from .adapters.swarm import SwarmOrchestrator
-from .catalogue import CATALOGUE
-from .loop import Daemon, InFlightCloud
-from .metrics import Metrics, build_app, start_http
-from .model import InstanceType
-from .policy import policy_from_settings
-from .ports import Lock, Orchestrator
-from .settings import Settings
-from .tick import Ports
+from swarm_autoscaler.adapters.dask import DaskWorkload
+from swarm_autoscaler.adapters.ec2 import Ec2Cloud
+from swarm_autoscaler.adapters.redis_lock import RedisLock, SingleReplicaLock
+from swarm_autoscaler.adapters.swarm import SwarmOrchestrator
+from swarm_autoscaler.config.policy import policy_from_settings
+from swarm_autoscaler.config.settings import Settings
+from swarm_autoscaler.core.catalogue import CATALOGUE
+from swarm_autoscaler.core.model import InstanceType
+from swarm_autoscaler.core.ports import Lock, Orchestrator
+from swarm_autoscaler.daemon.loop import Daemon, InFlightCloud
+from swarm_autoscaler.daemon.metrics import Metrics, build_app, start_http
+from swarm_autoscaler.daemon.tick import Ports
 
-log = structlog.get_logger("swarm_autoscaler.app")
+log = structlog.get_logger("swarm_autoscaler.daemon.app")
 
 
 @contextlib.asynccontextmanager

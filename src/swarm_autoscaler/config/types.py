@@ -15,9 +15,9 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, SecretStr
 from pydantic_core import PydanticCustomError
 
-from .catalogue import known_type
-from .durations import EXPECTED as DURATION_EXPECTED
-from .durations import parse_duration
+from swarm_autoscaler.config.durations import EXPECTED as DURATION_EXPECTED
+from swarm_autoscaler.config.durations import parse_duration
+from swarm_autoscaler.core.catalogue import known_type
 
 # ------------------------------------------------------------------------------------------ value types
 

@@ -32,10 +32,8 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
-from .backoff import DEFAULT_INITIAL, DEFAULT_MAXIMUM
-from .durations import format_duration
-from .errors import ConfigurationError
-from .settings_types import (
+from swarm_autoscaler.config.durations import format_duration
+from swarm_autoscaler.config.types import (
     AllowedType,
     AllowedTypes,
     ClusterName,
@@ -47,6 +45,8 @@ from .settings_types import (
     SchedulerUrl,
     Tags,
 )
+from swarm_autoscaler.core.backoff import DEFAULT_INITIAL, DEFAULT_MAXIMUM
+from swarm_autoscaler.errors import ConfigurationError
 
 PREFIX = "AUTOSCALER_"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .model import Unavailable
+from swarm_autoscaler.core.model import Unavailable
 
 
 @dataclass(slots=True)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .model import Policy, Resources, Snapshot, Task, Worker
-from .starts import starting_soon
-from .vectors import EPS, Space, Vec, fits, minus
+from swarm_autoscaler.core.model import Policy, Resources, Snapshot, Task, Worker
+from swarm_autoscaler.core.starts import starting_soon
+from swarm_autoscaler.core.vectors import EPS, Space, Vec, fits, minus
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .errors import ConfigurationError
-from .model import GIB, InstanceType, Policy, Resources, TypePolicy
-from .settings import Settings, TimingSettings
-from .settings_types import AllowedType
+from swarm_autoscaler.config.settings import Settings, TimingSettings
+from swarm_autoscaler.config.types import AllowedType
+from swarm_autoscaler.core.model import GIB, InstanceType, Policy, Resources, TypePolicy
+from swarm_autoscaler.errors import ConfigurationError
 
 
 def policy_from_settings(settings: Settings, catalogue: Mapping[str, InstanceType]) -> Policy:

@@ -51,7 +51,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .model import (
+from swarm_autoscaler.core.model import (
     Availability,
     Instance,
     InstanceState,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from .model import InstanceType, Resources
+from swarm_autoscaler.core.model import InstanceType, Resources
 
 MIB = 1024**2
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
-from .model import Resources, Task, Worker
-from .vectors import EPS
+from swarm_autoscaler.core.model import Resources, Task, Worker
+from swarm_autoscaler.core.vectors import EPS
 
 INF = float("inf")
 

@@ -12,13 +12,13 @@ import structlog
 from rich.console import Console
 from rich.table import Table
 
-from .errors import AutoscalerError, ConfigurationError, EndpointError
-from .loop import run_clusters
-from .model import NodeMarks, fields_of
-from .settings import Settings
-from .tick import TickResult, run_tick
+from swarm_autoscaler.config.settings import Settings
+from swarm_autoscaler.core.model import NodeMarks, fields_of
+from swarm_autoscaler.daemon.loop import run_clusters
+from swarm_autoscaler.daemon.tick import TickResult, run_tick
+from swarm_autoscaler.errors import AutoscalerError, ConfigurationError, EndpointError
 
-log = structlog.get_logger("swarm_autoscaler.commands")
+log = structlog.get_logger("swarm_autoscaler.daemon.commands")
 
 EXIT_ENDPOINT = 1
 EXIT_CONFIG = 2
@@ -41,7 +41,7 @@ def guarded(coro_fn: Callable[[], Coroutine[Any, Any, int]]) -> int:
 
 async def run(settings: Settings) -> int:
     """The daemon: tick until SIGTERM or SIGINT, finish the current tick, exit 0."""
-    from .app import open_daemon
+    from swarm_autoscaler.daemon.app import open_daemon
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -56,7 +56,7 @@ async def run(settings: Settings) -> int:
 
 async def _look(settings: Settings) -> TickResult:
     """Observe once and plan, acting on nothing: a tick as a standby replica runs it."""
-    from .app import open_daemon
+    from swarm_autoscaler.daemon.app import open_daemon
 
     async with open_daemon(settings, serve_http=False) as daemon:
         return await run_tick(daemon.ports, daemon.policy, daemon.catalogue, daemon.clock(), leader=False)

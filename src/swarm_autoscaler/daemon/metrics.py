@@ -13,7 +13,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from .tick import TickResult
+from swarm_autoscaler.daemon.tick import TickResult
 
 # /healthz turns 503 when the last successful tick is older than this many poll intervals.
 STALE_TICKS = 3

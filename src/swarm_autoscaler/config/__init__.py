@@ -1,0 +1,1 @@
+"""Configuration: the settings model (environment variables), its value types and docs, and the Policy built from it."""
