@@ -72,6 +72,7 @@ def make_node(
     host: str | None = None,
     manager: bool = False,
     labels: Mapping[str, str] | None = None,
+    ours: bool = True,
 ) -> Node:
     return Node(
         f"node-{n}",
@@ -81,6 +82,7 @@ def make_node(
         is_manager=manager,
         marks=marks,
         labels=MappingProxyType(dict(labels or {})),
+        ours=ours and not manager,
     )
 
 

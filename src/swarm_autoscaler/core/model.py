@@ -171,7 +171,12 @@ class NodeMarks:
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """A docker swarm node. Manager nodes are observed but never scaled."""
+    """A docker swarm node. Manager nodes are observed but never scaled.
+
+    `ours` is True when the node carries this cluster's namespaced ownership label (set by the daemon
+    when a machine it launched joins): only such nodes are ever drained, removed or terminated. The
+    plain `instance-type` label is for placement constraints only and proves nothing.
+    """
 
     id: str
     hostname: str
@@ -180,6 +185,7 @@ class Node:
     is_manager: bool = False
     marks: NodeMarks = NodeMarks()
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    ours: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +254,70 @@ class Snapshot:
     unrunnable: tuple[Task, ...]
     unavailable: tuple[Unavailable, ...] = ()
     queued: tuple[Task, ...] = ()
+
+
+# --------------------------------------------------------------------------------------------- preconditions
+#
+# A plan ages while it is carried out: under load the snapshot is many seconds old when an action runs.
+# Every disruptive action (Terminate, DrainNode, RemoveNode, RetireWorkers, Cordon) therefore carries, in
+# `expect`, what must still hold for it to be safe; `act` re-reads the swarm and the scheduler right
+# before the disruptive step and skips an action any of whose checks fails (`core.recheck`).
+
+
+@dataclass(frozen=True, slots=True)
+class HostIdle:
+    """No dask worker on `hostname` runs or queues a task or holds a result no other worker has. A
+    worker that connected since the snapshot counts too."""
+
+    hostname: str
+
+
+@dataclass(frozen=True, slots=True)
+class NoWorker:
+    """No dask worker is connected on `hostname` (the machine was planned as never having come up)."""
+
+    hostname: str
+
+
+@dataclass(frozen=True, slots=True)
+class NotJoined:
+    """No swarm node with `hostname` exists (the instance was planned as never having joined)."""
+
+    hostname: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeOurs:
+    """The swarm node `node_id` exists, is not a manager and carries this cluster's ownership label."""
+
+    node_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDown:
+    """The swarm node `node_id` is still not ready (down, disconnected or unknown), or is gone."""
+
+    node_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class NothingWaits:
+    """No task waits (assigned, not executing) on a worker on `hostname`: a cordoned worker starts no
+    new task, so one waiting there would be stuck."""
+
+    hostname: str
+
+
+@dataclass(frozen=True, slots=True)
+class Retired:
+    """Every dask worker on `hostname` is gone or retiring: the scheduler really retired it (a worker
+    the scheduler kept, because it holds the only copy of a result, runs on). Checked on a read taken
+    after the plan's RetireWorkers step."""
+
+    hostname: str
+
+
+Check = HostIdle | NoWorker | NotJoined | NodeOurs | NodeDown | NothingWaits | Retired
 
 
 # --------------------------------------------------------------------------------------------- policy
@@ -329,6 +399,7 @@ class RetireWorkers:
 
     addresses: tuple[str, ...]
     reason: str
+    expect: tuple[Check, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,6 +412,7 @@ class Cordon:
     hostname: str
     addresses: tuple[str, ...]
     reason: str
+    expect: tuple[Check, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,6 +432,7 @@ class DrainNode:
     node_id: str
     hostname: str
     reason: str
+    expect: tuple[Check, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,6 +442,7 @@ class Terminate:
     instance_ids: tuple[str, ...]
     reason: str
     node_ids: tuple[str, ...] = ()
+    expect: tuple[Check, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,6 +471,7 @@ class RemoveNode:
     node_id: str
     hostname: str
     reason: str
+    expect: tuple[Check, ...] = ()
 
 
 Action = (
