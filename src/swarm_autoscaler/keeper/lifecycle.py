@@ -1,0 +1,86 @@
+"""decide(cluster, probe, now, timing) -> Decision: what one check of one cluster changes. Pure.
+
+The rules, in order:
+
+1. An `ending` or `failed` cluster: terminate whatever of it is still alive.
+2. A `starting` cluster whose scheduler answers becomes `running`. One not answering after
+   `max_start_time` since it was created fails, with the reason, and its machines are terminated.
+3. Work in the scheduler (tasks processing, waiting or unrunnable) is a heartbeat: a keeper restarted
+   with stale heartbeats must never end a cluster that is busy (osparc lost busy clusters that way).
+4. A `running` cluster unused for `idle_timeout` (no heartbeat and no work in its scheduler) ends.
+5. A `running` cluster whose scheduler stopped answering ends once it has not answered for
+   `idle_timeout`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from swarm_autoscaler.keeper.model import Cluster, ClusterState
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One look at a cluster's scheduler: whether it answered, and whether it has work."""
+
+    answered: bool
+    busy: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class KeeperTiming:
+    """Seconds. `idle_timeout`: unused this long, a cluster ends. `max_start_time`: a primary whose
+    scheduler does not answer within this long fails."""
+
+    idle_timeout: float = 300.0
+    max_start_time: float = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What to write and do. None fields change nothing."""
+
+    state: ClusterState | None = None
+    heartbeat: float | None = None
+    answered: float | None = None
+    terminate: bool = False
+    reason: str = ""
+
+    @property
+    def changes_anything(self) -> bool:
+        return self.state is not None or self.heartbeat is not None or self.answered is not None
+
+
+def decide(cluster: Cluster, probe: Probe | None, now: float, timing: KeeperTiming) -> Decision:
+    """What this check changes (see the module docstring). `probe` is None when the scheduler was not
+    probed (no address yet)."""
+    if cluster.state in (ClusterState.ENDING, ClusterState.FAILED):
+        return Decision(terminate=True, reason=cluster.reason)
+    answered = probe is not None and probe.answered
+    seen = now if answered else None
+    if cluster.state == ClusterState.STARTING:
+        if answered:
+            return Decision(ClusterState.RUNNING, heartbeat=now, answered=seen)
+        age = now - cluster.created_at
+        if age >= timing.max_start_time:
+            reason = f"its scheduler did not answer within {timing.max_start_time:g}s of creation"
+            return Decision(ClusterState.FAILED, terminate=True, reason=reason)
+        return Decision()
+    return _running(cluster, probe, now, timing)
+
+
+def _running(cluster: Cluster, probe: Probe | None, now: float, timing: KeeperTiming) -> Decision:
+    if probe is not None and probe.answered:
+        if probe.busy:
+            return Decision(heartbeat=now, answered=now)
+        idle = now - cluster.last_heartbeat
+        if idle >= timing.idle_timeout:
+            reason = f"unused for {idle:.0f}s (idle timeout {timing.idle_timeout:g}s)"
+            return Decision(ClusterState.ENDING, answered=now, terminate=True, reason=reason)
+        return Decision(answered=now)
+    last = cluster.last_answered if cluster.last_answered is not None else cluster.created_at
+    silent = now - last
+    if silent >= timing.idle_timeout:
+        reason = f"its scheduler has not answered for {silent:.0f}s (idle timeout {timing.idle_timeout:g}s)"
+        return Decision(ClusterState.ENDING, terminate=True, reason=reason)
+    return Decision()

@@ -1,0 +1,80 @@
+"""The keeper's ports. Adapters implement them (EC2, dask, redis); tests use in-memory fakes.
+
+State lives in EC2 tags: a restarted keeper (or another replica) rebuilds every cluster from
+`ClusterHosts.list_clusters`, and redis holds only locks.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol, runtime_checkable
+
+from swarm_autoscaler.keeper.lifecycle import Probe
+from swarm_autoscaler.keeper.model import Cluster, ClusterKey, ClusterState
+
+
+@runtime_checkable
+class ClusterHosts(Protocol):
+    """The machines of on-demand clusters. Only instances carrying the keeper's ownership tags are
+    listed or changed."""
+
+    async def list_clusters(self) -> tuple[Cluster, ...]:
+        """Every cluster whose primary is not terminated, rebuilt from its tags. One paged listing."""
+        ...
+
+    async def find(self, key: ClusterKey) -> tuple[Cluster, ...]:
+        """The clusters of one (user, wallet) pair whose primary is not terminated (a live one and
+        possibly ending or failed ones), read from EC2 now."""
+        ...
+
+    async def create(self, key: ClusterKey, now: float) -> Cluster:
+        """Launch the primary of `key`'s cluster, tagged with the keeper's ownership tags, the user,
+        the wallet, a new cluster id and its lifecycle (`starting`, created and heartbeat at `now`).
+        Callers hold the key's creation lock (`ClusterKey.lock_name`)."""
+        ...
+
+    async def update(
+        self,
+        cluster_id: str,
+        *,
+        state: ClusterState | None = None,
+        heartbeat: float | None = None,
+        answered: float | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """Write the given lifecycle fields into the primary's tags. A cluster already gone is ignored."""
+        ...
+
+    async def terminate(self, cluster_id: str) -> int:
+        """Terminate the cluster's primary and every worker tagged with its id. Idempotent. Returns how
+        many of its instances are still alive (0: nothing left, the cluster is gone)."""
+        ...
+
+
+@runtime_checkable
+class SchedulerProbe(Protocol):
+    """A cluster's dask scheduler, seen from outside."""
+
+    async def probe(self, scheduler_url: str) -> Probe:
+        """Whether it answers within a short timeout, and whether it has tasks (processing, waiting,
+        queued or unrunnable). Never raises: a failure is `Probe(answered=False)`."""
+        ...
+
+
+@runtime_checkable
+class Locks(Protocol):
+    """Named locks shared by every keeper replica."""
+
+    def exclusive(self, name: str, wait: float) -> AbstractAsyncContextManager[bool]:
+        """Hold `name` for the body; waits up to `wait` seconds for it. Yields False when it could not
+        be had (the body must then do nothing exclusive)."""
+        ...
+
+    async def claim(self, name: str, ttl: float) -> bool:
+        """Take or refresh a lease on `name` for `ttl` seconds without waiting. True while this replica
+        holds it; another replica's live lease gives False."""
+        ...
+
+    async def release(self, name: str) -> None:
+        """Give up a lease this replica holds (no-op otherwise)."""
+        ...

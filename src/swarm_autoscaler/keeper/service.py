@@ -1,0 +1,288 @@
+"""The keeper: get-or-create, heartbeats and ending, and one asyncio task per cluster (seed 001).
+
+Each cluster is checked by its own task, on its own interval and at once on its own events (a request,
+a heartbeat), never by a sweep over all clusters. A task starts when its cluster is created or first
+discovered, and ends with its cluster. Across replicas, a cluster is handled by exactly one replica at
+a time: its task acts only while it holds the cluster's lease (`cluster:<id>`, a redis key with a TTL
+refreshed at every check), so replicas share the clusters between them and a replica that dies hands
+its clusters over within the lease's TTL. Get-or-create is exclusive per (user, wallet) through the
+lock `create:<user>:<wallet>`, so concurrent requests through any replicas create one cluster.
+
+Heartbeats are kept in memory and written to the primary's tags at most every `write_every` seconds
+(EC2 tag writes are throttled per account), which is what a restarted replica reads back; the
+scheduler's own activity counts as a heartbeat (`lifecycle.decide`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import structlog
+
+from swarm_autoscaler.errors import AutoscalerError
+from swarm_autoscaler.keeper.lifecycle import Decision, KeeperTiming, Probe, decide
+from swarm_autoscaler.keeper.model import Cluster, ClusterKey, ClusterState
+from swarm_autoscaler.keeper.ports import ClusterHosts, Locks, SchedulerProbe
+
+log = structlog.get_logger("swarm_autoscaler.keeper")
+
+LifecycleHook = Callable[[str], None]
+
+
+class KeeperBusyError(AutoscalerError):
+    """Another request for the same (user, wallet) held the creation lock for too long; retry."""
+
+
+@dataclass
+class Keeper:
+    """On-demand clusters over the keeper's ports. `clock` is the only time source."""
+
+    hosts: ClusterHosts
+    probe: SchedulerProbe
+    locks: Locks
+    timing: KeeperTiming
+    interval: float = 5.0
+    clock: Callable[[], float] = time.time
+    create_wait: float = 30.0
+    on_action: LifecycleHook | None = None
+    checks: int = 0
+    _known: dict[str, Cluster] = field(default_factory=dict)
+    _written: dict[str, float] = field(default_factory=dict)
+    _tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    _wake: dict[str, asyncio.Event] = field(default_factory=dict)
+    _stopping: bool = False
+
+    @property
+    def lease_ttl(self) -> float:
+        """A lease outlives a few missed checks, so a slow check does not hand the cluster over."""
+        return max(3.0 * self.interval, 1.0)
+
+    @property
+    def write_every(self) -> float:
+        return max(self.timing.idle_timeout / 10.0, self.interval)
+
+    # ------------------------------------------------------------------ requests
+
+    async def get_or_create(self, key: ClusterKey) -> tuple[Cluster, bool]:
+        """The live cluster of `key`, or a new one (True). Counts as a heartbeat."""
+        async with self.locks.exclusive(key.lock_name, self.create_wait) as held:
+            if not held:
+                raise KeeperBusyError(f"cluster of {key.user_id}/{key.wallet_id} is being created; retry")
+            live = _live(await self.hosts.find(key))
+            if live is not None:
+                return await self._touch(live), False
+            cluster = await self.hosts.create(key, self.clock())
+        self._emit("create")
+        log.info("cluster created", cluster=cluster.cluster_id, user=key.user_id, wallet=key.wallet_id)
+        self._adopt(cluster)
+        self._written[cluster.cluster_id] = cluster.last_heartbeat
+        return cluster, True
+
+    async def get(self, key: ClusterKey) -> Cluster | None:
+        """The live cluster of `key`, else its newest ended or failed one, else None."""
+        found = await self.hosts.find(key)
+        live = _live(found)
+        if live is not None:
+            return self._known.get(live.cluster_id, live)
+        return max(found, key=lambda c: c.created_at, default=None)
+
+    async def heartbeat(self, key: ClusterKey) -> Cluster | None:
+        """Note a use of `key`'s live cluster; None when it has none."""
+        live = _live(await self.hosts.find(key))
+        return None if live is None else await self._touch(live)
+
+    async def end(self, key: ClusterKey) -> Cluster | None:
+        """End `key`'s live cluster now (its task terminates the machines). None when it has none."""
+        live = _live(await self.hosts.find(key))
+        if live is None:
+            return None
+        reason = "ended on request"
+        await self.hosts.update(live.cluster_id, state=ClusterState.ENDING, reason=reason)
+        ending = dataclasses.replace(self._known.get(live.cluster_id, live), state=ClusterState.ENDING)
+        ending = dataclasses.replace(ending, reason=reason)
+        self._adopt(ending, replace=True)
+        self._emit("end-requested")
+        return ending
+
+    async def list(self) -> tuple[Cluster, ...]:
+        """Every cluster whose primary is not terminated, with the heartbeats this replica knows."""
+        listed = await self.hosts.list_clusters()
+        return tuple(self._merge(c) for c in listed)
+
+    async def _touch(self, cluster: Cluster) -> Cluster:
+        now = self.clock()
+        known = self._merge(cluster)
+        touched = dataclasses.replace(known, last_heartbeat=max(known.last_heartbeat, now))
+        self._adopt(touched, replace=True)
+        if now - self._written.get(cluster.cluster_id, cluster.last_heartbeat) >= self.write_every:
+            await self.hosts.update(cluster.cluster_id, heartbeat=now)
+            self._written[cluster.cluster_id] = now
+        return touched
+
+    # ------------------------------------------------------------------ tasks
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Discover clusters every interval (so clusters created by other replicas, or before a restart,
+        get a task here too) until `stop` is set; then stop every cluster task."""
+        try:
+            while not stop.is_set():
+                with contextlib.suppress(AutoscalerError):
+                    await self.discover()
+                await _wait(stop, self.interval)
+        finally:
+            await self.stop()
+
+    async def discover(self) -> None:
+        try:
+            listed = await self.hosts.list_clusters()
+        except AutoscalerError as exc:
+            log.warning("listing clusters failed", error=str(exc))
+            raise
+        for cluster in listed:
+            self._adopt(self._merge(cluster), replace=True)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for cid in list(self._tasks):
+            with contextlib.suppress(AutoscalerError):
+                await self.locks.release(_lease(cid))
+        self._tasks.clear()
+
+    def wake(self, cluster_id: str) -> None:
+        """Check this cluster now (an event for it), not at its next interval."""
+        event = self._wake.get(cluster_id)
+        if event is not None:
+            event.set()
+
+    def _adopt(self, cluster: Cluster, *, replace: bool = False) -> None:
+        cid = cluster.cluster_id
+        if replace or cid not in self._known:
+            self._known[cid] = cluster
+        if cid not in self._tasks and not self._stopping:
+            self._wake[cid] = asyncio.Event()
+            self._tasks[cid] = asyncio.create_task(self._watch(cid), name=f"keeper:{cid}")
+        self.wake(cid)
+
+    def _merge(self, listed: Cluster) -> Cluster:
+        """A listed cluster with the newer heartbeat and answer times this replica holds in memory."""
+        known = self._known.get(listed.cluster_id)
+        if known is None:
+            return listed
+        answered = max(filter(None, (known.last_answered, listed.last_answered)), default=None)
+        state = listed.state if listed.state != ClusterState.STARTING else known.state
+        return dataclasses.replace(
+            listed,
+            state=state,
+            last_heartbeat=max(known.last_heartbeat, listed.last_heartbeat),
+            last_answered=answered,
+        )
+
+    async def _watch(self, cid: str) -> None:
+        """The cluster's own task: check it on its interval or when woken, while this replica holds
+        its lease; end when the cluster is gone."""
+        wake = self._wake[cid]
+        try:
+            while True:
+                await _wait(wake, self.interval)
+                wake.clear()
+                try:
+                    if await self.locks.claim(_lease(cid), self.lease_ttl) and await self.check(cid):
+                        break
+                except AutoscalerError as exc:
+                    log.warning("cluster check failed", cluster=cid, error=str(exc))
+        finally:
+            self._tasks.pop(cid, None)
+            self._wake.pop(cid, None)
+            if not self._stopping:
+                with contextlib.suppress(AutoscalerError):
+                    await self.locks.release(_lease(cid))
+
+    async def check(self, cid: str) -> bool:
+        """One check of one cluster (`lifecycle.decide`); True when the cluster is gone for good."""
+        cluster = self._known.get(cid)
+        if cluster is None:
+            return True
+        self.checks += 1
+        probe = await self._probe(cluster)
+        now = self.clock()
+        decision = decide(cluster, probe, now, self.timing)
+        cluster = await self._apply(cluster, decision, now)
+        if not decision.terminate:
+            return False
+        alive = await self.hosts.terminate(cid)
+        if alive:
+            return False
+        self._emit("ended" if cluster.state == ClusterState.ENDING else "failed")
+        log.info("cluster gone", cluster=cid, state=str(cluster.state), reason=cluster.reason)
+        self._known.pop(cid, None)
+        self._written.pop(cid, None)
+        return True
+
+    async def _probe(self, cluster: Cluster) -> Probe | None:
+        if not cluster.scheduler_url or not cluster.live:
+            return None
+        return await self.probe.probe(cluster.scheduler_url)
+
+    async def _apply(self, cluster: Cluster, decision: Decision, now: float) -> Cluster:
+        if not decision.changes_anything:
+            return cluster
+        updated = dataclasses.replace(
+            cluster,
+            state=decision.state or cluster.state,
+            last_heartbeat=max(cluster.last_heartbeat, decision.heartbeat or 0.0),
+            last_answered=decision.answered if decision.answered is not None else cluster.last_answered,
+            reason=decision.reason or cluster.reason,
+        )
+        self._known[cluster.cluster_id] = updated
+        new_state = decision.state is not None and decision.state != cluster.state
+        beat_due = now - self._written.get(cluster.cluster_id, 0.0) >= self.write_every
+        if new_state or beat_due:
+            await self.hosts.update(
+                cluster.cluster_id,
+                state=updated.state if new_state else None,
+                heartbeat=updated.last_heartbeat,
+                answered=updated.last_answered,
+                reason=decision.reason or None,
+            )
+            self._written[cluster.cluster_id] = now
+        if new_state:
+            self._emit(str(updated.state))
+            log.info(
+                "cluster state", cluster=cluster.cluster_id, state=str(updated.state), reason=decision.reason
+            )
+        return updated
+
+    def _emit(self, action: str) -> None:
+        if self.on_action is not None:
+            self.on_action(action)
+
+    @property
+    def clusters(self) -> tuple[Cluster, ...]:
+        """The clusters this replica knows now (for metrics)."""
+        return tuple(self._known.values())
+
+
+async def _wait(event: asyncio.Event, seconds: float) -> None:
+    """Until `event` is set or `seconds` pass. (Not `asyncio.wait_for`: on Python 3.11 it can swallow a
+    cancellation that arrives as the event is set, and the task would never stop.)"""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await event.wait()
+
+
+def _live(found: tuple[Cluster, ...]) -> Cluster | None:
+    live = [c for c in found if c.live]
+    return max(live, key=lambda c: c.created_at) if live else None
+
+
+def _lease(cluster_id: str) -> str:
+    return f"cluster:{cluster_id}"

@@ -1,0 +1,143 @@
+"""In-memory implementations of the keeper's ports, implementing the same protocols: a fleet of
+clusters with a settable clock, a scheduler probe whose answers the test sets, and shared locks that
+several keepers (replicas) in one process use as they would use redis."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+from collections.abc import AsyncIterator, Callable
+
+from swarm_autoscaler.errors import EndpointError
+from swarm_autoscaler.keeper.lifecycle import Probe
+from swarm_autoscaler.keeper.model import Cluster, ClusterKey, ClusterState
+
+
+class FakeHosts:
+    """Clusters as EC2 would keep them in tags. `alive[cluster_id]` counts its live instances;
+    `terminate` takes `terminations_to_finish` calls to bring them to 0."""
+
+    def __init__(self, create_delay: float = 0.0) -> None:
+        self.clusters: dict[str, Cluster] = {}
+        self.alive: dict[str, int] = {}
+        self.created = 0
+        self.updates = 0
+        self.terminate_calls: list[str] = []
+        self.create_delay = create_delay
+        self.fail = False
+        self._ids = itertools.count(1)
+
+    def _check(self) -> None:
+        if self.fail:
+            raise EndpointError("fake EC2", "unreachable")
+
+    async def list_clusters(self) -> tuple[Cluster, ...]:
+        self._check()
+        return tuple(c for cid, c in self.clusters.items() if self.alive.get(cid, 0) > 0)
+
+    async def find(self, key: ClusterKey) -> tuple[Cluster, ...]:
+        return tuple(c for c in await self.list_clusters() if c.key == key)
+
+    async def create(self, key: ClusterKey, now: float) -> Cluster:
+        self._check()
+        if self.create_delay:
+            await asyncio.sleep(self.create_delay)
+        cid = f"kc-{next(self._ids):04d}"
+        cluster = Cluster(cid, key, ClusterState.STARTING, now, now, scheduler_url=f"tcp://{cid}:8786")
+        self.clusters[cid] = cluster
+        self.alive[cid] = 1
+        self.created += 1
+        return cluster
+
+    async def update(
+        self,
+        cluster_id: str,
+        *,
+        state: ClusterState | None = None,
+        heartbeat: float | None = None,
+        answered: float | None = None,
+        reason: str | None = None,
+    ) -> None:
+        self._check()
+        cluster = self.clusters.get(cluster_id)
+        if cluster is None:
+            return
+        self.updates += 1
+        changes: dict[str, object] = {}
+        if state is not None:
+            changes["state"] = state
+        if heartbeat is not None:
+            changes["last_heartbeat"] = heartbeat
+        if answered is not None:
+            changes["last_answered"] = answered
+        if reason is not None:
+            changes["reason"] = reason
+        self.clusters[cluster_id] = dataclasses.replace(cluster, **changes)  # type: ignore[arg-type]
+
+    async def terminate(self, cluster_id: str) -> int:
+        self._check()
+        self.terminate_calls.append(cluster_id)
+        self.alive[cluster_id] = 0
+        return 0
+
+    def live(self) -> list[Cluster]:
+        return [c for cid, c in self.clusters.items() if self.alive.get(cid, 0) > 0]
+
+
+class FakeProbe:
+    """Answers per scheduler URL: `answers[url] = Probe(...)`; unknown URLs do not answer."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, Probe] = {}
+        self.calls = 0
+
+    async def probe(self, scheduler_url: str) -> Probe:
+        self.calls += 1
+        return self.answers.get(scheduler_url, Probe(answered=False))
+
+
+class SharedLocks:
+    """The state of a redis shared by several replicas; `for_replica(name)` gives one replica's view."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.held: set[str] = set()
+        self.leases: dict[str, tuple[str, float]] = {}
+
+    def for_replica(self, replica: str) -> ReplicaLocks:
+        return ReplicaLocks(self, replica)
+
+
+class ReplicaLocks:
+    def __init__(self, shared: SharedLocks, replica: str) -> None:
+        self.shared = shared
+        self.replica = replica
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self, name: str, wait: float) -> AsyncIterator[bool]:
+        deadline = asyncio.get_running_loop().time() + wait
+        while name in self.shared.held:
+            if asyncio.get_running_loop().time() >= deadline:
+                yield False
+                return
+            await asyncio.sleep(0.001)
+        self.shared.held.add(name)
+        try:
+            yield True
+        finally:
+            self.shared.held.discard(name)
+
+    async def claim(self, name: str, ttl: float) -> bool:
+        owner = self.shared.leases.get(name)
+        now = self.shared.clock()
+        if owner is not None and owner[0] != self.replica and owner[1] > now:
+            return False
+        self.shared.leases[name] = (self.replica, now + ttl)
+        return True
+
+    async def release(self, name: str) -> None:
+        owner = self.shared.leases.get(name)
+        if owner is not None and owner[0] == self.replica:
+            del self.shared.leases[name]

@@ -1,0 +1,59 @@
+"""The keeper's lifecycle rules, one case each: `decide` is pure."""
+
+from __future__ import annotations
+
+from swarm_autoscaler.keeper.lifecycle import Decision, KeeperTiming, Probe, decide
+from swarm_autoscaler.keeper.model import Cluster, ClusterKey, ClusterState
+
+T = KeeperTiming(idle_timeout=300.0, max_start_time=600.0)
+KEY = ClusterKey.parse("u1", "none")
+T0 = 1_000_000.0
+
+
+def cluster(state: ClusterState, *, beat: float = T0, answered: float | None = None) -> Cluster:
+    return Cluster("kc-1", KEY, state, T0, beat, answered, scheduler_url="tcp://p:8786")
+
+
+def test_a_starting_cluster_runs_once_its_scheduler_answers() -> None:
+    d = decide(cluster(ClusterState.STARTING), Probe(answered=True), T0 + 50, T)
+    assert d == Decision(ClusterState.RUNNING, heartbeat=T0 + 50, answered=T0 + 50)
+
+
+def test_a_starting_cluster_waits_within_its_start_time() -> None:
+    assert decide(cluster(ClusterState.STARTING), Probe(answered=False), T0 + 599, T) == Decision()
+
+
+def test_a_primary_not_running_within_its_start_time_fails_and_is_terminated() -> None:
+    d = decide(cluster(ClusterState.STARTING), Probe(answered=False), T0 + 600, T)
+    assert d.state == ClusterState.FAILED and d.terminate
+    assert "did not answer within 600s" in d.reason
+
+
+def test_work_in_the_scheduler_is_a_heartbeat_even_when_stored_heartbeats_are_stale() -> None:
+    # A keeper restarted with heartbeats an hour old: its scheduler has work, so it is kept.
+    d = decide(cluster(ClusterState.RUNNING, beat=T0 - 3600), Probe(answered=True, busy=True), T0, T)
+    assert d == Decision(heartbeat=T0, answered=T0)
+    assert not d.terminate
+
+
+def test_unused_for_the_idle_timeout_ends() -> None:
+    d = decide(cluster(ClusterState.RUNNING), Probe(answered=True), T0 + 300, T)
+    assert d.state == ClusterState.ENDING and d.terminate and "unused for 300s" in d.reason
+
+
+def test_recently_used_is_kept() -> None:
+    d = decide(cluster(ClusterState.RUNNING), Probe(answered=True), T0 + 299, T)
+    assert d == Decision(answered=T0 + 299)
+
+
+def test_a_scheduler_that_stopped_answering_ends_after_the_idle_timeout() -> None:
+    running = cluster(ClusterState.RUNNING, beat=T0 + 1000, answered=T0 + 100)
+    assert decide(running, Probe(answered=False), T0 + 399, T) == Decision()
+    d = decide(running, Probe(answered=False), T0 + 400, T)
+    assert d.state == ClusterState.ENDING and d.terminate and "has not answered for 300s" in d.reason
+
+
+def test_ending_and_failed_clusters_are_terminated_until_gone() -> None:
+    for state in (ClusterState.ENDING, ClusterState.FAILED):
+        d = decide(cluster(state), Probe(answered=True, busy=True), T0, T)
+        assert d.terminate and d.state is None
