@@ -45,7 +45,15 @@ class FakeHosts:
         if self.create_delay:
             await asyncio.sleep(self.create_delay)
         cid = f"kc-{next(self._ids):04d}"
-        cluster = Cluster(cid, key, ClusterState.STARTING, now, now, scheduler_url=f"tcp://{cid}:8786")
+        cluster = Cluster(
+            cid,
+            key,
+            ClusterState.STARTING,
+            now,
+            now,
+            scheduler_url=f"tcp://{cid}:8786",
+            dashboard_url=f"http://{cid}:8787",
+        )
         self.clusters[cid] = cluster
         self.alive[cid] = 1
         self.created += 1
@@ -93,9 +101,9 @@ class FakeProbe:
         self.answers: dict[str, Probe] = {}
         self.calls = 0
 
-    async def probe(self, scheduler_url: str) -> Probe:
+    async def probe(self, url: str) -> Probe:
         self.calls += 1
-        return self.answers.get(scheduler_url, Probe(answered=False))
+        return self.answers.get(url, Probe(answered=False))
 
 
 class SharedLocks:

@@ -129,7 +129,7 @@ async def test_healthz_and_metrics_need_no_token_and_count_requests(api) -> None
     client, world = api
     await client.put("/v1/clusters/alice/w1", headers=AUTH)
     await client.get("/v1/clusters", headers={})
-    world.probe.answers["tcp://kc-0001:8786"] = Probe(answered=True)
+    world.probe.answers["http://kc-0001:8787"] = Probe(answered=True)
     health = await client.get("/healthz")
     assert health.status == 200
     text = await (await client.get("/metrics")).text()

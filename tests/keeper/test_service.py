@@ -59,7 +59,7 @@ async def test_a_cluster_runs_when_its_scheduler_answers_and_ends_when_unused() 
     hosts, probe, locks, clock = world()
     keeper = replica("a", hosts, probe, locks, clock)
     cluster, _ = await keeper.get_or_create(KEY)
-    probe.answers[cluster.scheduler_url] = Probe(answered=True)
+    probe.answers[cluster.dashboard_url] = Probe(answered=True)
     await keeper.check(cluster.cluster_id)
     assert hosts.clusters[cluster.cluster_id].state == ClusterState.RUNNING
     clock.now += 200
@@ -93,7 +93,7 @@ async def test_a_restarted_keeper_with_stale_heartbeats_keeps_a_busy_cluster() -
     hosts, probe, locks, clock = world()
     first = replica("a", hosts, probe, locks, clock)
     cluster, _ = await first.get_or_create(KEY)
-    probe.answers[cluster.scheduler_url] = Probe(answered=True, busy=True)
+    probe.answers[cluster.dashboard_url] = Probe(answered=True, busy=True)
     await first.check(cluster.cluster_id)
     await first.stop()  # the keeper goes away; the tags hold a heartbeat that goes stale
     clock.now += 3600
@@ -101,7 +101,7 @@ async def test_a_restarted_keeper_with_stale_heartbeats_keeps_a_busy_cluster() -
     await restarted.discover()
     assert not await restarted.check(cluster.cluster_id)
     assert hosts.live() and hosts.clusters[cluster.cluster_id].last_heartbeat == clock.now
-    probe.answers[cluster.scheduler_url] = Probe(answered=True, busy=False)
+    probe.answers[cluster.dashboard_url] = Probe(answered=True, busy=False)
     clock.now += 300
     assert await restarted.check(cluster.cluster_id)  # idle now: ended after the timeout
     await restarted.stop()
@@ -113,7 +113,7 @@ async def test_each_cluster_is_checked_by_one_replica_and_taken_over_when_it_die
     stop_a, stop_b = asyncio.Event(), asyncio.Event()
     runs = [asyncio.create_task(a.run(stop_a)), asyncio.create_task(b.run(stop_b))]
     cluster, _ = await a.get_or_create(KEY)
-    probe.answers[cluster.scheduler_url] = Probe(answered=True)
+    probe.answers[cluster.dashboard_url] = Probe(answered=True)
     await asyncio.sleep(0.4)
     assert a.checks > 0 and b.checks == 0  # b discovered it, but a holds its lease
     # a dies without releasing (kill -9): b takes over once the lease's TTL has passed.

@@ -53,9 +53,9 @@ class ClusterHosts(Protocol):
 
 @runtime_checkable
 class SchedulerProbe(Protocol):
-    """A cluster's dask scheduler, seen from outside."""
+    """A cluster's dask scheduler, seen from outside through its HTTP (dashboard) address."""
 
-    async def probe(self, scheduler_url: str) -> Probe:
+    async def probe(self, url: str) -> Probe:
         """Whether it answers within a short timeout, and whether it has tasks (processing, waiting,
         queued or unrunnable). Never raises: a failure is `Probe(answered=False)`."""
         ...

@@ -228,9 +228,9 @@ class Keeper:
         return True
 
     async def _probe(self, cluster: Cluster) -> Probe | None:
-        if not cluster.scheduler_url or not cluster.live:
+        if not cluster.dashboard_url or not cluster.live:
             return None
-        return await self.probe.probe(cluster.scheduler_url)
+        return await self.probe.probe(cluster.dashboard_url)
 
     async def _apply(self, cluster: Cluster, decision: Decision, now: float) -> Cluster:
         if not decision.changes_anything:
