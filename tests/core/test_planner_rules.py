@@ -27,18 +27,25 @@ from swarm_autoscaler.core.model import (
     Availability,
     Cordon,
     DrainNode,
+    HostIdle,
     Instance,
     InstanceState,
     LabelNode,
     Launch,
     MarkNode,
     Node,
+    NodeDown,
     NodeMarks,
+    NodeOurs,
     NodeStatus,
+    NothingWaits,
+    NotJoined,
+    NoWorker,
     Plan,
     Policy,
     RemoveNode,
     Resources,
+    Retired,
     RetireWorkers,
     Snapshot,
     Task,
@@ -61,9 +68,29 @@ def launch(type_name: str, count: int, tasks: int) -> Launch:
     )
 
 
+@dataclass(frozen=True)
+class Marked:
+    """An expected MarkNode, written as the changes to node `n`'s marks in the case's snapshot: the
+    Case turns it into the MarkNode carrying the node's complete new marks."""
+
+    n: int
+    why: str
+    changes: dict[str, float | bool | None]
+
+
 def mark(n: int, why: str, **changes: float | bool | None) -> MarkNode:
-    order = ("ready", "empty_since", "drained_since", "termination_started", "down_since", "cordoned_since")
-    return MarkNode(f"node-{n}", tuple((k, changes[k]) for k in order if k in changes), why)
+    return Marked(n, why, changes)  # type: ignore[return-value]  # resolved by Case.__post_init__
+
+
+def _resolved(expected: Plan, snapshot: Snapshot) -> Plan:
+    marks = {n.id: n.marks for n in snapshot.nodes}
+    actions = tuple(
+        MarkNode(f"node-{a.n}", replace(marks[f"node-{a.n}"], **a.changes), a.why)  # type: ignore[arg-type]
+        if isinstance(a, Marked)
+        else a
+        for a in expected.actions
+    )
+    return replace(expected, actions=actions)
 
 
 def labelled(
@@ -78,12 +105,48 @@ def addr(n: int) -> str:
     return f"tcp://10.0.0.{n}:8786"
 
 
+def retire(n: int, delay: str = "60s") -> RetireWorkers:
+    """The expected retirement of machine `n`'s worker, planned on its host being idle."""
+    return RetireWorkers((addr(n),), f"idle for at least drain_delay={delay}", (HostIdle(hostname(n)),))
+
+
+def drain(n: int, reason: str, retired: bool = True) -> DrainNode:
+    """The expected drain of node `n`: still idle and ours, and its worker really retired when the
+    plan retires it first."""
+    expect = (HostIdle(hostname(n)), NodeOurs(f"node-{n}"), *((Retired(hostname(n)),) if retired else ()))
+    return DrainNode(f"node-{n}", hostname(n), reason, expect=expect)
+
+
+def idle_and_ours(n: int) -> tuple[HostIdle, NodeOurs]:
+    return HostIdle(hostname(n)), NodeOurs(f"node-{n}")
+
+
+def removal(n: int, reason: str) -> RemoveNode:
+    """The expected removal of node `n`: its host idle, the node still down and ours."""
+    return RemoveNode(
+        f"node-{n}",
+        hostname(n),
+        reason,
+        (HostIdle(hostname(n)), NodeDown(f"node-{n}"), NodeOurs(f"node-{n}")),
+    )
+
+
+def cordon(n: int, reason: str) -> Cordon:
+    """The expected cordon of machine `n`: nothing waits on its worker and its node is still ours."""
+    return Cordon(
+        f"node-{n}", hostname(n), (addr(n),), reason, (NothingWaits(hostname(n)), NodeOurs(f"node-{n}"))
+    )
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
     snapshot: Snapshot
     expected: Plan
     policy: Policy = field(default_factory=make_policy)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "expected", _resolved(self.expected, self.snapshot))
 
 
 def busy_large(n: int, **kw: object) -> tuple[object, ...]:
@@ -338,8 +401,8 @@ SCALE_DOWN = [
         Plan(
             (
                 mark(1, "drained", empty_since=None, drained_since=NOW),
-                RetireWorkers((addr(1),), "idle for at least drain_delay=60s"),
-                DrainNode("node-1", hostname(1), "empty for 100s (drain_delay 60s)"),
+                retire(1),
+                drain(1, "empty for 100s (drain_delay 60s)"),
             )
         ),
     ),
@@ -349,7 +412,7 @@ SCALE_DOWN = [
         Plan(
             (
                 mark(1, "drained", empty_since=None, drained_since=NOW),
-                DrainNode("node-1", hostname(1), "empty for 100s (drain_delay 60s)"),
+                drain(1, "empty for 100s (drain_delay 60s)", retired=False),
             )
         ),
     ),
@@ -369,8 +432,8 @@ SCALE_DOWN = [
         Plan(
             (
                 mark(1, "drained", empty_since=None, drained_since=NOW),
-                RetireWorkers((addr(1),), "idle for at least drain_delay=60s"),
-                DrainNode("node-1", hostname(1), "empty for 100s (drain_delay 60s)"),
+                retire(1),
+                drain(1, "empty for 100s (drain_delay 60s)"),
             ),
             unplaceable=(
                 Unplaceable(
@@ -405,6 +468,7 @@ SCALE_DOWN = [
                     ("i-0001",),
                     "drained for at least termination_delay=120s, beyond the reserve",
                     ("node-1",),
+                    idle_and_ours(1),
                 ),
             )
         ),
@@ -485,7 +549,11 @@ REPAIR = [
         make_snapshot(instances=[make_instance(1, age=700)], unrunnable=make_tasks(1)),
         Plan(
             (
-                Terminate(("i-0001",), "broken: not up with a worker within 600s of launch"),
+                Terminate(
+                    ("i-0001",),
+                    "broken: not up with a worker within 600s of launch",
+                    expect=(NoWorker(hostname(1)), NotJoined(hostname(1))),
+                ),
                 launch("m5.large", 1, 1),
             ),
             pending=1,
@@ -498,7 +566,12 @@ REPAIR = [
         Plan(
             (
                 mark(1, "terminating", termination_started=NOW),
-                Terminate(("i-0001",), "broken: not up with a worker within 600s of launch", ("node-1",)),
+                Terminate(
+                    ("i-0001",),
+                    "broken: not up with a worker within 600s of launch",
+                    ("node-1",),
+                    (NoWorker(hostname(1)), NodeOurs("node-1")),
+                ),
             )
         ),
     ),
@@ -518,26 +591,30 @@ REPAIR = [
         Plan((mark(1, "node is ready again", down_since=None),)),
     ),
     Case(
-        "a node down past node_down_timeout is removed and its instance terminated",
+        "a node down past node_down_timeout is removed with its instance: one Terminate, still down",
         assemble(
             machine(1, worker=False, status=NodeStatus.DOWN, marks=NodeMarks(True, down_since=NOW - 400))
         ),
         Plan(
             (
-                RemoveNode("node-1", hostname(1), "node down for 400s (node_down_timeout 300s)"),
-                Terminate(("i-0001",), "node down for 400s (node_down_timeout 300s)"),
+                Terminate(
+                    ("i-0001",),
+                    "node down for 400s (node_down_timeout 300s)",
+                    ("node-1",),
+                    (HostIdle(hostname(1)), NodeDown("node-1"), NodeOurs("node-1")),
+                ),
             )
         ),
     ),
     Case(
         "a node of ours whose instance is gone is removed",
         make_snapshot(nodes=[make_node(1, status=NodeStatus.DOWN, labels={"instance-type": "m5.large"})]),
-        Plan((RemoveNode("node-1", hostname(1), "its instance is gone"),)),
+        Plan((removal(1, "its instance is gone"),)),
     ),
     Case(
         "unowned and manager nodes are never touched",
         assemble(
-            (None, make_node(1, status=NodeStatus.DOWN, marks=NodeMarks()), None),
+            (None, make_node(1, status=NodeStatus.DOWN, marks=NodeMarks(), ours=False), None),
             (None, make_node(2, manager=True, marks=NodeMarks()), machine(2)[2]),
             machine(3, manager=True, marks=EMPTY_LONG),
         ),
@@ -547,7 +624,14 @@ REPAIR = [
         "a termination that did not take is asked again",
         assemble(machine(1, worker=False, marks=NodeMarks(True, termination_started=NOW - 200))),
         Plan(
-            (Terminate(("i-0001",), "termination requested earlier did not take; asking again", ("node-1",)),)
+            (
+                Terminate(
+                    ("i-0001",),
+                    "termination requested earlier did not take; asking again",
+                    ("node-1",),
+                    idle_and_ours(1),
+                ),
+            )
         ),
     ),
     Case(
@@ -574,17 +658,17 @@ CONSOLIDATE = [
     Case(
         "dask spread one task onto each of two machines: the first, least used, is cordoned to empty",
         assemble(xlarge(1, running(1, "a")), xlarge(2, running(2, "b"))),
-        Plan((Cordon("node-1", hostname(1), (addr(1),), USES_25),)),
+        Plan((cordon(1, USES_25),)),
     ),
     Case(
         "a worker with a task waiting on it is never cordoned: the task would never start",
         assemble(xlarge(1, (*running(1, "a"), *make_tasks(1, "w"))), xlarge(2, running(1, "b"))),
-        Plan((Cordon("node-2", hostname(2), (addr(2),), USES_25),)),
+        Plan((cordon(2, USES_25),)),
     ),
     Case(
         "the last uncordoned worker of a type stays, and a busy one above the threshold is kept",
         assemble(xlarge(1, running(1, "a")), xlarge(2, running(3, "b")), xlarge(3, running(1, "c"))),
-        Plan((Cordon("node-1", hostname(1), (addr(1),), USES_25),)),
+        Plan((cordon(1, USES_25),)),
     ),
     Case(
         "no cordon when the other workers of the type have no room for its tasks",
@@ -647,8 +731,8 @@ CONSOLIDATE = [
         Plan(
             (
                 mark(1, "drained", empty_since=None, drained_since=NOW, cordoned_since=None),
-                RetireWorkers((addr(1),), "idle for at least drain_delay=60s"),
-                DrainNode("node-1", hostname(1), "empty for 61s (drain_delay 60s)"),
+                retire(1),
+                drain(1, "empty for 61s (drain_delay 60s)"),
             )
         ),
     ),
