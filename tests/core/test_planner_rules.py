@@ -23,6 +23,7 @@ from tests.core.randomized import apply
 
 from swarm_autoscaler.core.cluster import Bucket, allowed, classify
 from swarm_autoscaler.core.model import (
+    OWNERSHIP_LABEL,
     ActivateNode,
     Availability,
     Cordon,
@@ -103,6 +104,16 @@ def labelled(
 
 def addr(n: int) -> str:
     return f"tcp://10.0.0.{n}:8786"
+
+
+OWNED = {OWNERSHIP_LABEL: "c1", "instance-type": "m5.large"}  # the labels a launch gives an instance
+LABELS_WHY = "labels its instance was launched with"
+
+
+def unlabelled(parts: tuple[Instance, Node, Worker | None]) -> tuple[Instance, Node, Worker | None]:
+    """A machine whose node does not carry the ownership label (yet)."""
+    inst, node, worker = parts
+    return inst, replace(node, ours=False), worker
 
 
 def retire(n: int, delay: str = "60s") -> RetireWorkers:
@@ -635,6 +646,64 @@ REPAIR = [
         ),
     ),
     Case(
+        "broken machines are terminated one per action, each with what it was planned on",
+        make_snapshot(instances=[make_instance(1, age=700), make_instance(2, age=700)]),
+        Plan(
+            tuple(
+                Terminate(
+                    (f"i-000{n}",),
+                    "broken: not up with a worker within 600s of launch",
+                    expect=(NoWorker(hostname(n)), NotJoined(hostname(n))),
+                )
+                for n in (1, 2)
+            )
+        ),
+    ),
+    Case(
+        "a down node matching no instance with only the instance-type label is not ours: never touched",
+        make_snapshot(
+            nodes=[make_node(1, status=NodeStatus.DOWN, labels={"instance-type": "m5.large"}, ours=False)]
+        ),
+        Plan(),
+    ),
+    Case(
+        "a joined node of an owned instance that lacks the ownership label gets it from its instance",
+        assemble(
+            unlabelled(
+                labelled(busy_large(1), OWNED, {"instance-type": "m5.large"})  # type: ignore[arg-type]
+            )
+        ),
+        Plan((LabelNode("node-1", hostname(1), ((OWNERSHIP_LABEL, "c1"),), LABELS_WHY),)),
+    ),
+    Case(
+        "the node of an instance being terminated is recognised by hostname: labelled ours and removed once down",
+        # it joined after the termination was asked, so it was never labelled nor removed with it
+        assemble(
+            (
+                replace(make_instance(1, state=InstanceState.SHUTTING_DOWN), labels=OWNED),
+                make_node(1, status=NodeStatus.DOWN, marks=NodeMarks(), labels={}, ours=False),
+                None,
+            )
+        ),
+        Plan(
+            (
+                LabelNode("node-1", hostname(1), tuple(sorted(OWNED.items())), LABELS_WHY),
+                removal(1, "its instance is shutting-down"),
+            )
+        ),
+    ),
+    Case(
+        "the node of an instance being terminated is left while it is still ready (the machine shuts down)",
+        assemble(
+            (
+                replace(make_instance(1, state=InstanceState.SHUTTING_DOWN), labels=OWNED),
+                make_node(1, marks=NodeMarks(), labels=OWNED),
+                None,
+            )
+        ),
+        Plan(),
+    ),
+    Case(
         "an instance already shutting down is left to EC2",
         make_snapshot(instances=[make_instance(1, state=InstanceState.SHUTTING_DOWN)]),
         Plan(),
@@ -669,6 +738,21 @@ CONSOLIDATE = [
         "the last uncordoned worker of a type stays, and a busy one above the threshold is kept",
         assemble(xlarge(1, running(1, "a")), xlarge(2, running(3, "b")), xlarge(3, running(1, "c"))),
         Plan((cordon(1, USES_25),)),
+    ),
+    Case(
+        "no cordon when the next task would fit only on room summed over several workers (the flap)",
+        # four workers have 1 cpu free each: 4 cpus in all, but the next 2-cpu task fits on none of them,
+        # so dask would queue it and the cordon would be undone a tick later
+        assemble(
+            xlarge(1, running(2, "a")),
+            *(xlarge(n, (*running(1, f"b{n}-", cpus=2), *running(1, f"c{n}-"))) for n in (2, 3, 4, 5)),
+        ),
+        Plan(),
+    ),
+    Case(
+        "a worker is cordoned when each of its tasks and the next one fit on one other worker each",
+        assemble(xlarge(1, running(2, "a")), *(xlarge(n, running(3, f"b{n}-")) for n in (2, 3, 4))),
+        Plan((cordon(1, "uses 50% of its machine; the rest of its type has room for its tasks"),)),
     ),
     Case(
         "no cordon when the other workers of the type have no room for its tasks",
