@@ -13,8 +13,9 @@ same snapshot always gives an equal Plan. The recipe:
    counts, so a task never causes two launches), then new instances of the cheapest fitting type, within
    `max_instances`; top up to `min_instances`; when nothing is pending, launch what each type's reserve
    lacks (a reserve is only warm if the machines exist: they join, idle, and are drained into it);
-4. repair, even while work is pending: terminate broken instances, remove nodes whose instance is gone
-   or that stayed down past `node_down_timeout`, retry terminations that did not take;
+4. repair, even while work is pending: terminate broken instances, remove our nodes whose instance is
+   gone or being terminated once they are down, terminate (with its node) a machine whose node stayed
+   down past `node_down_timeout`, retry terminations that did not take;
 5. scale down when no placeable task is pending, or when pending work cannot get capacity (at
    `max_instances`, or its types refused) so idle machines it cannot use must make room: retire idle workers and drain nodes that stayed
    empty for `drain_delay`, then terminate drained nodes beyond the reserve after `termination_delay`,
@@ -22,11 +23,17 @@ same snapshot always gives an equal Plan. The recipe:
 6. consolidate when nothing is pending (and no cordon is being undone): cordon under-used workers (no new tasks reach them) while
    others of their type have room for their tasks, so that they empty and step 5 drains them; a
    cordoned worker is uncordoned when pending work fits it or a task waits on it;
-7. keep the lifecycle marks (node labels) up to date so the timing survives a restart.
+7. keep the lifecycle marks (node labels) up to date so the timing survives a restart, and give every
+   node of ours the labels its instance was launched with (the ownership label among them).
 
 A machine whose worker runs or queues a task, or holds unique data, is never drained, retired or
-terminated. Actions come in the order they should run: marks, repairs, uncordons, activations,
-launches, cordons, then scale-down.
+terminated. Every disruptive action targets one machine and carries in `expect` what it was planned on
+(shrink.py and consolidate.py list them), for `act` to re-check right before it runs. Actions come in
+the order they should run: marks, labels, repairs, uncordons, activations, launches, cordons, then
+scale-down (retirements before drains).
+
+Each step is a function of the frozen `Facts` and of what earlier steps decided, passed explicitly
+(`received`, the launched types); none sees another's side effects.
 """
 
 from __future__ import annotations
@@ -93,22 +100,39 @@ def _decide(
     launches = plan_launches(
         snapshot, policy, facts.cluster, up.new_bins, up.received, options, fill_reserve=nothing_pending
     )
-    fixed = repair(facts)
-    marks = keep_marks(facts, up.received)
-    stale, uncordon = keep_cordons(facts.cluster, {u.node_id for u in up.uncordon})
     # Idle machines are scaled down when nothing is pending, and also when pending work could not get
     # capacity (max_instances reached, or its types refused): placement put nothing on them, so they
     # cannot serve it, and keeping them would block the launches it needs forever.
     shrink = Step()
     if nothing_pending or pool.left > 0:
         shrink = scale_down(facts, up.received, set(launches.by_type), launches.total)
+    actions = _assemble(facts, up, launches, shrink, nothing_pending, (capacity, space))
+    result = Plan(actions, unplaceable, demand.pending, up.placed)
+    if ledger is None:
+        return result, None
+    return result, Trace(demand.groups, up.bins, tuple(ledger), up.new_bins, capacity, space)
+
+
+def _assemble(
+    facts: Facts,
+    up: Placement,
+    launches: LaunchBook,
+    shrink: Step,
+    nothing_pending: bool,
+    room: tuple[Mapping[str, Vec], Space],
+) -> tuple[Action, ...]:
+    """The bookkeeping and repair steps, consolidation when it may run, and every action in order."""
+    fixed = repair(facts)
+    marks = keep_marks(facts, up.received)
+    stale, uncordon = keep_cordons(facts.cluster, {u.node_id for u in up.uncordon})
     cordons: tuple[Cordon, ...] = ()
     # Not while this plan undoes a cordon (a task waits on a cordoned worker): one change at a time.
-    if nothing_pending and not launches and not up.uncordon and not uncordon and policy.consolidate_below > 0:
-        cordons = _consolidate(facts, up, shrink, capacity, space)
+    quiet = nothing_pending and not launches and not up.uncordon and not uncordon
+    if quiet and facts.policy.consolidate_below > 0:
+        cordons = _consolidate(facts, up, shrink, *room)
     changes = (*up.marks, *fixed.marks, *marks, *stale, *shrink.marks)
-    actions: tuple[Action, ...] = (
-        *mark_actions(snapshot, changes, fixed.removed),
+    return (
+        *mark_actions(facts.snapshot, changes, fixed.removed),
         *label_nodes(facts.cluster),
         *fixed.actions,
         *up.uncordon,
@@ -118,10 +142,6 @@ def _decide(
         *cordons,
         *shrink.actions,
     )
-    result = Plan(actions, unplaceable, demand.pending, up.placed)
-    if ledger is None:
-        return result, None
-    return result, Trace(demand.groups, up.bins, tuple(ledger), up.new_bins, capacity, space)
 
 
 def _consolidate(
