@@ -54,28 +54,63 @@ def choose_cordons(
 def _of_type(
     members: Sequence[Member], free: Mapping[str, Vec], whole: Vec, threshold: float, space: Space
 ) -> list[Cordon]:
-    rooms: Rooms = {w.address: free[w.address] for m in members for w in m.workers}
-    headroom = _largest_task(members, space)
+    needs = [space.vec(t.needs) for m in members for w in m.workers for t in w.processing]
+    rooms = _Rooms({w.address: free[w.address] for m in members for w in m.workers}, needs, space)
     out: list[Cordon] = []
     uncordoned = len(members)
     for share, member in _ranked(members, free, whole, threshold):
-        if uncordoned <= 1:
-            break
-        mine = {w.address for w in member.workers}
-        others = {a: r for a, r in rooms.items() if a not in mine}
+        if uncordoned <= 1 or not rooms.roomy:
+            break  # rooms only shrink: once no worker has room for the next task, none will
+        mine = frozenset(w.address for w in member.workers)
         tasks = [space.vec(t.needs) for w in member.workers for t in w.processing]
-        packed = _pack(tasks, others)
-        if packed is None or not any(fits(headroom, r) for r in packed.values()):
+        packed = rooms.pack(tasks, mine)
+        if packed is None:
             continue
-        rooms = packed
+        rooms.take(packed, mine)
         uncordoned -= 1
         node = member.node
         assert node is not None
         reason = f"uses {share:.0%} of its machine; the rest of its type has room for its tasks"
         expect: tuple[Check, ...] = (NothingWaits(member.hostname), NodeOurs(node.id))
-        addresses = tuple(w.address for w in member.workers)
-        out.append(Cordon(node.id, node.hostname, addresses, reason, expect=expect))
+        out.append(Cordon(node.id, node.hostname, tuple(sorted(mine)), reason, expect=expect))
     return out
+
+
+class _Rooms:
+    """The free room of each uncordoned worker of one type (by address). In address order: `order`,
+    the workers with room for the smallest task running on the type (the others can take none: rooms
+    only shrink, so leaving them out of first-fit scans keeps a large quiet fleet's plan fast), and
+    `roomy`, those with room for the next task (`headroom`, the largest), which a cordon relies on."""
+
+    def __init__(self, rooms: Rooms, needs: Sequence[Vec], space: Space) -> None:
+        self.rooms = rooms
+        self.headroom = _largest(needs, space)
+        self.smallest = tuple(map(min, *needs)) if len(needs) > 1 else needs[0] if needs else space.zero
+        self.order = [a for a in sorted(rooms) if fits(self.smallest, rooms[a])]
+        self.roomy = [a for a in self.order if fits(self.headroom, rooms[a])]
+
+    def pack(self, tasks: Sequence[Vec], skip: frozenset[str]) -> Rooms | None:
+        """The rooms that change when each task goes on one worker not in `skip` (largest first, first
+        worker with room in address order), or None when a task fits no single worker or no worker
+        is left with room for the next task."""
+        changed: Rooms = {}
+        for need in sorted(tasks, reverse=True):
+            target = next(
+                (a for a in self.order if a not in skip and fits(need, changed.get(a, self.rooms[a]))), None
+            )
+            if target is None:
+                return None
+            changed[target] = minus(changed.get(target, self.rooms[target]), need)
+        roomy = (a for a in self.roomy if a not in skip)
+        return changed if any(fits(self.headroom, changed.get(a, self.rooms[a])) for a in roomy) else None
+
+    def take(self, changed: Rooms, cordoned: frozenset[str]) -> None:
+        """Apply a cordon: its tasks' room is used, and its own workers take no new tasks."""
+        self.rooms.update(changed)
+        gone = set(cordoned) | {a for a in changed if not fits(self.smallest, self.rooms[a])}
+        full = gone | {a for a in changed if not fits(self.headroom, self.rooms[a])}
+        self.order = [a for a in self.order if a not in gone]
+        self.roomy = [a for a in self.roomy if a not in full]
 
 
 def _ranked(
@@ -98,28 +133,13 @@ def _ranked(
     return [(share, m) for share, _, m in ranked]
 
 
-def _pack(tasks: Sequence[Vec], rooms: Rooms) -> Rooms | None:
-    """The rooms left after placing every task on one worker each (largest first, first worker with
-    room, in address order), or None when one does not fit any single worker."""
-    left = dict(rooms)
-    for need in sorted(tasks, reverse=True):
-        target = next((a for a in sorted(left) if fits(need, left[a])), None)
-        if target is None:
-            return None
-        left[target] = minus(left[target], need)
-    return left
-
-
-def _largest_task(members: Sequence[Member], space: Space) -> Vec:
-    """The most CPUs, RAM and GPUs any one task running on these members needs: the room kept for the
-    next such task, on one worker. Dask queues a task behind a busy worker rather than wait for a
-    cordoned one, and does not reliably move it when room appears elsewhere, so an uncordoned worker
-    must have room for it when it arrives. (Generic resources keep no headroom.)"""
+def _largest(needs: Sequence[Vec], space: Space) -> Vec:
+    """The most CPUs, RAM and GPUs any one of `needs` (the tasks running on a type) asks for: the room
+    kept for the next such task, on one worker. Dask queues a task behind a busy worker rather than
+    wait for a cordoned one, and does not reliably move it when room appears elsewhere, so an
+    uncordoned worker must have room for it when it arrives. (Generic resources keep no headroom.)"""
     largest = list(space.zero)
-    for m in members:
-        for w in m.workers:
-            for t in w.processing:
-                need = (t.needs.cpus, t.needs.ram, t.needs.gpus)
-                for d in range(3):
-                    largest[d] = max(largest[d], float(need[d]))
+    for need in needs:
+        for d in range(3):
+            largest[d] = max(largest[d], need[d])
     return tuple(largest)
