@@ -18,6 +18,7 @@ from tests.builders import (
     make_snapshot,
     make_task,
     make_tasks,
+    make_worker,
 )
 from tests.core.randomized import apply
 
@@ -545,6 +546,36 @@ SCALE_DOWN = [
         Plan((mark(1, "seen drained", drained_since=NOW),)),
     ),
     Case(
+        "an idle node that receives pending work is not drained, even when other work cannot be served",
+        # max_instances reached: the 8-cpu task gets nothing, so scale-down runs; the 1-cpu task is placed
+        assemble(machine(1, marks=EMPTY_LONG), unrunnable=[make_task("big", 8), make_task("small")]),
+        Plan((mark(1, "has work again", empty_since=None),), pending=2, placed=(("active", 1),)),
+        make_policy(max_instances=1),
+    ),
+    Case(
+        "a drained node that receives pending work is activated, not terminated, even at max_instances",
+        assemble(
+            machine(1, worker=False, availability=Availability.DRAIN, marks=NodeMarks(True, None, NOW - 200)),
+            unrunnable=[make_task("big", 8), make_task("small")],
+        ),
+        Plan(
+            (
+                mark(1, "reactivated for pending work", drained_since=None),
+                ActivateNode("node-1", hostname(1), "1 pending task(s) fit on this drained node"),
+            ),
+            pending=2,
+            placed=(("drained", 1),),
+        ),
+        make_policy(max_instances=1),
+    ),
+    Case(
+        "a drained node whose worker holds unique results is never terminated",
+        assemble(
+            machine(1, availability=Availability.DRAIN, unique=True, marks=NodeMarks(True, None, NOW - 200))
+        ),
+        Plan(),
+    ),
+    Case(
         "scale-down never goes below min_instances",
         assemble(
             machine(1, worker=False, availability=Availability.DRAIN, marks=NodeMarks(True, None, NOW - 999))
@@ -704,6 +735,46 @@ REPAIR = [
         Plan(),
     ),
     Case(
+        "a node of ours whose instance is gone is kept while it is ready",
+        make_snapshot(nodes=[make_node(1)]),
+        Plan(),
+    ),
+    Case(
+        "a node of ours whose instance is gone is kept while a worker on it has work",
+        make_snapshot(
+            nodes=[make_node(1, status=NodeStatus.DOWN)], workers=[make_worker(1, processing=make_tasks(1))]
+        ),
+        Plan(),
+    ),
+    Case(
+        "a node down for less than node_down_timeout is kept",
+        assemble(
+            machine(1, worker=False, status=NodeStatus.DOWN, marks=NodeMarks(True, down_since=NOW - 100))
+        ),
+        Plan(),
+    ),
+    Case(
+        "a node down past node_down_timeout whose worker still has work is kept",
+        assemble(busy_large(1, status=NodeStatus.DOWN, marks=NodeMarks(True, down_since=NOW - 400))),  # type: ignore[arg-type]
+        Plan(),
+    ),
+    Case(
+        "the down node of an instance being terminated is kept while a worker on it has work",
+        assemble(
+            (
+                make_instance(1, state=InstanceState.SHUTTING_DOWN),
+                make_node(1, status=NodeStatus.DOWN),
+                make_worker(1, unique=True),
+            )
+        ),
+        Plan(),
+    ),
+    Case(
+        "a termination that did not take is not asked again while its worker has work",
+        assemble(busy_large(1, marks=NodeMarks(True, termination_started=NOW - 200))),  # type: ignore[arg-type]
+        Plan(),
+    ),
+    Case(
         "an instance already shutting down is left to EC2",
         make_snapshot(instances=[make_instance(1, state=InstanceState.SHUTTING_DOWN)]),
         Plan(),
@@ -718,6 +789,15 @@ def running(n: int, prefix: str, **shape: float | str | None) -> tuple[Task, ...
 
 def xlarge(n: int, tasks: tuple[Task, ...], **kw: object) -> tuple[Instance, Node, Worker | None]:
     return machine(n, "m5.xlarge", processing=tasks, **kw)  # type: ignore[arg-type]
+
+
+def with_foo(parts: tuple[Instance, Node, Worker | None]) -> tuple[Instance, Node, Worker | None]:
+    """A machine whose worker also offers one `foo` (a dask resource) and runs a 1-cpu task that needs it."""
+    inst, node, worker = parts
+    assert worker is not None
+    task = replace(make_task("foo-task", foo=1), executing=True)
+    res = replace(worker.resources, generic=(("foo", 1.0),))
+    return inst, node, replace(worker, resources=res, processing=(task,))
 
 
 CORDONED = NodeMarks(ready=True, cordoned_since=NOW - 30)
@@ -800,6 +880,40 @@ CONSOLIDATE = [
             pending=1,
             placed=(("active", 1),),
         ),
+    ),
+    Case(
+        "a worker using more than consolidate_below is never cordoned",
+        assemble(xlarge(1, running(1, "a")), xlarge(2, running(1, "b"))),
+        Plan(),
+        make_policy(consolidate_below=0.2),
+    ),
+    Case(
+        "the least used worker is not cordoned while a task waits on it, even with room elsewhere",
+        assemble(
+            xlarge(1, (*running(1, "a"), make_task("w", cpus=0.5))),
+            *(xlarge(n, running(3, f"b{n}-")) for n in (2, 3, 4)),
+        ),
+        Plan(),
+    ),
+    Case(
+        "nothing is cordoned while work is pending that cannot get capacity (max_instances reached)",
+        assemble(xlarge(1, running(1, "a")), xlarge(2, running(1, "b")), unrunnable=[make_task("u", cpus=8)]),
+        Plan(pending=1),
+        make_policy(max_instances=2),
+    ),
+    Case(
+        "nothing is cordoned while the plan uncordons a worker a task waits on: one change at a time",
+        assemble(
+            xlarge(1, (*running(1, "a"), make_task("w")), retiring=True, marks=CORDONED),
+            xlarge(2, running(1, "b")),
+            xlarge(3, running(1, "c")),
+        ),
+        Plan((Uncordon("node-1", hostname(1), (addr(1),), "1 task(s) wait on this cordoned worker"),)),
+    ),
+    Case(
+        "a worker whose task needs a resource no other worker has stays uncordoned; the other is cordoned",
+        assemble(with_foo(xlarge(1, ())), xlarge(2, running(1, "b"))),
+        Plan((cordon(2, USES_25),)),
     ),
     Case(
         "a cordon mark whose worker takes tasks again (restarted) is cleared",

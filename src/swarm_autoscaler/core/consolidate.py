@@ -59,8 +59,12 @@ def _of_type(
     out: list[Cordon] = []
     uncordoned = len(members)
     for share, member in _ranked(members, free, whole, threshold):
+        # One worker of the type stays uncordoned. The room check alone already ensures it (the last
+        # worker's tasks and the next task would have no other worker to go to), so deleting this test
+        # changes no plan; it stays so that the rule does not rest on that. Rooms only shrink: once
+        # no worker has room for the next task, none will.
         if uncordoned <= 1 or not rooms.roomy:
-            break  # rooms only shrink: once no worker has room for the next task, none will
+            break
         mine = frozenset(w.address for w in member.workers)
         tasks = [space.vec(t.needs) for w in member.workers for t in w.processing]
         packed = rooms.pack(tasks, mine)

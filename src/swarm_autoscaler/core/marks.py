@@ -88,6 +88,8 @@ def label_nodes(cluster: Cluster) -> tuple[LabelNode, ...]:
     out = []
     for member in (m for b in _LABELLED for m in cluster.bucket(b)):
         inst, node = member.instance, member.node
+        # (A manager matched to an owned instance is in the manager bucket, never listed above: the
+        # is_manager test is a second line that no plan reaches today.)
         if inst is None or node is None or not inst.labels or node.is_manager:
             continue
         missing = tuple(sorted((k, v) for k, v in inst.labels.items() if node.labels.get(k) != v))
