@@ -916,6 +916,18 @@ CONSOLIDATE = [
         Plan((cordon(2, USES_25),)),
     ),
     Case(
+        "tasks counted on a worker for an earlier cordon go with it when it is considered in turn",
+        # node-1's task is counted on node-2; node-2's own task and that one need both 1-cpu rooms left,
+        # and then the next task would fit nowhere: only node-1 is cordoned
+        assemble(
+            xlarge(1, running(1, "a")),
+            xlarge(2, running(1, "b")),
+            xlarge(3, running(3, "c")),
+            xlarge(4, running(3, "d")),
+        ),
+        Plan((cordon(1, USES_25),)),
+    ),
+    Case(
         "a cordon mark whose worker takes tasks again (restarted) is cleared",
         assemble(xlarge(1, running(1, "a"), marks=CORDONED)),
         Plan((mark(1, "worker takes tasks again", cordoned_since=None),)),

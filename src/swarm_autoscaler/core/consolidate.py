@@ -14,8 +14,8 @@ running on that type can each be placed on ONE of the other uncordoned workers o
 decreasing onto each worker's own free room, never onto room summed over several workers: a task runs
 on one worker, and summed room let a cordon be undone a tick later). Dask queues a new task behind a
 busy worker rather than wait for a cordoned one, and does not reliably move it once queued, so the
-room must be there when the task arrives. The room the cordoned worker's tasks take is no longer
-counted for the next candidate. One worker of each type always stays uncordoned,
+room must be there when the task arrives. The room a cordoned worker's tasks take stays taken for
+the next candidates, and those tasks move on with a worker that is itself cordoned later. One worker of each type always stays uncordoned,
 and a worker with a task waiting on it is never cordoned (that task would never start). plan() only
 calls this when nothing is pending.
 """
@@ -81,36 +81,45 @@ def _of_type(
 
 
 class _Rooms:
-    """The free room of each uncordoned worker of one type (by address). In address order: `order`,
-    the workers with room for the smallest task running on the type (the others can take none: rooms
-    only shrink, so leaving them out of first-fit scans keeps a large quiet fleet's plan fast), and
-    `roomy`, those with room for the next task (`headroom`, the largest), which a cordon relies on."""
+    """The free room of each uncordoned worker of one type (by address), and the tasks of cordoned
+    workers counted on each (`load`: when such a worker is itself cordoned later, they move on with its
+    own). In address order: `order`, the workers with room for the smallest task running on the type
+    (the others can take none: rooms only shrink, so leaving them out of first-fit scans keeps a large
+    quiet fleet's plan fast), and `roomy`, those with room for the next task (`headroom`, the largest),
+    which a cordon relies on."""
 
     def __init__(self, rooms: Rooms, needs: Sequence[Vec], space: Space) -> None:
         self.rooms = rooms
+        self.load: dict[str, list[Vec]] = {}
         self.headroom = _largest(needs, space)
         self.smallest = tuple(map(min, *needs)) if len(needs) > 1 else needs[0] if needs else space.zero
         self.order = [a for a in sorted(rooms) if fits(self.smallest, rooms[a])]
         self.roomy = [a for a in self.order if fits(self.headroom, rooms[a])]
 
-    def pack(self, tasks: Sequence[Vec], skip: frozenset[str]) -> Rooms | None:
-        """The rooms that change when each task goes on one worker not in `skip` (largest first, first
-        worker with room in address order), or None when a task fits no single worker or no worker
-        is left with room for the next task."""
+    def pack(self, tasks: Sequence[Vec], skip: frozenset[str]) -> list[tuple[str, Vec]] | None:
+        """Where each of `tasks`, and of the load counted on `skip`, goes: on one worker not in `skip`
+        each (largest first, first worker with room in address order). None when one fits no single
+        worker, or when no worker is left with room for the next task."""
         changed: Rooms = {}
-        for need in sorted(tasks, reverse=True):
+        placed = []
+        for need in sorted([*tasks, *(v for a in skip for v in self.load.get(a, ()))], reverse=True):
             target = next(
                 (a for a in self.order if a not in skip and fits(need, changed.get(a, self.rooms[a]))), None
             )
             if target is None:
                 return None
             changed[target] = minus(changed.get(target, self.rooms[target]), need)
+            placed.append((target, need))
         roomy = (a for a in self.roomy if a not in skip)
-        return changed if any(fits(self.headroom, changed.get(a, self.rooms[a])) for a in roomy) else None
+        return placed if any(fits(self.headroom, changed.get(a, self.rooms[a])) for a in roomy) else None
 
-    def take(self, changed: Rooms, cordoned: frozenset[str]) -> None:
-        """Apply a cordon: its tasks' room is used, and its own workers take no new tasks."""
-        self.rooms.update(changed)
+    def take(self, placed: list[tuple[str, Vec]], cordoned: frozenset[str]) -> None:
+        """Apply a cordon: its tasks (and the load counted on it) take room on the workers chosen by
+        `pack`, and its own workers take no new tasks."""
+        for a, need in placed:
+            self.rooms[a] = minus(self.rooms[a], need)
+            self.load.setdefault(a, []).append(need)
+        changed = {a for a, _ in placed}
         gone = set(cordoned) | {a for a in changed if not fits(self.smallest, self.rooms[a])}
         full = gone | {a for a in changed if not fits(self.headroom, self.rooms[a])}
         self.order = [a for a in self.order if a not in gone]
