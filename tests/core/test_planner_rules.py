@@ -775,6 +775,16 @@ REPAIR = [
         Plan(),
     ),
     Case(
+        "a broken (stopped) machine whose worker still has work is not terminated",
+        assemble(
+            (
+                make_instance(1, state=InstanceState.STOPPED),
+                *busy_large(1)[1:],  # type: ignore[misc]
+            )
+        ),
+        Plan(),
+    ),
+    Case(
         "an instance already shutting down is left to EC2",
         make_snapshot(instances=[make_instance(1, state=InstanceState.SHUTTING_DOWN)]),
         Plan(),
