@@ -102,8 +102,7 @@ def _repair_disconnected(facts: Facts, member: Member) -> Step:
     if now - down_since < timeout or member.busy:
         return Step()
     reason = f"node {node.status} for {now - down_since:g}s (node_down_timeout {timeout:g}s)"
-    if not inst.alive:
-        return _remove(member, reason)
+    # (A disconnected member's instance is alive: one shutting down is in the terminating bucket.)
     expect: tuple[Check, ...] = (HostIdle(member.hostname), NodeDown(node.id), NodeOurs(node.id))
     return Step((Terminate((inst.id,), reason, (node.id,), expect=expect),), removed=frozenset({node.id}))
 
