@@ -174,10 +174,8 @@ class _World:
 
     def carry_out(self, action: object, now: float) -> None:
         match action:
-            case MarkNode(node_id=node_id, changes=changes):
-                node = self.nodes[node_id]
-                marks = dataclasses.replace(node.marks, **dict(changes))  # type: ignore[arg-type]
-                self.nodes[node_id] = dataclasses.replace(node, marks=marks)
+            case MarkNode(node_id=node_id, marks=marks):
+                self.nodes[node_id] = dataclasses.replace(self.nodes[node_id], marks=marks)
             case ActivateNode(node_id=node_id) | DrainNode(node_id=node_id):
                 active = isinstance(action, ActivateNode)
                 availability = Availability.ACTIVE if active else Availability.DRAIN

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from tests.builders import (
     NOW,
@@ -14,11 +16,28 @@ from tests.builders import (
     make_task,
 )
 
-from swarm_autoscaler.core.cluster import OBSERVED, OWNED_NODE_LABEL, TRANSITIONS, Bucket, allowed, classify
-from swarm_autoscaler.core.model import Availability, InstanceState, NodeMarks, NodeStatus, TypePolicy
-from swarm_autoscaler.daemon.tick import TYPE_LABEL
+from swarm_autoscaler.core.cluster import OBSERVED, TRANSITIONS, TYPE_LABEL, Bucket, allowed, classify
+from swarm_autoscaler.core.model import (
+    Availability,
+    Instance,
+    InstanceState,
+    Node,
+    NodeMarks,
+    NodeStatus,
+    TypePolicy,
+    Worker,
+)
+from swarm_autoscaler.daemon import tick
 
 POLICY = make_policy(max_start_time=600)
+
+
+def unlabelled(parts: tuple[Instance, Node, Worker | None]) -> tuple[Instance, Node, Worker | None]:
+    """A machine whose node does not carry the ownership label yet."""
+    inst, node, worker = parts
+    return inst, replace(node, ours=False), worker
+
+
 DRAIN = Availability.DRAIN
 
 
@@ -43,12 +62,16 @@ DRAIN = Availability.DRAIN
         (machine(1, status=NodeStatus.DISCONNECTED, availability=DRAIN), Bucket.DISCONNECTED),
         (machine(1, manager=True), Bucket.MANAGER),  # an owned instance never becomes a manager to scale
         ((None, make_node(1, manager=True), None), Bucket.MANAGER),
-        ((None, make_node(1, marks=NodeMarks()), None), Bucket.UNOWNED),
+        ((None, make_node(1, marks=NodeMarks(), ours=False), None), Bucket.UNOWNED),
+        # the plain instance-type label and the lifecycle marks prove no ownership, even on a down node
         (
-            (None, make_node(1, marks=NodeMarks(), labels={OWNED_NODE_LABEL: "m5.large"}), None),
-            Bucket.DISCONNECTED,
+            (None, make_node(1, status=NodeStatus.DOWN, labels={TYPE_LABEL: "m5.large"}, ours=False), None),
+            Bucket.UNOWNED,
         ),
-        ((None, make_node(1, status=NodeStatus.DOWN), None), Bucket.DISCONNECTED),  # ready mark: ours
+        ((None, make_node(1, marks=NodeMarks(), ours=True), None), Bucket.DISCONNECTED),  # our label
+        ((None, make_node(1, status=NodeStatus.DOWN), None), Bucket.DISCONNECTED),
+        # matched by hostname to an owned instance: the instance's, labelled or not
+        (unlabelled(machine(1, worker=False, status=NodeStatus.DOWN)), Bucket.DISCONNECTED),
     ],
 )
 def test_each_machine_lands_in_one_bucket(parts: tuple[object, ...], bucket: Bucket) -> None:
@@ -83,8 +106,8 @@ def test_workers_and_nodes_are_matched_by_hostname_and_stale_node_entries_are_di
     assert [m.node for m in cluster.disconnected] == [stale]
 
 
-def test_the_owned_node_label_is_the_one_launches_carry() -> None:
-    assert OWNED_NODE_LABEL == TYPE_LABEL
+def test_the_type_label_is_the_one_launches_carry() -> None:
+    assert tick.TYPE_LABEL == TYPE_LABEL
 
 
 def test_the_transition_table_covers_every_bucket_and_is_closed() -> None:

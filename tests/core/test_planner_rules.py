@@ -18,27 +18,36 @@ from tests.builders import (
     make_snapshot,
     make_task,
     make_tasks,
+    make_worker,
 )
 from tests.core.randomized import apply
 
 from swarm_autoscaler.core.cluster import Bucket, allowed, classify
 from swarm_autoscaler.core.model import (
+    OWNERSHIP_LABEL,
     ActivateNode,
     Availability,
     Cordon,
     DrainNode,
+    HostIdle,
     Instance,
     InstanceState,
     LabelNode,
     Launch,
     MarkNode,
     Node,
+    NodeDown,
     NodeMarks,
+    NodeOurs,
     NodeStatus,
+    NothingWaits,
+    NotJoined,
+    NoWorker,
     Plan,
     Policy,
     RemoveNode,
     Resources,
+    Retired,
     RetireWorkers,
     Snapshot,
     Task,
@@ -61,9 +70,29 @@ def launch(type_name: str, count: int, tasks: int) -> Launch:
     )
 
 
+@dataclass(frozen=True)
+class Marked:
+    """An expected MarkNode, written as the changes to node `n`'s marks in the case's snapshot: the
+    Case turns it into the MarkNode carrying the node's complete new marks."""
+
+    n: int
+    why: str
+    changes: dict[str, float | bool | None]
+
+
 def mark(n: int, why: str, **changes: float | bool | None) -> MarkNode:
-    order = ("ready", "empty_since", "drained_since", "termination_started", "down_since", "cordoned_since")
-    return MarkNode(f"node-{n}", tuple((k, changes[k]) for k in order if k in changes), why)
+    return Marked(n, why, changes)  # type: ignore[return-value]  # resolved by Case.__post_init__
+
+
+def _resolved(expected: Plan, snapshot: Snapshot) -> Plan:
+    marks = {n.id: n.marks for n in snapshot.nodes}
+    actions = tuple(
+        MarkNode(f"node-{a.n}", replace(marks[f"node-{a.n}"], **a.changes), a.why)  # type: ignore[arg-type]
+        if isinstance(a, Marked)
+        else a
+        for a in expected.actions
+    )
+    return replace(expected, actions=actions)
 
 
 def labelled(
@@ -78,12 +107,58 @@ def addr(n: int) -> str:
     return f"tcp://10.0.0.{n}:8786"
 
 
+OWNED = {OWNERSHIP_LABEL: "c1", "instance-type": "m5.large"}  # the labels a launch gives an instance
+LABELS_WHY = "labels its instance was launched with"
+
+
+def unlabelled(parts: tuple[Instance, Node, Worker | None]) -> tuple[Instance, Node, Worker | None]:
+    """A machine whose node does not carry the ownership label (yet)."""
+    inst, node, worker = parts
+    return inst, replace(node, ours=False), worker
+
+
+def retire(n: int, delay: str = "60s") -> RetireWorkers:
+    """The expected retirement of machine `n`'s worker, planned on its host being idle."""
+    return RetireWorkers((addr(n),), f"idle for at least drain_delay={delay}", (HostIdle(hostname(n)),))
+
+
+def drain(n: int, reason: str, retired: bool = True) -> DrainNode:
+    """The expected drain of node `n`: still idle and ours, and its worker really retired when the
+    plan retires it first."""
+    expect = (HostIdle(hostname(n)), NodeOurs(f"node-{n}"), *((Retired(hostname(n)),) if retired else ()))
+    return DrainNode(f"node-{n}", hostname(n), reason, expect=expect)
+
+
+def idle_and_ours(n: int) -> tuple[HostIdle, NodeOurs]:
+    return HostIdle(hostname(n)), NodeOurs(f"node-{n}")
+
+
+def removal(n: int, reason: str) -> RemoveNode:
+    """The expected removal of node `n`: its host idle, the node still down and ours."""
+    return RemoveNode(
+        f"node-{n}",
+        hostname(n),
+        reason,
+        (HostIdle(hostname(n)), NodeDown(f"node-{n}"), NodeOurs(f"node-{n}")),
+    )
+
+
+def cordon(n: int, reason: str) -> Cordon:
+    """The expected cordon of machine `n`: nothing waits on its worker and its node is still ours."""
+    return Cordon(
+        f"node-{n}", hostname(n), (addr(n),), reason, (NothingWaits(hostname(n)), NodeOurs(f"node-{n}"))
+    )
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
     snapshot: Snapshot
     expected: Plan
     policy: Policy = field(default_factory=make_policy)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "expected", _resolved(self.expected, self.snapshot))
 
 
 def busy_large(n: int, **kw: object) -> tuple[object, ...]:
@@ -338,8 +413,8 @@ SCALE_DOWN = [
         Plan(
             (
                 mark(1, "drained", empty_since=None, drained_since=NOW),
-                RetireWorkers((addr(1),), "idle for at least drain_delay=60s"),
-                DrainNode("node-1", hostname(1), "empty for 100s (drain_delay 60s)"),
+                retire(1),
+                drain(1, "empty for 100s (drain_delay 60s)"),
             )
         ),
     ),
@@ -349,7 +424,7 @@ SCALE_DOWN = [
         Plan(
             (
                 mark(1, "drained", empty_since=None, drained_since=NOW),
-                DrainNode("node-1", hostname(1), "empty for 100s (drain_delay 60s)"),
+                drain(1, "empty for 100s (drain_delay 60s)", retired=False),
             )
         ),
     ),
@@ -369,8 +444,8 @@ SCALE_DOWN = [
         Plan(
             (
                 mark(1, "drained", empty_since=None, drained_since=NOW),
-                RetireWorkers((addr(1),), "idle for at least drain_delay=60s"),
-                DrainNode("node-1", hostname(1), "empty for 100s (drain_delay 60s)"),
+                retire(1),
+                drain(1, "empty for 100s (drain_delay 60s)"),
             ),
             unplaceable=(
                 Unplaceable(
@@ -405,6 +480,7 @@ SCALE_DOWN = [
                     ("i-0001",),
                     "drained for at least termination_delay=120s, beyond the reserve",
                     ("node-1",),
+                    idle_and_ours(1),
                 ),
             )
         ),
@@ -470,6 +546,36 @@ SCALE_DOWN = [
         Plan((mark(1, "seen drained", drained_since=NOW),)),
     ),
     Case(
+        "an idle node that receives pending work is not drained, even when other work cannot be served",
+        # max_instances reached: the 8-cpu task gets nothing, so scale-down runs; the 1-cpu task is placed
+        assemble(machine(1, marks=EMPTY_LONG), unrunnable=[make_task("big", 8), make_task("small")]),
+        Plan((mark(1, "has work again", empty_since=None),), pending=2, placed=(("active", 1),)),
+        make_policy(max_instances=1),
+    ),
+    Case(
+        "a drained node that receives pending work is activated, not terminated, even at max_instances",
+        assemble(
+            machine(1, worker=False, availability=Availability.DRAIN, marks=NodeMarks(True, None, NOW - 200)),
+            unrunnable=[make_task("big", 8), make_task("small")],
+        ),
+        Plan(
+            (
+                mark(1, "reactivated for pending work", drained_since=None),
+                ActivateNode("node-1", hostname(1), "1 pending task(s) fit on this drained node"),
+            ),
+            pending=2,
+            placed=(("drained", 1),),
+        ),
+        make_policy(max_instances=1),
+    ),
+    Case(
+        "a drained node whose worker holds unique results is never terminated",
+        assemble(
+            machine(1, availability=Availability.DRAIN, unique=True, marks=NodeMarks(True, None, NOW - 200))
+        ),
+        Plan(),
+    ),
+    Case(
         "scale-down never goes below min_instances",
         assemble(
             machine(1, worker=False, availability=Availability.DRAIN, marks=NodeMarks(True, None, NOW - 999))
@@ -485,7 +591,11 @@ REPAIR = [
         make_snapshot(instances=[make_instance(1, age=700)], unrunnable=make_tasks(1)),
         Plan(
             (
-                Terminate(("i-0001",), "broken: not up with a worker within 600s of launch"),
+                Terminate(
+                    ("i-0001",),
+                    "broken: not up with a worker within 600s of launch",
+                    expect=(NoWorker(hostname(1)), NotJoined(hostname(1))),
+                ),
                 launch("m5.large", 1, 1),
             ),
             pending=1,
@@ -498,7 +608,12 @@ REPAIR = [
         Plan(
             (
                 mark(1, "terminating", termination_started=NOW),
-                Terminate(("i-0001",), "broken: not up with a worker within 600s of launch", ("node-1",)),
+                Terminate(
+                    ("i-0001",),
+                    "broken: not up with a worker within 600s of launch",
+                    ("node-1",),
+                    (NoWorker(hostname(1)), NodeOurs("node-1")),
+                ),
             )
         ),
     ),
@@ -518,26 +633,30 @@ REPAIR = [
         Plan((mark(1, "node is ready again", down_since=None),)),
     ),
     Case(
-        "a node down past node_down_timeout is removed and its instance terminated",
+        "a node down past node_down_timeout is removed with its instance: one Terminate, still down",
         assemble(
             machine(1, worker=False, status=NodeStatus.DOWN, marks=NodeMarks(True, down_since=NOW - 400))
         ),
         Plan(
             (
-                RemoveNode("node-1", hostname(1), "node down for 400s (node_down_timeout 300s)"),
-                Terminate(("i-0001",), "node down for 400s (node_down_timeout 300s)"),
+                Terminate(
+                    ("i-0001",),
+                    "node down for 400s (node_down_timeout 300s)",
+                    ("node-1",),
+                    (HostIdle(hostname(1)), NodeDown("node-1"), NodeOurs("node-1")),
+                ),
             )
         ),
     ),
     Case(
         "a node of ours whose instance is gone is removed",
         make_snapshot(nodes=[make_node(1, status=NodeStatus.DOWN, labels={"instance-type": "m5.large"})]),
-        Plan((RemoveNode("node-1", hostname(1), "its instance is gone"),)),
+        Plan((removal(1, "its instance is gone"),)),
     ),
     Case(
         "unowned and manager nodes are never touched",
         assemble(
-            (None, make_node(1, status=NodeStatus.DOWN, marks=NodeMarks()), None),
+            (None, make_node(1, status=NodeStatus.DOWN, marks=NodeMarks(), ours=False), None),
             (None, make_node(2, manager=True, marks=NodeMarks()), machine(2)[2]),
             machine(3, manager=True, marks=EMPTY_LONG),
         ),
@@ -547,8 +666,123 @@ REPAIR = [
         "a termination that did not take is asked again",
         assemble(machine(1, worker=False, marks=NodeMarks(True, termination_started=NOW - 200))),
         Plan(
-            (Terminate(("i-0001",), "termination requested earlier did not take; asking again", ("node-1",)),)
+            (
+                Terminate(
+                    ("i-0001",),
+                    "termination requested earlier did not take; asking again",
+                    ("node-1",),
+                    idle_and_ours(1),
+                ),
+            )
         ),
+    ),
+    Case(
+        "broken machines are terminated one per action, each with what it was planned on",
+        make_snapshot(instances=[make_instance(1, age=700), make_instance(2, age=700)]),
+        Plan(
+            tuple(
+                Terminate(
+                    (f"i-000{n}",),
+                    "broken: not up with a worker within 600s of launch",
+                    expect=(NoWorker(hostname(n)), NotJoined(hostname(n))),
+                )
+                for n in (1, 2)
+            )
+        ),
+    ),
+    Case(
+        "a down node matching no instance with only the instance-type label is not ours: never touched",
+        make_snapshot(
+            nodes=[make_node(1, status=NodeStatus.DOWN, labels={"instance-type": "m5.large"}, ours=False)]
+        ),
+        Plan(),
+    ),
+    Case(
+        "a joined node of an owned instance that lacks the ownership label gets it from its instance",
+        assemble(
+            unlabelled(
+                labelled(busy_large(1), OWNED, {"instance-type": "m5.large"})  # type: ignore[arg-type]
+            )
+        ),
+        Plan((LabelNode("node-1", hostname(1), ((OWNERSHIP_LABEL, "c1"),), LABELS_WHY),)),
+    ),
+    Case(
+        "the node of an instance being terminated is recognised by hostname: labelled ours and removed once down",
+        # it joined after the termination was asked, so it was never labelled nor removed with it
+        assemble(
+            (
+                replace(make_instance(1, state=InstanceState.SHUTTING_DOWN), labels=OWNED),
+                make_node(1, status=NodeStatus.DOWN, marks=NodeMarks(), labels={}, ours=False),
+                None,
+            )
+        ),
+        Plan(
+            (
+                LabelNode("node-1", hostname(1), tuple(sorted(OWNED.items())), LABELS_WHY),
+                removal(1, "its instance is shutting-down"),
+            )
+        ),
+    ),
+    Case(
+        "the node of an instance being terminated is left while it is still ready (the machine shuts down)",
+        assemble(
+            (
+                replace(make_instance(1, state=InstanceState.SHUTTING_DOWN), labels=OWNED),
+                make_node(1, marks=NodeMarks(), labels=OWNED),
+                None,
+            )
+        ),
+        Plan(),
+    ),
+    Case(
+        "a node of ours whose instance is gone is kept while it is ready",
+        make_snapshot(nodes=[make_node(1)]),
+        Plan(),
+    ),
+    Case(
+        "a node of ours whose instance is gone is kept while a worker on it has work",
+        make_snapshot(
+            nodes=[make_node(1, status=NodeStatus.DOWN)], workers=[make_worker(1, processing=make_tasks(1))]
+        ),
+        Plan(),
+    ),
+    Case(
+        "a node down for less than node_down_timeout is kept",
+        assemble(
+            machine(1, worker=False, status=NodeStatus.DOWN, marks=NodeMarks(True, down_since=NOW - 100))
+        ),
+        Plan(),
+    ),
+    Case(
+        "a node down past node_down_timeout whose worker still has work is kept",
+        assemble(busy_large(1, status=NodeStatus.DOWN, marks=NodeMarks(True, down_since=NOW - 400))),  # type: ignore[arg-type]
+        Plan(),
+    ),
+    Case(
+        "the down node of an instance being terminated is kept while a worker on it has work",
+        assemble(
+            (
+                make_instance(1, state=InstanceState.SHUTTING_DOWN),
+                make_node(1, status=NodeStatus.DOWN),
+                make_worker(1, unique=True),
+            )
+        ),
+        Plan(),
+    ),
+    Case(
+        "a termination that did not take is not asked again while its worker has work",
+        assemble(busy_large(1, marks=NodeMarks(True, termination_started=NOW - 200))),  # type: ignore[arg-type]
+        Plan(),
+    ),
+    Case(
+        "a broken (stopped) machine whose worker still has work is not terminated",
+        assemble(
+            (
+                make_instance(1, state=InstanceState.STOPPED),
+                *busy_large(1)[1:],  # type: ignore[misc]
+            )
+        ),
+        Plan(),
     ),
     Case(
         "an instance already shutting down is left to EC2",
@@ -567,6 +801,15 @@ def xlarge(n: int, tasks: tuple[Task, ...], **kw: object) -> tuple[Instance, Nod
     return machine(n, "m5.xlarge", processing=tasks, **kw)  # type: ignore[arg-type]
 
 
+def with_foo(parts: tuple[Instance, Node, Worker | None]) -> tuple[Instance, Node, Worker | None]:
+    """A machine whose worker also offers one `foo` (a dask resource) and runs a 1-cpu task that needs it."""
+    inst, node, worker = parts
+    assert worker is not None
+    task = replace(make_task("foo-task", foo=1), executing=True)
+    res = replace(worker.resources, generic=(("foo", 1.0),))
+    return inst, node, replace(worker, resources=res, processing=(task,))
+
+
 CORDONED = NodeMarks(ready=True, cordoned_since=NOW - 30)
 USES_25 = "uses 25% of its machine; the rest of its type has room for its tasks"
 
@@ -574,17 +817,32 @@ CONSOLIDATE = [
     Case(
         "dask spread one task onto each of two machines: the first, least used, is cordoned to empty",
         assemble(xlarge(1, running(1, "a")), xlarge(2, running(2, "b"))),
-        Plan((Cordon("node-1", hostname(1), (addr(1),), USES_25),)),
+        Plan((cordon(1, USES_25),)),
     ),
     Case(
         "a worker with a task waiting on it is never cordoned: the task would never start",
         assemble(xlarge(1, (*running(1, "a"), *make_tasks(1, "w"))), xlarge(2, running(1, "b"))),
-        Plan((Cordon("node-2", hostname(2), (addr(2),), USES_25),)),
+        Plan((cordon(2, USES_25),)),
     ),
     Case(
         "the last uncordoned worker of a type stays, and a busy one above the threshold is kept",
         assemble(xlarge(1, running(1, "a")), xlarge(2, running(3, "b")), xlarge(3, running(1, "c"))),
-        Plan((Cordon("node-1", hostname(1), (addr(1),), USES_25),)),
+        Plan((cordon(1, USES_25),)),
+    ),
+    Case(
+        "no cordon when the next task would fit only on room summed over several workers (the flap)",
+        # four workers have 1 cpu free each: 4 cpus in all, but the next 2-cpu task fits on none of them,
+        # so dask would queue it and the cordon would be undone a tick later
+        assemble(
+            xlarge(1, running(2, "a")),
+            *(xlarge(n, (*running(1, f"b{n}-", cpus=2), *running(1, f"c{n}-"))) for n in (2, 3, 4, 5)),
+        ),
+        Plan(),
+    ),
+    Case(
+        "a worker is cordoned when each of its tasks and the next one fit on one other worker each",
+        assemble(xlarge(1, running(2, "a")), *(xlarge(n, running(3, f"b{n}-")) for n in (2, 3, 4))),
+        Plan((cordon(1, "uses 50% of its machine; the rest of its type has room for its tasks"),)),
     ),
     Case(
         "no cordon when the other workers of the type have no room for its tasks",
@@ -634,6 +892,52 @@ CONSOLIDATE = [
         ),
     ),
     Case(
+        "a worker using more than consolidate_below is never cordoned",
+        assemble(xlarge(1, running(1, "a")), xlarge(2, running(1, "b"))),
+        Plan(),
+        make_policy(consolidate_below=0.2),
+    ),
+    Case(
+        "the least used worker is not cordoned while a task waits on it, even with room elsewhere",
+        assemble(
+            xlarge(1, (*running(1, "a"), make_task("w", cpus=0.5))),
+            *(xlarge(n, running(3, f"b{n}-")) for n in (2, 3, 4)),
+        ),
+        Plan(),
+    ),
+    Case(
+        "nothing is cordoned while work is pending that cannot get capacity (max_instances reached)",
+        assemble(xlarge(1, running(1, "a")), xlarge(2, running(1, "b")), unrunnable=[make_task("u", cpus=8)]),
+        Plan(pending=1),
+        make_policy(max_instances=2),
+    ),
+    Case(
+        "nothing is cordoned while the plan uncordons a worker a task waits on: one change at a time",
+        assemble(
+            xlarge(1, (*running(1, "a"), make_task("w")), retiring=True, marks=CORDONED),
+            xlarge(2, running(1, "b")),
+            xlarge(3, running(1, "c")),
+        ),
+        Plan((Uncordon("node-1", hostname(1), (addr(1),), "1 task(s) wait on this cordoned worker"),)),
+    ),
+    Case(
+        "a worker whose task needs a resource no other worker has stays uncordoned; the other is cordoned",
+        assemble(with_foo(xlarge(1, ())), xlarge(2, running(1, "b"))),
+        Plan((cordon(2, USES_25),)),
+    ),
+    Case(
+        "tasks counted on a worker for an earlier cordon go with it when it is considered in turn",
+        # node-1's task is counted on node-2; node-2's own task and that one need both 1-cpu rooms left,
+        # and then the next task would fit nowhere: only node-1 is cordoned
+        assemble(
+            xlarge(1, running(1, "a")),
+            xlarge(2, running(1, "b")),
+            xlarge(3, running(3, "c")),
+            xlarge(4, running(3, "d")),
+        ),
+        Plan((cordon(1, USES_25),)),
+    ),
+    Case(
         "a cordon mark whose worker takes tasks again (restarted) is cleared",
         assemble(xlarge(1, running(1, "a"), marks=CORDONED)),
         Plan((mark(1, "worker takes tasks again", cordoned_since=None),)),
@@ -647,8 +951,8 @@ CONSOLIDATE = [
         Plan(
             (
                 mark(1, "drained", empty_since=None, drained_since=NOW, cordoned_since=None),
-                RetireWorkers((addr(1),), "idle for at least drain_delay=60s"),
-                DrainNode("node-1", hostname(1), "empty for 61s (drain_delay 60s)"),
+                retire(1),
+                drain(1, "empty for 61s (drain_delay 60s)"),
             )
         ),
     ),

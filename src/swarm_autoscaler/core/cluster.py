@@ -3,6 +3,9 @@
 A *member* is one machine as the daemon sees it: an owned EC2 instance, the swarm node with the same
 hostname (if it joined) and the dask workers on that node (matched by hostname). Nodes that match no
 owned instance are members too (instance None), so that nothing observed is silently dropped.
+A node matched by hostname to an owned instance belongs to that member even before it carries the
+ownership label: the planner gives it the label (LabelNode), and every disruptive action on a node
+expects `NodeOurs`, so `act` touches it only once the label is there.
 
 Lifecycle of a machine (the buckets, in the order a healthy machine passes through them)::
 
@@ -25,8 +28,10 @@ the daemon never scales a manager.
 Classification rules, first match wins (age = now - instance.launched_at):
 
 1. node is a manager                                   -> manager
-2. no owned instance with the node's hostname          -> disconnected if the node is ours (it carries
-   the `instance-type` label the daemon gives its machines, or a `ready` mark), else unowned
+2. no owned instance with the node's hostname          -> disconnected if the node is ours (`Node.ours`:
+   it carries this cluster's namespaced ownership label), else unowned. The plain `instance-type`
+   label and the lifecycle marks prove nothing: a node without the ownership label that matches no
+   owned instance is never touched, even when it goes down
 3. instance stopped                                    -> broken (an owned stopped machine is useless)
 4. instance shutting-down/stopping, or the node carries
    a `termination_started` mark                        -> terminating
@@ -63,9 +68,11 @@ from swarm_autoscaler.core.model import (
     Worker,
 )
 
-# The node label the daemon gives every machine it launches (see tick.TYPE_LABEL): marks a node as ours
-# even after its instance disappeared from the listing.
-OWNED_NODE_LABEL = "instance-type"
+# The node label that names a machine's instance type: for placement constraints, and the type of a node
+# whose instance is no longer listed. It proves no ownership (users set it too): see `Node.ours`.
+TYPE_LABEL = "instance-type"
+# The former name, kept only because daemon/tick.py imports it (another branch edits that file).
+OWNED_NODE_LABEL = TYPE_LABEL
 
 
 class Bucket(enum.StrEnum):
@@ -158,7 +165,7 @@ class Member:
         """The instance's type; for a node without an owned instance, its type label (or "")."""
         if self.instance is not None:
             return self.instance.type_name
-        return self.node.labels.get(OWNED_NODE_LABEL, "") if self.node is not None else ""
+        return self.node.labels.get(TYPE_LABEL, "") if self.node is not None else ""
 
     @property
     def busy(self) -> bool:
@@ -252,7 +259,7 @@ def _pick_node(candidates: Sequence[Node]) -> tuple[Node | None, list[Node]]:
 def _orphan_bucket(node: Node) -> Bucket:
     if node.is_manager:
         return Bucket.MANAGER
-    if OWNED_NODE_LABEL in node.labels or node.marks.ready:
+    if node.ours:
         return Bucket.DISCONNECTED
     return Bucket.UNOWNED
 

@@ -9,10 +9,13 @@ and pending work that fits it takes it back (uncordoned) before drained nodes or
 
 The rule, per instance type, least used first (the rule and default threshold of Kubernetes'
 cluster-autoscaler, `--scale-down-utilization-threshold` 0.5): a worker using at most `threshold` of
-its machine, in its most used resource, is cordoned when the other uncordoned workers of its type have
-room for its tasks plus one more of the largest task running on that type (dask queues a new task
-behind a busy worker rather than wait for a cordoned one, and does not reliably move it once queued,
-so the room must be there when the task arrives). One worker of each type always stays uncordoned,
+its machine, in its most used resource, is cordoned when its tasks and then one more of the largest task
+running on that type can each be placed on ONE of the other uncordoned workers of its type (first fit
+decreasing onto each worker's own free room, never onto room summed over several workers: a task runs
+on one worker, and summed room let a cordon be undone a tick later). Dask queues a new task behind a
+busy worker rather than wait for a cordoned one, and does not reliably move it once queued, so the
+room must be there when the task arrives. The room a cordoned worker's tasks take stays taken for
+the next candidates, and those tasks move on with a worker that is itself cordoned later. One worker of each type always stays uncordoned,
 and a worker with a task waiting on it is never cordoned (that task would never start). plan() only
 calls this when nothing is pending.
 """
@@ -22,15 +25,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from swarm_autoscaler.core.cluster import Member
-from swarm_autoscaler.core.model import Cordon
-from swarm_autoscaler.core.vectors import Vec, fits, minus, plus
+from swarm_autoscaler.core.model import Check, Cordon, NodeOurs, NothingWaits
+from swarm_autoscaler.core.vectors import Space, Vec, fits, minus, plus
+
+Rooms = dict[str, Vec]  # worker address -> free room
 
 
 def choose_cordons(
-    candidates: Iterable[Member], free: Mapping[str, Vec], capacity: Mapping[str, Vec], threshold: float
+    candidates: Iterable[Member],
+    free: Mapping[str, Vec],
+    capacity: Mapping[str, Vec],
+    threshold: float,
+    space: Space,
 ) -> list[Cordon]:
     """Cordon actions for `candidates` (active, uncordoned members with workers). `free` is each worker's
-    free capacity, `capacity` a whole machine's per type."""
+    free capacity, `capacity` a whole machine's per type; `space` turns task needs into vectors."""
     by_type: dict[str, list[Member]] = {}
     for member in candidates:
         by_type.setdefault(member.type_name, []).append(member)
@@ -38,60 +47,112 @@ def choose_cordons(
     for type_name, members in sorted(by_type.items()):
         whole = capacity.get(type_name)
         if whole is not None and len(members) > 1:
-            out.extend(_of_type(members, free, whole, threshold))
+            out.extend(_of_type(members, free, whole, threshold, space))
     return out
 
 
 def _of_type(
-    members: Sequence[Member], free: Mapping[str, Vec], whole: Vec, threshold: float
+    members: Sequence[Member], free: Mapping[str, Vec], whole: Vec, threshold: float, space: Space
 ) -> list[Cordon]:
-    room_of = {m.key: _room(m, free, whole) for m in members}
-    room = tuple(0.0 for _ in whole)
-    for m in members:
-        room = plus(room, room_of[m.key])
-    ranked = []
-    for m in members:
-        if not all(t.executing for w in m.workers for t in w.processing):
-            continue  # a task waits on it: cordoning would leave it stuck
-        used = minus(whole, room_of[m.key])
-        share = max((u / c for u, c in zip(used, whole, strict=True) if c > 0), default=0.0)
-        if share <= threshold:
-            ranked.append((share, m.key, m, used))
-    ranked.sort(key=lambda r: (r[0], r[1]))
-    headroom = _largest_task(members, whole)
+    needs = [space.vec(t.needs) for m in members for w in m.workers for t in w.processing]
+    rooms = _Rooms({w.address: free[w.address] for m in members for w in m.workers}, needs, space)
     out: list[Cordon] = []
     uncordoned = len(members)
-    for share, _key, member, used in ranked:
-        rest = minus(room, room_of[member.key])
-        if uncordoned <= 1 or not fits(plus(used, headroom), rest):
+    for share, member in _ranked(members, free, whole, threshold):
+        # One worker of the type stays uncordoned. The room check alone already ensures it (the last
+        # worker's tasks and the next task would have no other worker to go to), so deleting this test
+        # changes no plan; it stays so that the rule does not rest on that. Rooms only shrink: once
+        # no worker has room for the next task, none will.
+        if uncordoned <= 1 or not rooms.roomy:
+            break
+        mine = frozenset(w.address for w in member.workers)
+        tasks = [space.vec(t.needs) for w in member.workers for t in w.processing]
+        packed = rooms.pack(tasks, mine)
+        if packed is None:
             continue
-        room = minus(rest, used)
+        rooms.take(packed, mine)
         uncordoned -= 1
         node = member.node
         assert node is not None
         reason = f"uses {share:.0%} of its machine; the rest of its type has room for its tasks"
-        out.append(Cordon(node.id, node.hostname, tuple(w.address for w in member.workers), reason))
+        expect: tuple[Check, ...] = (NothingWaits(member.hostname), NodeOurs(node.id))
+        out.append(Cordon(node.id, node.hostname, tuple(sorted(mine)), reason, expect=expect))
     return out
 
 
-def _largest_task(members: Sequence[Member], whole: Vec) -> Vec:
-    """The most CPUs, RAM and GPUs any one task running on these members needs: the room kept for the
-    next such task. Dask queues a task behind a busy worker rather than wait for a cordoned one, and
-    does not reliably move it when room appears elsewhere, so the uncordoned workers must have room
-    for it when it arrives. (Generic resources keep no headroom.)"""
-    largest = [0.0] * len(whole)
+class _Rooms:
+    """The free room of each uncordoned worker of one type (by address), and the tasks of cordoned
+    workers counted on each (`load`: when such a worker is itself cordoned later, they move on with its
+    own). In address order: `order`, the workers with room for the smallest task running on the type
+    (the others can take none: rooms only shrink, so leaving them out of first-fit scans keeps a large
+    quiet fleet's plan fast), and `roomy`, those with room for the next task (`headroom`, the largest),
+    which a cordon relies on."""
+
+    def __init__(self, rooms: Rooms, needs: Sequence[Vec], space: Space) -> None:
+        self.rooms = rooms
+        self.load: dict[str, list[Vec]] = {}
+        self.headroom = _largest(needs, space)
+        self.smallest = tuple(map(min, *needs)) if len(needs) > 1 else needs[0] if needs else space.zero
+        self.order = [a for a in sorted(rooms) if fits(self.smallest, rooms[a])]
+        self.roomy = [a for a in self.order if fits(self.headroom, rooms[a])]
+
+    def pack(self, tasks: Sequence[Vec], skip: frozenset[str]) -> list[tuple[str, Vec]] | None:
+        """Where each of `tasks`, and of the load counted on `skip`, goes: on one worker not in `skip`
+        each (largest first, first worker with room in address order). None when one fits no single
+        worker, or when no worker is left with room for the next task."""
+        changed: Rooms = {}
+        placed = []
+        for need in sorted([*tasks, *(v for a in skip for v in self.load.get(a, ()))], reverse=True):
+            target = next(
+                (a for a in self.order if a not in skip and fits(need, changed.get(a, self.rooms[a]))), None
+            )
+            if target is None:
+                return None
+            changed[target] = minus(changed.get(target, self.rooms[target]), need)
+            placed.append((target, need))
+        roomy = (a for a in self.roomy if a not in skip)
+        return placed if any(fits(self.headroom, changed.get(a, self.rooms[a])) for a in roomy) else None
+
+    def take(self, placed: list[tuple[str, Vec]], cordoned: frozenset[str]) -> None:
+        """Apply a cordon: its tasks (and the load counted on it) take room on the workers chosen by
+        `pack`, and its own workers take no new tasks."""
+        for a, need in placed:
+            self.rooms[a] = minus(self.rooms[a], need)
+            self.load.setdefault(a, []).append(need)
+        changed = {a for a, _ in placed}
+        gone = set(cordoned) | {a for a in changed if not fits(self.smallest, self.rooms[a])}
+        full = gone | {a for a in changed if not fits(self.headroom, self.rooms[a])}
+        self.order = [a for a in self.order if a not in gone]
+        self.roomy = [a for a in self.roomy if a not in full]
+
+
+def _ranked(
+    members: Sequence[Member], free: Mapping[str, Vec], whole: Vec, threshold: float
+) -> list[tuple[float, Member]]:
+    """The members using at most `threshold` of their machine in their most used resource, least used
+    first (then by key); a member with a task waiting on it is left out (it would never start)."""
+    ranked = []
     for m in members:
+        if not all(t.executing for w in m.workers for t in w.processing):
+            continue
+        room = tuple(0.0 for _ in whole)
         for w in m.workers:
-            for t in w.processing:
-                need = (t.needs.cpus, t.needs.ram, t.needs.gpus)
-                for d in range(3):
-                    largest[d] = max(largest[d], float(need[d]))
+            room = plus(room, free[w.address])
+        used = minus(whole, room)
+        share = max((u / c for u, c in zip(used, whole, strict=True) if c > 0), default=0.0)
+        if share <= threshold:
+            ranked.append((share, m.key, m))
+    ranked.sort(key=lambda r: (r[0], r[1]))
+    return [(share, m) for share, _, m in ranked]
+
+
+def _largest(needs: Sequence[Vec], space: Space) -> Vec:
+    """The most CPUs, RAM and GPUs any one of `needs` (the tasks running on a type) asks for: the room
+    kept for the next such task, on one worker. Dask queues a task behind a busy worker rather than
+    wait for a cordoned one, and does not reliably move it when room appears elsewhere, so an
+    uncordoned worker must have room for it when it arrives. (Generic resources keep no headroom.)"""
+    largest = list(space.zero)
+    for need in needs:
+        for d in range(3):
+            largest[d] = max(largest[d], need[d])
     return tuple(largest)
-
-
-def _room(member: Member, free: Mapping[str, Vec], whole: Vec) -> Vec:
-    """The member's free room: what its workers have left."""
-    total = tuple(0.0 for _ in whole)
-    for w in member.workers:
-        total = plus(total, free[w.address])
-    return total

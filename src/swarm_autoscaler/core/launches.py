@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from swarm_autoscaler.core.cluster import Bucket, Cluster
 from swarm_autoscaler.core.model import Launch, Policy, Snapshot
-from swarm_autoscaler.core.placement import TypeOption
+from swarm_autoscaler.core.placement import NewBins, TypeOption
 
 # Members that count towards min_instances: alive and expected to be useful.
 USEFUL = (
@@ -34,6 +34,27 @@ def useful(cluster: Cluster) -> int:
     """Alive instances expected to be useful (not broken, not terminating): what min_instances counts."""
     members = (m for b in USEFUL for m in cluster.bucket(b))
     return sum(1 for m in members if m.instance is not None and m.instance.alive)
+
+
+def plan_launches(
+    snapshot: Snapshot,
+    policy: Policy,
+    cluster: Cluster,
+    new_bins: Sequence[NewBins],
+    received: Mapping[str, int],
+    options: Sequence[TypeOption],
+    fill_reserve: bool,
+) -> LaunchBook:
+    """Every launch of one plan: the new instances scale-up packed pending work onto, what
+    `min_instances` lacks and, when `fill_reserve` (nothing pending), what each type's reserve lacks.
+    `received`: member key -> tasks scale-up placed on it (such a member is no spare)."""
+    book = LaunchBook.of(snapshot, policy)
+    for bins in new_bins:
+        book.add(bins.type_name, bins.count, bins.count * bins.tasks_each)
+    book.top_up(cluster, options)
+    if fill_reserve:
+        book.fill_reserve(cluster, received, options)
+    return book
 
 
 @dataclass

@@ -169,6 +169,12 @@ class NodeMarks:
     cordoned_since: float | None = None
 
 
+# The node label (and instance tag) that says a machine belongs to this daemon's cluster; its value is
+# the cluster's name. Launches carry it among the instance's labels, the planner copies it onto the
+# node when it joins (LabelNode), and the adapters set `Node.ours` from it.
+OWNERSHIP_LABEL = "swarm-autoscaler.cluster"
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     """A docker swarm node. Manager nodes are observed but never scaled.
@@ -395,7 +401,8 @@ class Launch:
 
 @dataclass(frozen=True, slots=True)
 class RetireWorkers:
-    """Ask the scheduler to gracefully retire these idle workers (by address)."""
+    """Ask the scheduler to gracefully retire these idle workers (by address). The planner emits one
+    action per node (the workers on one host), so that `expect` speaks of one machine."""
 
     addresses: tuple[str, ...]
     reason: str
@@ -437,7 +444,8 @@ class DrainNode:
 
 @dataclass(frozen=True, slots=True)
 class Terminate:
-    """Terminate instances (and remove their swarm nodes, if any)."""
+    """Terminate instances (and remove their swarm nodes, if any). The planner emits one instance per
+    action, so that `expect` speaks of one machine; `act` may batch several into one cloud call."""
 
     instance_ids: tuple[str, ...]
     reason: str
@@ -447,10 +455,12 @@ class Terminate:
 
 @dataclass(frozen=True, slots=True)
 class MarkNode:
-    """Write lifecycle marks on a node. Only the fields named in `changes` are written; None clears."""
+    """Write a node's lifecycle marks: `marks` is the node's complete new NodeMarks (its marks in the
+    snapshot with the plan's changes applied). A Cordon or Uncordon of the same node comes later in the
+    plan and changes `cordoned_since` on top of it."""
 
     node_id: str
-    changes: tuple[tuple[str, float | bool | None], ...]
+    marks: NodeMarks
     reason: str
 
 

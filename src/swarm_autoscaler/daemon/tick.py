@@ -177,8 +177,8 @@ async def _perform_on_node(action: Action, ports: Ports, marks: dict[str, NodeMa
         case DrainNode(node_id=node_id):
             await ports.orchestrator.set_availability(node_id, Availability.DRAIN)
             return "drained"
-        case MarkNode(node_id=node_id, changes=changes):
-            await _mark(ports, marks, node_id, **dict(changes))
+        case MarkNode(node_id=node_id, marks=new):
+            await _mark(ports, marks, node_id, **dataclasses.asdict(new))
             return "marked"
         case LabelNode(node_id=node_id, labels=labels):
             await ports.orchestrator.add_labels(node_id, dict(labels))

@@ -117,7 +117,13 @@ class SimNode:
     def as_model(self) -> Node:
         if self.view is None:
             self.view = Node(
-                self.id, self.hostname, self.availability, self.status, marks=self.marks, labels=self.labels
+                self.id,
+                self.hostname,
+                self.availability,
+                self.status,
+                marks=self.marks,
+                labels=self.labels,
+                ours=True,  # every node in the simulated swarm is a machine the simulated daemon launched
             )
         return self.view
 

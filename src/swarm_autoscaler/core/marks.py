@@ -1,0 +1,98 @@
+"""Bookkeeping steps: the lifecycle marks kept in node labels, stale cordons, and the labels a joined
+node gets from its instance. Pure; each returns what it decided (see steps.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+from swarm_autoscaler.core.cluster import Bucket, Cluster, Member
+from swarm_autoscaler.core.model import LabelNode, NodeStatus, Uncordon
+from swarm_autoscaler.core.scaleup import uncordon_action
+from swarm_autoscaler.core.steps import Facts, Mark, mark
+
+# Buckets whose nodes get the labels their instance was launched with. Among them is the ownership
+# label: every node matched by hostname to an owned instance gets it, whatever its state, so that the
+# node of a machine terminated right after it joined is still recognised as ours once its instance
+# is no longer listed (and is then removed).
+_LABELLED = (
+    Bucket.JOINING,
+    Bucket.ACTIVE,
+    Bucket.RETIRING,
+    Bucket.DRAINED,
+    Bucket.RESERVE,
+    Bucket.BROKEN,
+    Bucket.TERMINATING,
+    Bucket.DISCONNECTED,
+)
+
+
+def keep_marks(facts: Facts, received: Mapping[str, int]) -> tuple[Mark, ...]:
+    """ready / empty_since / drained_since / down_since bookkeeping for every owned node. `received`:
+    member key -> tasks scale-up placed on it (such a member is not empty)."""
+    cluster, now = facts.cluster, facts.now
+    out: list[Mark] = []
+    for member in cluster.active:
+        out += _active_marks(member, member.key in received, now)
+    for member in (*cluster.drained, *cluster.reserve):
+        node = member.node
+        if node is not None and node.marks.drained_since is None and member.key not in received:
+            out.append(mark(node.id, "seen drained", drained_since=now))
+    for member in (*cluster.active, *cluster.retiring, *cluster.joining):
+        node = member.node
+        if node is not None and node.status == NodeStatus.READY and node.marks.down_since is not None:
+            out.append(mark(node.id, "node is ready again", down_since=None))
+    return tuple(out)
+
+
+def _active_marks(member: Member, received: bool, now: float) -> list[Mark]:
+    node = member.node
+    assert node is not None
+    out = []
+    if member.workers and not node.marks.ready:
+        out.append(mark(node.id, "joined with a connected worker", ready=True))
+    idle = not member.busy and not received
+    if idle and node.marks.empty_since is None:
+        out.append(mark(node.id, "worker idle" if member.workers else "no worker", empty_since=now))
+    elif not idle and node.marks.empty_since is not None:
+        out.append(mark(node.id, "has work again", empty_since=None))
+    if node.marks.drained_since is not None:
+        out.append(mark(node.id, "active again", drained_since=None))
+    return out
+
+
+def keep_cordons(
+    cluster: Cluster, uncordoned: Collection[str]
+) -> tuple[tuple[Mark, ...], tuple[Uncordon, ...]]:
+    """A cordon mark whose worker takes tasks again (restarted, or uncordoned by someone else) is
+    stale; a cordoned worker with tasks waiting on it is uncordoned, or they would never start.
+    `uncordoned`: node ids scale-up already uncordons."""
+    marks: list[Mark] = []
+    actions: list[Uncordon] = []
+    for member in cluster.active:
+        node = member.node
+        assert node is not None
+        if node.marks.cordoned_since is None:
+            continue
+        if not member.cordoned:
+            marks.append(mark(node.id, "worker takes tasks again", cordoned_since=None))
+            continue
+        waiting = sum(1 for w in member.workers for t in w.processing if not t.executing)
+        if waiting and node.id not in uncordoned:
+            actions.append(uncordon_action(member, f"{waiting} task(s) wait on this cordoned worker"))
+    return tuple(marks), tuple(actions)
+
+
+def label_nodes(cluster: Cluster) -> tuple[LabelNode, ...]:
+    """A joined node gets the labels its instance was launched with that it lacks (swarm placement
+    constraints and the ownership label rely on them). Manager nodes are never labelled."""
+    out = []
+    for member in (m for b in _LABELLED for m in cluster.bucket(b)):
+        inst, node = member.instance, member.node
+        # (A manager matched to an owned instance is in the manager bucket, never listed above: the
+        # is_manager test is a second line that no plan reaches today.)
+        if inst is None or node is None or not inst.labels or node.is_manager:
+            continue
+        missing = tuple(sorted((k, v) for k, v in inst.labels.items() if node.labels.get(k) != v))
+        if missing:
+            out.append(LabelNode(node.id, node.hostname, missing, "labels its instance was launched with"))
+    return tuple(out)

@@ -1,0 +1,156 @@
+"""Scale up: place pending tasks virtually on existing capacity, tier by tier, then on new instances.
+
+Tiers, in order: free room on active workers (and on active nodes whose worker is starting), on
+cordoned workers (which are then uncordoned), then drained and reserve nodes (activated), joining nodes,
+and launched instances (in-flight capacity always counts, so a task never causes two launches). What is
+left is packed onto new instances of the cheapest fitting type, within the launch budget. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from swarm_autoscaler.core.cluster import Bucket, Member
+from swarm_autoscaler.core.model import ActivateNode, Uncordon
+from swarm_autoscaler.core.placement import NewBins, Pool, TypeOption
+from swarm_autoscaler.core.steps import Facts, Mark, mark
+from swarm_autoscaler.core.vectors import Vec
+
+# Buckets that receive pending tasks, in order, and where their capacity comes from.
+TIERS = (Bucket.ACTIVE, Bucket.DRAINED, Bucket.RESERVE, Bucket.JOINING, Bucket.LAUNCHED)
+NEW = "new"
+CORDONED = "cordoned"
+OWN_WORKER = "own-worker"  # queued tasks their busy worker is expected to start within tolerated_wait
+
+Bin = tuple[str, str, Vec]  # (key, type name, free room)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where scale-up put the pending work.
+
+    `received`: member key -> tasks placed on it; `placed`: tier name -> tasks (in tier order);
+    `uncordon` / `activate`: the cordoned workers and drained nodes that received tasks, with the
+    marks activation changes; `new_bins`: the fill patterns of new instances; `bins`: every existing
+    bin offered (key -> type, free room), only when tracing."""
+
+    received: Mapping[str, int]
+    placed: tuple[tuple[str, int], ...]
+    uncordon: tuple[Uncordon, ...]
+    activate: tuple[ActivateNode, ...]
+    marks: tuple[Mark, ...]
+    new_bins: tuple[NewBins, ...]
+    bins: Mapping[str, tuple[str, Vec]]
+
+
+@dataclass
+class _Fill:
+    """Scale-up's own running totals; local to `scale_up`."""
+
+    pool: Pool
+    tracing: bool
+    received: dict[str, int] = field(default_factory=dict)
+    placed: dict[str, int] = field(default_factory=dict)
+    bins: dict[str, tuple[str, Vec]] = field(default_factory=dict)
+
+    def place(self, tier: str, owner: Mapping[str, Member], bins: list[Bin]) -> list[Member]:
+        """Fill `bins` from the pool; count what each member received. Returns the members that
+        received tasks, once each."""
+        if self.tracing:
+            self.bins.update((key, (type_name, free)) for key, type_name, free in bins)
+        got = self.pool.fill(bins)
+        self.placed[tier] = sum(got.values())
+        members: dict[str, Member] = {}
+        for key, n in got.items():
+            member = owner[key]
+            self.received[member.key] = self.received.get(member.key, 0) + n
+            members[member.key] = member
+        return list(members.values())
+
+
+def scale_up(
+    facts: Facts,
+    pool: Pool,
+    options: tuple[TypeOption, ...],
+    capacity: Mapping[str, Vec],
+    budget: int,
+    tracing: bool = False,
+) -> Placement:
+    """Place what is left in `pool` (consumed) tier by tier, then onto at most `budget` new instances."""
+    fill = _Fill(pool, tracing)
+    uncordon: list[Uncordon] = []
+    activate: list[Member] = []
+    for tier in TIERS:
+        if pool.left:
+            got = fill.place(tier.value, *_tier_bins(facts, tier, capacity))
+            activate += got if tier in (Bucket.DRAINED, Bucket.RESERVE) else []
+        if tier == Bucket.ACTIVE and pool.left:
+            for member in fill.place(CORDONED, *_cordoned_bins(facts)):
+                why = f"{fill.received[member.key]} pending task(s) fit on this cordoned worker"
+                uncordon.append(uncordon_action(member, why))
+        if tier == Bucket.ACTIVE and (held := pool.hold_soon()):
+            fill.placed[OWN_WORKER] = held
+    new_bins = tuple(pool.pack_new(options, budget))
+    if new_bins:
+        fill.placed[NEW] = sum(b.count * b.tasks_each for b in new_bins)
+    actions, marks = _activations(activate, fill.received)
+    return Placement(
+        received=fill.received,
+        placed=tuple((name, n) for name, n in fill.placed.items() if n),
+        uncordon=tuple(uncordon),
+        activate=actions,
+        marks=marks,
+        new_bins=new_bins,
+        bins=fill.bins,
+    )
+
+
+def _tier_bins(
+    facts: Facts, tier: Bucket, capacity: Mapping[str, Vec]
+) -> tuple[dict[str, Member], list[Bin]]:
+    """The bins one tier offers and the member owning each bin key."""
+    members = facts.cluster.bucket(tier)
+    if tier != Bucket.ACTIVE:
+        owner = {m.key: m for m in members}
+        return owner, [
+            (m.key, m.type_name, capacity[m.type_name]) for m in members if m.type_name in capacity
+        ]
+    owner = {w.address: m for m in members if not m.cordoned for w in m.workers}
+    bins = [(a, m.type_name, facts.demand.free[a]) for a, m in owner.items()]
+    for m in members:  # activated or restarted nodes whose worker is starting: in-flight capacity
+        if not m.workers and m.type_name in capacity and _worker_expected(facts, m):
+            owner[m.key] = m
+            bins.append((m.key, m.type_name, capacity[m.type_name]))
+    return owner, bins
+
+
+def _cordoned_bins(facts: Facts) -> tuple[dict[str, Member], list[Bin]]:
+    """Free room on cordoned workers comes right after active workers: they are up and paid for."""
+    owner = {w.address: m for m in facts.cluster.active if m.cordoned for w in m.workers}
+    return owner, [(a, m.type_name, facts.demand.free[a]) for a, m in owner.items()]
+
+
+def _worker_expected(facts: Facts, member: Member) -> bool:
+    """An active node without a worker counts as capacity while its worker may still start."""
+    since = member.node.marks.empty_since if member.node is not None else None
+    return since is None or facts.now - since < facts.policy.max_start_time
+
+
+def _activations(
+    members: list[Member], received: Mapping[str, int]
+) -> tuple[tuple[ActivateNode, ...], tuple[Mark, ...]]:
+    actions, marks = [], []
+    for member in members:
+        node = member.node
+        assert node is not None
+        why = f"{received[member.key]} pending task(s) fit on this drained node"
+        actions.append(ActivateNode(node.id, node.hostname, why))
+        marks.append(mark(node.id, "reactivated for pending work", drained_since=None, empty_since=None))
+    return tuple(actions), tuple(marks)
+
+
+def uncordon_action(member: Member, reason: str) -> Uncordon:
+    node = member.node
+    assert node is not None
+    return Uncordon(node.id, node.hostname, tuple(w.address for w in member.workers), reason)

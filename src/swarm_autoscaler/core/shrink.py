@@ -1,0 +1,190 @@
+"""The disruptive steps: repair (broken machines, gone or long-down nodes, terminations that did not
+take) and scale-down (retire -> drain -> terminate beyond the reserve). Pure; each returns a Step.
+
+Every disruptive action is single-target and states in `expect` what it was planned on (model's check
+types), so that `act` can re-check it on a fresh read right before it runs:
+
+- Terminate of a broken machine that never joined: NoWorker + NotJoined; that joined without a
+  worker: NoWorker + NodeOurs (HostIdle instead of NoWorker when a worker is connected);
+- Terminate of a drained machine beyond the reserve, or a re-asked termination: HostIdle + NodeOurs;
+- Terminate of a machine whose node stayed down: HostIdle + NodeDown + NodeOurs;
+- RemoveNode: HostIdle + NodeDown + NodeOurs;
+- RetireWorkers (one per node): HostIdle;
+- DrainNode: HostIdle + NodeOurs, and Retired when the plan retires its workers first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+from swarm_autoscaler.core.cluster import Member
+from swarm_autoscaler.core.launches import useful
+from swarm_autoscaler.core.model import (
+    Action,
+    Check,
+    DrainNode,
+    HostIdle,
+    NodeDown,
+    NodeOurs,
+    NodeStatus,
+    NotJoined,
+    NoWorker,
+    RemoveNode,
+    Retired,
+    RetireWorkers,
+    Terminate,
+)
+from swarm_autoscaler.core.steps import Facts, Mark, Step, mark
+
+
+def terminate(member: Member, reason: str, expect: tuple[Check, ...], now: float) -> Step:
+    """One Terminate of `member`'s instance (and the removal of its node, if it joined); its node is
+    marked as terminating first, so that a restart does not count it as capacity."""
+    inst, node = member.instance, member.node
+    assert inst is not None
+    marks: tuple[Mark, ...] = ()
+    if node is not None and node.marks.termination_started is None:
+        marks = (mark(node.id, "terminating", termination_started=now),)
+    node_ids = (node.id,) if node is not None else ()
+    return Step((Terminate((inst.id,), reason, node_ids, expect=expect),), marks)
+
+
+def _idle_and_ours(member: Member) -> tuple[Check, ...]:
+    assert member.node is not None
+    return (HostIdle(member.hostname), NodeOurs(member.node.id))
+
+
+def _broken_checks(member: Member) -> tuple[Check, ...]:
+    """A broken machine is planned as never having come up: no worker (or only idle ones) and, if it
+    has no node, still not joined."""
+    host = member.hostname
+    work: Check = HostIdle(host) if member.workers else NoWorker(host)
+    return (work, NotJoined(host) if member.node is None else NodeOurs(member.node.id))
+
+
+def repair(facts: Facts) -> Step:
+    """Broken instances, vanished, long-down or terminated machines' nodes, and terminations that did
+    not take. Runs even while work is pending."""
+    cluster, policy, now = facts.cluster, facts.policy, facts.now
+    steps = []
+    why = f"broken: not up with a worker within {policy.max_start_time:g}s of launch"
+    steps += [terminate(m, why, _broken_checks(m), now) for m in cluster.broken if not m.busy]
+    steps += [_repair_disconnected(facts, m) for m in cluster.disconnected]
+    steps += [_remove_terminated(m) for m in cluster.terminating]
+    again = "termination requested earlier did not take; asking again"
+    steps += [terminate(m, again, _idle_and_ours(m), now) for m in cluster.terminating if _stuck(facts, m)]
+    return Step(
+        tuple(a for s in steps for a in s.actions),
+        tuple(m for s in steps for m in s.marks),
+        frozenset(n for s in steps for n in s.removed),
+    )
+
+
+def _remove(member: Member, reason: str) -> Step:
+    node = member.node
+    assert node is not None
+    expect: tuple[Check, ...] = (HostIdle(member.hostname), NodeDown(node.id), NodeOurs(node.id))
+    return Step((RemoveNode(node.id, node.hostname, reason, expect=expect),), removed=frozenset({node.id}))
+
+
+def _repair_disconnected(facts: Facts, member: Member) -> Step:
+    """A node whose instance is gone is removed once down; one down past `node_down_timeout` is
+    removed with its instance (one Terminate, which removes the node too)."""
+    node, inst, now = member.node, member.instance, facts.now
+    assert node is not None
+    if inst is None:
+        down = node.status != NodeStatus.READY and not member.busy
+        return _remove(member, "its instance is gone") if down else Step()
+    down_since = node.marks.down_since
+    if down_since is None:
+        return Step(marks=(mark(node.id, f"node is {node.status}", down_since=now),))
+    timeout = facts.policy.node_down_timeout
+    if now - down_since < timeout or member.busy:
+        return Step()
+    reason = f"node {node.status} for {now - down_since:g}s (node_down_timeout {timeout:g}s)"
+    # (A disconnected member's instance is alive: one shutting down is in the terminating bucket.)
+    expect: tuple[Check, ...] = (HostIdle(member.hostname), NodeDown(node.id), NodeOurs(node.id))
+    return Step((Terminate((inst.id,), reason, (node.id,), expect=expect),), removed=frozenset({node.id}))
+
+
+def _remove_terminated(member: Member) -> Step:
+    """The node of an instance EC2 is shutting down is removed once it is down: it is recognised by its
+    hostname (and labelled as ours by label_nodes), even if it joined after the termination was asked."""
+    inst, node = member.instance, member.node
+    if inst is None or inst.alive or node is None or node.status == NodeStatus.READY or member.busy:
+        return Step()
+    return _remove(member, f"its instance is {inst.state}")
+
+
+def _stuck(facts: Facts, member: Member) -> bool:
+    inst, node = member.instance, member.node
+    if inst is None or not inst.alive or node is None or member.busy:
+        return False
+    started = node.marks.termination_started
+    return started is not None and facts.now - started >= facts.policy.termination_delay
+
+
+def scale_down(facts: Facts, received: Mapping[str, int], launching: Collection[str], launched: int) -> Step:
+    """Retire and drain nodes empty for `drain_delay`; terminate drained nodes beyond the reserve.
+    `received`: members scale-up placed tasks on (never touched); `launching`: the types this plan
+    launches (never terminated in the same plan); `launched`: how many instances it launches."""
+    drain = _drain(facts, received)
+    chosen = _beyond_reserve(facts, received, launching, launched)
+    reason = f"drained for at least termination_delay={facts.policy.termination_delay:g}s, beyond the reserve"
+    ends = [terminate(m, reason, _idle_and_ours(m), facts.now) for m in chosen]
+    return Step(
+        (*drain.actions, *(a for s in ends for a in s.actions)),
+        (*drain.marks, *(m for s in ends for m in s.marks)),
+    )
+
+
+def _drain(facts: Facts, received: Mapping[str, int]) -> Step:
+    """Active members empty for `drain_delay`: their workers retired (one action per node), then their
+    nodes drained, each drain expecting its workers really retired."""
+    retire: list[Action] = []
+    drain: list[Action] = []
+    marks: list[Mark] = []
+    delay = facts.policy.drain_delay
+    for member in facts.cluster.active:
+        node = member.node
+        assert node is not None
+        since = node.marks.empty_since
+        if member.busy or member.key in received or since is None or facts.now - since < delay:
+            continue
+        host = member.hostname
+        expect: tuple[Check, ...] = (HostIdle(host), NodeOurs(node.id))
+        if member.workers:
+            addresses = tuple(w.address for w in member.workers)
+            retire.append(
+                RetireWorkers(addresses, f"idle for at least drain_delay={delay:g}s", (HostIdle(host),))
+            )
+            expect += (Retired(host),)
+        reason = f"empty for {facts.now - since:.0f}s (drain_delay {delay:g}s)"
+        drain.append(DrainNode(node.id, node.hostname, reason, expect=expect))
+        marks.append(mark(node.id, "drained", drained_since=facts.now, empty_since=None, cordoned_since=None))
+    return Step((*retire, *drain), tuple(marks))
+
+
+def _beyond_reserve(
+    facts: Facts, received: Mapping[str, int], launching: Collection[str], launched: int
+) -> list[Member]:
+    """Drained members to terminate: past `termination_delay`, idle, never below `min_instances` (the
+    reserve comes on top of it) and never of a type this plan launches."""
+    cluster, policy = facts.cluster, facts.policy
+    live = useful(cluster) + launched - len(cluster.reserve)
+    chosen: list[Member] = []
+    for member in cluster.drained:
+        node = member.node
+        assert node is not None
+        since = node.marks.drained_since
+        if live <= policy.min_instances:
+            break
+        if member.busy or member.key in received or since is None:
+            continue
+        if facts.now - since < policy.termination_delay:
+            continue
+        if member.type_name in launching:  # never launch and terminate the same type
+            continue
+        chosen.append(member)
+        live -= 1
+    return chosen
