@@ -22,7 +22,8 @@ same snapshot always gives an equal Plan. The recipe:
 6. consolidate when nothing is pending (and no cordon is being undone): cordon under-used workers (no new tasks reach them) while
    others of their type have room for their tasks, so that they empty and step 5 drains them; a
    cordoned worker is uncordoned when pending work fits it or a task waits on it;
-7. keep the lifecycle marks (node labels) up to date so the timing survives a restart.
+7. keep the lifecycle marks (node labels) up to date so the timing survives a restart; a mark stamped
+   in the future (by a clock ahead of the cloud's) is restamped now (clockmarks.py).
 
 A machine whose worker runs or queues a task, or holds unique data, is never drained, retired or
 terminated. Actions come in the order they should run: marks, repairs, uncordons, activations,
@@ -34,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from swarm_autoscaler.core.clockmarks import future_marks
 from swarm_autoscaler.core.cluster import Bucket, Cluster, Member, classify
 from swarm_autoscaler.core.consolidate import choose_cordons
 from swarm_autoscaler.core.demand import Demand, Group, estimate_demand
@@ -106,6 +108,8 @@ def _decide(
     unplaceable = pool.drop_unplaceable(options, policy)
     launches = LaunchBook.of(snapshot, policy)
     planner = _Planner(snapshot, policy, cluster, demand, launches, tracing=ledger is not None)
+    for node_id, ahead in future_marks(snapshot):  # first: any later decision on the node overrides it
+        planner._mark(node_id, "mark stamped in the future (a clock ahead): delay restarts now", **ahead)
     nothing_pending = pool.left == 0
     capacity = type_capacity(snapshot, options, space)
     planner.scale_up(pool, options, capacity)

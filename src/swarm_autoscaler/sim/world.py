@@ -360,6 +360,9 @@ class SimCloud:
         knobs = world.knobs
         self._backoff = CapacityBackoff(knobs.backoff_initial_s, knobs.backoff_max_s)
 
+    def now(self) -> float:
+        return self.world.now
+
     async def list_instances(self) -> tuple[Instance, ...]:
         return tuple(i.as_model() for i in self.world.instances.values())
 
