@@ -8,9 +8,10 @@ Retries: botocore's own retries are off; tenacity retries (exponential back-off 
 throttling, 5xx other than capacity refusals, and connection errors. RunInstances carries a
 ClientToken so that a retried launch cannot start machines twice.
 
-Capacity: a refused (type, subnet) is skipped for a back-off (30 s doubling to 10 min by default,
-forgotten after a success); `launch` moves on to the next subnet and `unavailable(now)` reports the
-pairs still blocked. Failures of the endpoint or credentials raise `EndpointError` naming the endpoint.
+Capacity: a refused (type, subnet) is skipped for a back-off (3 min doubling to 10 min by default,
+forgotten after a success); `launch` tries only the subnets still open for the type, moving on to the
+next one on a refusal, and `unavailable(now)` reports the pairs still blocked (the planner counts a
+type out only while all its subnets are, see core/backoff.py). Failures of the endpoint or credentials raise `EndpointError` naming the endpoint.
 
 Clock: `now()` is EC2's own clock, learnt from the `Date` header of every response (see `ec2_clock`),
 so ages measured from LaunchTime and the back-off's deadlines share EC2's time base, whatever this
@@ -51,7 +52,7 @@ from swarm_autoscaler.adapters.ec2_support import (
     to_instance,
     to_instance_type,
 )
-from swarm_autoscaler.core.backoff import DEFAULT_INITIAL, DEFAULT_MAXIMUM, CapacityBackoff
+from swarm_autoscaler.core.backoff import DEFAULT_INITIAL, DEFAULT_MAXIMUM, CapacityBackoff, launch_subnets
 from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.model import Instance, InstanceState, InstanceType, Unavailable
 from swarm_autoscaler.core.ports import LaunchResult
@@ -124,7 +125,7 @@ class Ec2Cloud:
         self._cluster = cluster_name
         self._region = region
         self._types = dict(allowed_types)  # name -> (ami id, boot script)
-        self._subnets = tuple(subnet_ids) or ("",)  # "" = let EC2 pick (default VPC)
+        self._subnets = launch_subnets(subnet_ids)  # ("",) = let EC2 pick (default VPC)
         self._groups = list(security_group_ids)
         self._join_command = join_command
         self._endpoint_url = endpoint
@@ -324,12 +325,10 @@ class Ec2Cloud:
             return LaunchResult(error=prepared)
         launched: list[Instance] = []
         refused: list[Unavailable] = []
-        for subnet in self._subnets:
+        for subnet in self._backoff.open_subnets(type_name, self._subnets, self._clock()):
             remaining = count - len(launched)
             if remaining <= 0:
                 break
-            if self._backoff.blocked(type_name, subnet, self._clock()):
-                continue
             try:
                 launched.extend(await self._run_instances(type_name, subnet, remaining, prepared))
             except (ClientError, BotoCoreError) as exc:
