@@ -171,9 +171,10 @@ class Daemon:
         started = time.perf_counter()
         result: TickResult | None = None
         error: BaseException | None = None
-        leadership = self._leadership = Leadership(self.lock, self.lock_ttl)
+        leadership = Leadership(self.lock, self.lock_ttl)
         try:
             async with leadership:
+                self._leadership = leadership  # not before: until acquire answers, the last one holds
                 self._note_leadership(leadership.held)
                 result = await run_tick(
                     self.ports,
@@ -193,7 +194,7 @@ class Daemon:
             error = exc
             log.exception("tick failed", cluster=self.cluster_name, error=str(exc))
         # What is known after the tick, failed or not: a lock that could not be confirmed is not held.
-        self.leader = leadership.held
+        self._leadership, self.leader = leadership, leadership.held
         self.last_tick_ok = error is None
         self.ticks += 1
         if self.on_tick is not None:
