@@ -292,7 +292,6 @@ def _memory_child(instances: int = 1_000, tasks: int = 30_000, ticks: int = 5) -
         policy,
         catalogue,
         5.0,
-        clock=clock,
     )
     started = time.perf_counter()
     last: list[Any] = []

@@ -65,10 +65,17 @@ class FakeCloud:
     fail_launch: Exception | None = None
     refuse_types: set[str] = field(default_factory=set)
     refusals: list[Unavailable] = field(default_factory=list)
+    list_delay: float = 0.0  # seconds each listing takes (a slow EC2)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    def now(self) -> float:
+        """EC2's clock: the only one the daemon reads."""
+        return self.clock()
 
     async def list_instances(self) -> tuple[Instance, ...]:
         self.calls.append(("list", None))
+        if self.list_delay:
+            await asyncio.sleep(self.list_delay)
         if self.fail_list is not None:
             raise self.fail_list
         return tuple(self.instances.values())

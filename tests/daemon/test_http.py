@@ -71,9 +71,9 @@ async def served() -> AsyncIterator[Served]:
         policy=POLICY,
         catalogue=CATALOGUE,
         poll_interval=POLL,
-        clock=clock,
         on_tick=metrics.observe_tick,
     )
+    metrics.follow(daemon)
     app = build_app(metrics, lambda: daemon.last_success, POLL, clock)
     runner = await start_http(app, "127.0.0.1", 0)
     try:

@@ -56,7 +56,6 @@ class Harness:
             policy=POLICY,
             catalogue=CATALOGUE,
             poll_interval=poll,
-            clock=self.clock,
         )
 
     def launches(self) -> list[object]:

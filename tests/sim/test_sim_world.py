@@ -62,11 +62,15 @@ async def test_refusals_back_off_in_daemon_memory_which_a_restart_loses() -> Non
     cloud = SimCloud(world)
     first = await cloud.launch("m5.large", 2, {})
     assert first.instances == () and first.refused[0].until == EPOCH + 30
+    blocked = await cloud.launch("m5.large", 2, {})  # in back-off: not even tried, as on EC2
+    assert blocked.refused == first.refused and world.launch_calls == 1
+    world.advance(EPOCH + 30)
     second = await cloud.launch("m5.large", 2, {})
-    assert second.refused[0].until == EPOCH + 60  # doubled
-    assert [u.type_name for u in cloud.unavailable(EPOCH + 59)] == ["m5.large"]
-    assert cloud.unavailable(EPOCH + 60) == ()
-    assert SimCloud(world).unavailable(EPOCH) == ()  # a restarted daemon remembers nothing
+    assert second.refused[0].until == EPOCH + 90  # doubled
+    assert [u.type_name for u in cloud.unavailable(EPOCH + 89)] == ["m5.large"]
+    assert cloud.unavailable(EPOCH + 90) == ()
+    assert SimCloud(world).unavailable(EPOCH + 30) == ()  # a restarted daemon remembers nothing
+    world.advance(EPOCH + 90)
     assert len((await cloud.launch("m5.large", 2, {})).instances) == 2
 
 

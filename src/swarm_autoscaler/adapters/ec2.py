@@ -8,16 +8,20 @@ Retries: botocore's own retries are off; tenacity retries (exponential back-off 
 throttling, 5xx other than capacity refusals, and connection errors. RunInstances carries a
 ClientToken so that a retried launch cannot start machines twice.
 
-Capacity: a refused (type, subnet) is skipped for a back-off (30 s doubling to 10 min by default,
-forgotten after a success); `launch` moves on to the next subnet and `unavailable(now)` reports the
-pairs still blocked. Failures of the endpoint or credentials raise `EndpointError` naming the endpoint.
+Capacity: a refused (type, subnet) is skipped for a back-off (3 min doubling to 10 min by default,
+forgotten after a success); `launch` tries only the subnets still open for the type, moving on to the
+next one on a refusal, and `unavailable(now)` reports the pairs still blocked (the planner counts a
+type out only while all its subnets are, see core/backoff.py). Failures of the endpoint or credentials raise `EndpointError` naming the endpoint.
+
+Clock: `now()` is EC2's own clock, learnt from the `Date` header of every response (see `ec2_clock`),
+so ages measured from LaunchTime and the back-off's deadlines share EC2's time base, whatever this
+host's wall clock says. The daemon uses it as its only clock.
 
 Counters in `stats` let a benchmark check the API calls each tick costs.
 """
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -31,6 +35,7 @@ from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
+from swarm_autoscaler.adapters.ec2_clock import Ec2Clock
 from swarm_autoscaler.adapters.ec2_support import (
     GONE_CODES,
     LABEL_TAG_PREFIX,
@@ -47,7 +52,7 @@ from swarm_autoscaler.adapters.ec2_support import (
     to_instance,
     to_instance_type,
 )
-from swarm_autoscaler.core.backoff import DEFAULT_INITIAL, DEFAULT_MAXIMUM, CapacityBackoff
+from swarm_autoscaler.core.backoff import DEFAULT_INITIAL, DEFAULT_MAXIMUM, CapacityBackoff, launch_subnets
 from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.model import Instance, InstanceState, InstanceType, Unavailable
 from swarm_autoscaler.core.ports import LaunchResult
@@ -65,6 +70,7 @@ MAX_TAGS = 50  # EC2's limit per resource
 _RESERVED_PREFIXES = ("aws:", LABEL_TAG_PREFIX)
 
 JoinCommand = Callable[[], Awaitable[tuple[str, str]]]
+_SENT = "swarm_autoscaler_sent"  # request context key: monotonic time the call started (for the clock)
 
 
 @dataclass
@@ -109,7 +115,7 @@ class Ec2Cloud:
         custom_tags: Mapping[str, str] | None = None,
         capacity_backoff_initial: float = DEFAULT_INITIAL,
         capacity_backoff_max: float = DEFAULT_MAXIMUM,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         page_size: int = 1000,
         retry_attempts: int = 5,
         retry_initial: float = 0.5,
@@ -119,7 +125,7 @@ class Ec2Cloud:
         self._cluster = cluster_name
         self._region = region
         self._types = dict(allowed_types)  # name -> (ami id, boot script)
-        self._subnets = tuple(subnet_ids) or ("",)  # "" = let EC2 pick (default VPC)
+        self._subnets = launch_subnets(subnet_ids)  # ("",) = let EC2 pick (default VPC)
         self._groups = list(security_group_ids)
         self._join_command = join_command
         self._endpoint_url = endpoint
@@ -129,7 +135,9 @@ class Ec2Cloud:
         self._profile = iam_instance_profile
         self._custom_tags = dict(custom_tags or {})
         self._backoff = CapacityBackoff(capacity_backoff_initial, capacity_backoff_max)
-        self._clock = clock
+        self.ec2_clock = Ec2Clock()
+        # None in production: EC2's clock. Tests of the back-off step a clock of their own.
+        self._clock = clock if clock is not None else self.ec2_clock.now
         self._page_size = page_size
         self._retry = (retry_attempts, retry_initial, retry_max)
         self._timeout = timeout
@@ -177,6 +185,7 @@ class Ec2Cloud:
             await stack.aclose()
             raise to_endpoint_error(self.endpoint, "creating the EC2 client", exc) from None
         self._client.meta.events.register("before-call.ec2", self._count_call)
+        self._client.meta.events.register("after-call.ec2", self._note_date)
         self._stack = stack
         return self
 
@@ -193,8 +202,19 @@ class Ec2Cloud:
     ) -> None:
         await self.close()
 
-    def _count_call(self, model: Any, **_: Any) -> None:
+    def _count_call(self, model: Any, context: dict[str, Any], **_: Any) -> None:
         self.stats.api_calls[model.name] += 1
+        context[_SENT] = self.ec2_clock.monotonic()
+
+    def _note_date(self, http_response: Any, context: dict[str, Any], **_: Any) -> None:
+        """Every answer, error or not, tells EC2's time (botocore emits after-call for both)."""
+        received = self.ec2_clock.monotonic()
+        sent = context.get(_SENT, received)
+        self.ec2_clock.observe(http_response.headers.get("date"), sent, received)
+
+    def now(self) -> float:
+        """EC2's current time (seconds since the epoch): the time base of `Instance.launched_at`."""
+        return self._clock()
 
     # ----------------------------------------------------------------------------------- calls
 
@@ -305,12 +325,10 @@ class Ec2Cloud:
             return LaunchResult(error=prepared)
         launched: list[Instance] = []
         refused: list[Unavailable] = []
-        for subnet in self._subnets:
+        for subnet in self._backoff.open_subnets(type_name, self._subnets, self._clock()):
             remaining = count - len(launched)
             if remaining <= 0:
                 break
-            if self._backoff.blocked(type_name, subnet, self._clock()):
-                continue
             try:
                 launched.extend(await self._run_instances(type_name, subnet, remaining, prepared))
             except (ClientError, BotoCoreError) as exc:

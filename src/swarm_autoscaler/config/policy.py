@@ -27,6 +27,7 @@ def policy_from_settings(settings: Settings, catalogue: Mapping[str, InstanceTyp
         min_instances=ec2.min_instances,
         max_instances=ec2.max_instances,
         max_launch_per_tick=ec2.max_launch_per_tick,
+        subnets=tuple(ec2.subnet_ids),
     )
 
 
@@ -38,6 +39,7 @@ def build_policy(
     min_instances: int,
     max_instances: int,
     max_launch_per_tick: int,
+    subnets: tuple[str, ...] = (),
 ) -> Policy:
     """The policy from its parts (the simulator reads only these). Same rules as `policy_from_settings`."""
     return Policy(
@@ -53,6 +55,7 @@ def build_policy(
         consolidate_below=timing.consolidate_below,
         tolerated_wait=timing.tolerated_wait,
         max_launch_per_tick=max_launch_per_tick,
+        subnets=subnets,
     )
 
 

@@ -236,7 +236,8 @@ class Worker:
 
 @dataclass(frozen=True, slots=True)
 class Unavailable:
-    """An instance type EC2 recently refused for lack of capacity, skipped until `until`."""
+    """An instance type EC2 recently refused for lack of capacity in one subnet ("" when EC2 chose it),
+    skipped there until `until`."""
 
     type_name: str
     until: float
@@ -358,6 +359,8 @@ class Policy:
       tasks, so that it empties) when others of its type have room for its tasks (0 = never).
     - `tolerated_wait`: a task queued behind a busy worker that dask's duration estimates say starts
       there within this long buys no new instance (0 = every queued task may buy one).
+    - `subnets`: the subnets a launch may use (empty: one, chosen by EC2). A type counts as refused for
+      capacity only while it is refused in every one of them (see backoff.py).
     """
 
     allowed_types: tuple[TypePolicy, ...]
@@ -370,6 +373,7 @@ class Policy:
     max_launch_per_tick: int = 0
     consolidate_below: float = 0.5
     tolerated_wait: float = 120.0
+    subnets: tuple[str, ...] = ()
 
     def type_policy(self, name: str) -> TypePolicy | None:
         for tp in self.allowed_types:

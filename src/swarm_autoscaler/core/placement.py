@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from swarm_autoscaler.core.backoff import refused_types
 from swarm_autoscaler.core.demand import Group
 from swarm_autoscaler.core.model import Policy, Snapshot, Unplaceable
 from swarm_autoscaler.core.vectors import EPS, Space, Vec, fit_count_nz, fits, minus
@@ -33,9 +34,10 @@ class TypeOption:
 
 def rank_types(snapshot: Snapshot, policy: Policy, space: Space) -> tuple[TypeOption, ...]:
     """Allowed types found in the catalogue, cheapest first (unknown prices last; ties: smallest
-    resources, then the order of `allowed_types`). `available` is False while EC2 refuses the type."""
+    resources, then the order of `allowed_types`). `available` is False while EC2 refuses the type in
+    every subnet of `policy.subnets` (backoff.refused_types): one open subnet is enough to launch."""
     catalogue = {t.name: t for t in snapshot.instance_types}
-    refused = {u.type_name for u in snapshot.unavailable if u.until > snapshot.now}
+    refused = refused_types(snapshot.unavailable, policy.subnets, snapshot.now)
     ranked = []
     for index, tp in enumerate(policy.allowed_types):
         itype = catalogue.get(tp.name)

@@ -24,7 +24,8 @@ same snapshot always gives an equal Plan. The recipe:
    others of their type have room for their tasks, so that they empty and step 5 drains them; a
    cordoned worker is uncordoned when pending work fits it or a task waits on it;
 7. keep the lifecycle marks (node labels) up to date so the timing survives a restart, and give every
-   node of ours the labels its instance was launched with (the ownership label among them).
+   node of ours the labels its instance was launched with (the ownership label among them); a mark
+   stamped in the future (by a clock ahead of the cloud's) is restamped now (clockmarks.py).
 
 A machine whose worker runs or queues a task, or holds unique data, is never drained, retired or
 terminated. Every disruptive action targets one machine and carries in `expect` what it was planned on
@@ -41,6 +42,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from swarm_autoscaler.core.clockmarks import future_marks
 from swarm_autoscaler.core.cluster import classify
 from swarm_autoscaler.core.consolidate import choose_cordons
 from swarm_autoscaler.core.demand import Group, estimate_demand
@@ -50,7 +52,7 @@ from swarm_autoscaler.core.model import Action, Cordon, DrainNode, Plan, Policy,
 from swarm_autoscaler.core.placement import NewBins, Pool, rank_types, type_capacity
 from swarm_autoscaler.core.scaleup import NEW, OWN_WORKER, TIERS, Placement, scale_up
 from swarm_autoscaler.core.shrink import repair, scale_down
-from swarm_autoscaler.core.steps import Facts, Step, mark_actions
+from swarm_autoscaler.core.steps import Facts, Step, mark, mark_actions
 from swarm_autoscaler.core.vectors import Space, Vec
 
 __all__ = ["NEW", "OWN_WORKER", "TIERS", "Trace", "plan", "plan_traced"]
@@ -130,7 +132,10 @@ def _assemble(
     quiet = nothing_pending and not launches and not up.uncordon and not uncordon
     if quiet and facts.policy.consolidate_below > 0:
         cordons = _consolidate(facts, up, shrink, *room)
-    changes = (*up.marks, *fixed.marks, *marks, *stale, *shrink.marks)
+    # First: any later decision on the same node overrides a restamp.
+    why = "mark stamped in the future (a clock ahead): delay restarts now"
+    restamped = tuple(mark(node_id, why, **ahead) for node_id, ahead in future_marks(facts.snapshot))
+    changes = (*restamped, *up.marks, *fixed.marks, *marks, *stale, *shrink.marks)
     return (
         *mark_actions(facts.snapshot, changes, fixed.removed),
         *label_nodes(facts.cluster),

@@ -53,7 +53,15 @@ class Cloud(Protocol):
     Consistency: EC2 is eventually consistent; a launched instance may be missing from the next
     listing for a few seconds, so callers count in-flight launches from what `launch` returned until it
     shows up.
+
+    Time: `now()` is the cloud's own clock, the time base of `Instance.launched_at`. The daemon takes
+    every tick's `Snapshot.now` (and so every lifecycle mark it writes) from it, so that ages and
+    delays never depend on the host's wall clock.
     """
+
+    def now(self) -> float:
+        """The cloud's current time, seconds since the epoch. Never blocks (no I/O)."""
+        ...
 
     async def list_instances(self) -> tuple[Instance, ...]:
         """Every owned instance that is not terminated."""

@@ -7,8 +7,7 @@ drives the same adapters, loop and planner.
 from __future__ import annotations
 
 import contextlib
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import structlog
 
@@ -33,13 +32,15 @@ async def open_daemon(
     settings: Settings,
     *,
     orchestrator: Orchestrator | None = None,
-    clock: Callable[[], float] = time.time,
     serve_http: bool = True,
 ) -> AsyncIterator[Daemon]:
     """Connect every adapter, validate the allowed types against EC2, and yield a ready Daemon.
 
     `orchestrator` replaces the docker swarm adapter (the demo's in-memory swarm); everything else is
     built from `settings`. Everything is closed on exit.
+
+    The one clock is EC2's (`Ec2Cloud.now`, learnt from its responses): the loop, the in-flight
+    listing, the dask adapter's task start times and /healthz all read it, never the host's.
     """
     async with contextlib.AsyncExitStack() as stack:
         swarm = orchestrator
@@ -64,35 +65,54 @@ async def open_daemon(
             capacity_backoff_initial=settings.timing.capacity_backoff_initial,
             capacity_backoff_max=settings.timing.capacity_backoff_max,
             join_command=swarm.join_command,
-            clock=clock,
         )
         await stack.enter_async_context(ec2)
+        clock = ec2.now
         workload = DaskWorkload(
             settings.dask.scheduler_url, settings.dask.worker_hostname_pattern, clock=clock
         )
         await stack.enter_async_context(workload)
         lock = _lock(settings)
         stack.push_async_callback(_close, lock)
-        catalogue = await _catalogue(ec2, list(settings.ec2.allowed_types))
+        catalogue = await _catalogue(ec2, list(settings.ec2.allowed_types))  # also syncs EC2's clock
+        _log_clock(ec2)
         policy = policy_from_settings(settings, catalogue)
         metrics = Metrics(settings.cluster_name)
         daemon = Daemon(
             cluster_name=settings.cluster_name,
-            ports=Ports(InFlightCloud(ec2, clock), swarm, workload),
+            ports=Ports(InFlightCloud(ec2), swarm, workload),
             lock=lock,
             policy=policy,
             catalogue=catalogue,
             poll_interval=settings.timing.poll_interval,
             lock_ttl=settings.redis.lock_ttl,
-            clock=clock,
             on_tick=metrics.observe_tick,
         )
+        metrics.follow(daemon)
         if serve_http and settings.http.port:
             app = build_app(metrics, lambda: daemon.last_success, settings.timing.poll_interval, clock)
             runner = await start_http(app, settings.http.host, settings.http.port)
             stack.push_async_callback(runner.cleanup)
             log.info("serving /healthz and /metrics", host=settings.http.host, port=settings.http.port)
         yield daemon
+
+
+# An offset between EC2's clock and the host's beyond this is worth telling the operator about (it
+# changes no decision: the daemon uses EC2's clock).
+_NOTABLE_OFFSET_S = 5.0
+
+
+def _log_clock(ec2: Ec2Cloud) -> None:
+    offset = ec2.ec2_clock.offset()
+    if offset is None:
+        log.warning("EC2 sent no Date header: falling back to this host's clock for ages and delays")
+    elif abs(offset) > _NOTABLE_OFFSET_S:
+        log.warning(
+            "this host's clock disagrees with EC2's; using EC2's for ages and delays",
+            ec2_minus_host_s=round(offset, 1),
+        )
+    else:
+        log.info("clock synced with EC2", ec2_minus_host_s=round(offset, 1))
 
 
 async def _catalogue(ec2: Ec2Cloud, names: list[str]) -> dict[str, InstanceType]:

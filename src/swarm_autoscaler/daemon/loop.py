@@ -32,12 +32,14 @@ class InFlightCloud:
 
     EC2 is eventually consistent: a freshly launched instance can be missing from DescribeInstances
     for a few seconds, and a plan that does not see it would launch again. Entries expire after
-    `horizon` seconds whatever happens.
+    `horizon` seconds whatever happens (measured with `clock`, by default the cloud's).
     """
 
-    def __init__(self, inner: Cloud, clock: Callable[[], float] = time.time, horizon: float = 120.0) -> None:
+    def __init__(
+        self, inner: Cloud, clock: Callable[[], float] | None = None, horizon: float = 120.0
+    ) -> None:
         self.inner = inner
-        self._clock = clock
+        self._clock = clock if clock is not None else inner.now
         self._horizon = horizon
         self._recent: dict[str, tuple[float, Instance]] = {}
 
@@ -51,6 +53,9 @@ class InFlightCloud:
             if iid not in seen and now - t < self._horizon
         }
         return listed + tuple(inst for _, inst in self._recent.values())
+
+    def now(self) -> float:
+        return self.inner.now()
 
     async def instance_types(self, names: Sequence[str]) -> tuple[InstanceType, ...]:
         return await self.inner.instance_types(names)
@@ -74,18 +79,27 @@ class InFlightCloud:
 class Leadership:
     """Holds the leader lock for the length of one tick, extending it in the background.
 
-    `held` turns False as soon as an extension fails; `act` checks it before every action.
+    `held` turns False as soon as an extension fails; `act` checks it before every action. It stays
+    False when `acquire` raises (the lock could not be confirmed). `confirmed_at` is the monotonic time
+    of the last successful acquire or extend: the lock is surely ours for `ttl` after it, no longer.
     """
 
     def __init__(self, lock: Lock, ttl: float) -> None:
         self._lock = lock
         self._ttl = ttl
         self.held = False
+        self.confirmed_at: float | None = None
         self._keeper: asyncio.Task[None] | None = None
+
+    def known_held(self) -> bool:
+        """True while the lock is held as last confirmed and that confirmation is within the TTL."""
+        at = self.confirmed_at
+        return self.held and at is not None and time.monotonic() - at < self._ttl
 
     async def __aenter__(self) -> Leadership:
         self.held = await self._lock.acquire()
         if self.held:
+            self.confirmed_at = time.monotonic()
             self._keeper = asyncio.create_task(self._keep())
         return self
 
@@ -100,6 +114,8 @@ class Leadership:
             await asyncio.sleep(max(self._ttl / 3, 0.05))
             try:
                 self.held = await self._lock.extend()
+                if self.held:
+                    self.confirmed_at = time.monotonic()
             except AutoscalerError as exc:
                 log.warning("lock extension failed", error=str(exc))
                 self.held = False
@@ -111,7 +127,12 @@ TickHook = Callable[[TickResult | None, float, BaseException | None], None]
 
 @dataclass
 class Daemon:
-    """Runs ticks for one managed cluster. `clock` is the only time source (tests step it)."""
+    """Runs ticks for one managed cluster.
+
+    Time: the cloud's clock (`ports.cloud.now()`, EC2's own clock in production) is the only one: it
+    stamps `Snapshot.now`, hence every age and lifecycle mark, and `last_success`. The host's wall
+    clock is never read, so a host whose clock is off or steps changes no decision (see ec2_clock).
+    """
 
     cluster_name: str
     ports: Ports
@@ -120,20 +141,40 @@ class Daemon:
     catalogue: Mapping[str, InstanceType]
     poll_interval: float
     lock_ttl: float = 30.0
-    clock: Callable[[], float] = time.time
     on_tick: TickHook | None = None
     last_success: float | None = None
+    last_snapshot_at: float | None = None  # `Snapshot.now` of the last successful tick
+    last_tick_ok: bool | None = None
     leader: bool = False
     ticks: int = 0
     _standby_logged: bool = field(default=False, repr=False)
+    _leadership: Leadership | None = field(default=None, repr=False)
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The daemon's only clock: the cloud's."""
+        return self.ports.cloud.now
+
+    def is_leader(self) -> bool:
+        """What is known now: True only while the lock is held as last confirmed with the lock's store,
+        within its TTL. False on standby, after a tick that could not confirm the lock (e.g. redis is
+        unreachable), and once the TTL passed without a confirmation."""
+        return self._leadership is not None and self._leadership.known_held()
+
+    def snapshot_age(self) -> float | None:
+        """Seconds since the snapshot of the last successful tick was taken (None before the first):
+        how stale everything reported from it is. Grows while ticks fail or hang."""
+        return None if self.last_snapshot_at is None else self.clock() - self.last_snapshot_at
 
     async def tick_once(self) -> TickResult | None:
         """One tick; never raises (except cancellation). Returns None when observe failed."""
         started = time.perf_counter()
         result: TickResult | None = None
         error: BaseException | None = None
+        leadership = Leadership(self.lock, self.lock_ttl)
         try:
-            async with Leadership(self.lock, self.lock_ttl) as leadership:
+            async with leadership:
+                self._leadership = leadership  # not before: until acquire answers, the last one holds
                 self._note_leadership(leadership.held)
                 result = await run_tick(
                     self.ports,
@@ -144,6 +185,7 @@ class Daemon:
                     still_leader=lambda: leadership.held,
                 )
             self.last_success = self.clock()
+            self.last_snapshot_at = result.snapshot.now
             self._log_tick(result, time.perf_counter() - started)
         except ObserveError as exc:
             error = exc
@@ -151,6 +193,9 @@ class Daemon:
         except Exception as exc:  # the loop never dies; the next tick runs
             error = exc
             log.exception("tick failed", cluster=self.cluster_name, error=str(exc))
+        # What is known after the tick, failed or not: a lock that could not be confirmed is not held.
+        self._leadership, self.leader = leadership, leadership.held
+        self.last_tick_ok = error is None
         self.ticks += 1
         if self.on_tick is not None:
             self.on_tick(result, time.perf_counter() - started, error)
@@ -192,6 +237,7 @@ class Daemon:
             await self._wait(stop)
         with contextlib.suppress(AutoscalerError):
             await self.lock.release()
+        self._leadership, self.leader = None, False
 
     async def _wait(self, stop: asyncio.Event) -> None:
         remaining = max(0.0, self.poll_interval - MIN_TICK_GAP_S)

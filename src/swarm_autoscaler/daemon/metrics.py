@@ -1,13 +1,20 @@
 """Prometheus metrics and the /healthz, /metrics HTTP endpoints (aiohttp).
 
 Each daemon owns its own registry (no global state), so several daemons or tests can live in one
-process. `Metrics.observe_tick` is the loop's tick hook.
+process. `Metrics.observe_tick` is the loop's tick hook; `Metrics.follow(daemon)` makes the gauges that
+must tell the truth even while ticks fail or hang (leadership, staleness) read the daemon at scrape time.
+
+After a failed tick the gauges describing the world (buckets, pending...) keep the values of the last
+successful tick; `autoscaler_last_tick_ok` 0 and `autoscaler_snapshot_age_seconds` say they are stale,
+and `autoscaler_is_leader` says 0 unless the lock was confirmed within its TTL.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -17,6 +24,14 @@ from swarm_autoscaler.daemon.tick import TickResult
 
 # /healthz turns 503 when the last successful tick is older than this many poll intervals.
 STALE_TICKS = 3
+
+
+class DaemonState(Protocol):
+    """What the daemon knows at any moment, read at scrape time (see `loop.Daemon`)."""
+
+    def is_leader(self) -> bool: ...
+
+    def snapshot_age(self) -> float | None: ...
 
 
 class Metrics:
@@ -59,8 +74,26 @@ class Metrics:
             registry=r,
         )
         self.tick_errors = Counter("autoscaler_tick_errors", "Ticks that failed", ["cluster"], registry=r)
+        self.tick_errors.labels(cluster)  # exported as 0 from the start, not absent until the first error
         self.leader = Gauge(
-            "autoscaler_is_leader", "1 when this replica holds the lock", ["cluster"], registry=r
+            "autoscaler_is_leader",
+            "1 while this replica holds the leader lock as last confirmed within its TTL; 0 on standby or "
+            "when the lock could not be confirmed",
+            ["cluster"],
+            registry=r,
+        )
+        self.last_tick_ok = Gauge(
+            "autoscaler_last_tick_ok",
+            "1 when the last tick observed, planned and acted without error; 0 when it failed (the other "
+            "gauges then still describe the last successful tick)",
+            ["cluster"],
+            registry=r,
+        )
+        self.snapshot_age = Gauge(
+            "autoscaler_snapshot_age_seconds",
+            "Seconds since the snapshot the other gauges describe was taken (grows while ticks fail or hang)",
+            ["cluster"],
+            registry=r,
         )
         self.last_success = Gauge(
             "autoscaler_last_successful_tick_timestamp_seconds",
@@ -69,13 +102,24 @@ class Metrics:
             registry=r,
         )
 
+    def follow(self, daemon: DaemonState) -> None:
+        """Read leadership and staleness from `daemon` at every scrape: they stay true while a tick hangs."""
+        self.leader.labels(self.cluster).set_function(lambda: 1.0 if daemon.is_leader() else 0.0)
+
+        def age() -> float:
+            seconds = daemon.snapshot_age()
+            return math.nan if seconds is None else seconds
+
+        self.snapshot_age.labels(self.cluster).set_function(age)
+
     def observe_tick(self, result: TickResult | None, seconds: float, error: BaseException | None) -> None:
         self.tick_seconds.labels(self.cluster).observe(seconds)
+        ok = result is not None and error is None
+        self.last_tick_ok.labels(self.cluster).set(1 if ok else 0)
         if result is None:
             self.tick_errors.labels(self.cluster).inc()
             return
         self.last_success.labels(self.cluster).set(result.snapshot.now)
-        self.leader.labels(self.cluster).set(1 if result.acted else 0)
         self.pending.labels(self.cluster).set(result.plan.pending)
         self.unplaceable.labels(self.cluster).set(len(result.plan.unplaceable))
         self.buckets.clear()

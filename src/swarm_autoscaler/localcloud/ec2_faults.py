@@ -11,6 +11,9 @@ document real EC2 sends, byte-compatible with what botocore parses:
 - `throttle(action, times)`: the next `times` calls of an action get HTTP 503 `RequestLimitExceeded`.
 - `fail(action, times, status, code)`: the next `times` calls get any other error (e.g. 500
   `InternalError`, or 401 `AuthFailure`).
+- `skew_clock(seconds)`: EC2's clock runs that far ahead of this host's (behind when negative): the
+  `Date` header of every response and every timestamp in EC2's answers (`launchTime`...) are shifted,
+  as a region whose clock disagrees with the daemon's host would show them.
 
 Every rule can be changed while the server runs (the test or demo thread and the server's request
 threads share one lock). `calls()` counts every EC2 action the server saw, injected errors included,
@@ -19,9 +22,13 @@ which is how a benchmark can check API calls per tick from the server's side.
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import io
 import random
+import re
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -81,6 +88,7 @@ class FaultInjector:
         self._injected: dict[str, list[_Injected]] = {}
         self._calls: Counter[str] = Counter()
         self.capacity_refusals = 0
+        self.clock_skew = 0.0  # seconds EC2's clock runs ahead of this host's
 
     # ----------------------------------------------------------------------------------- controls
 
@@ -116,6 +124,10 @@ class FaultInjector:
         with self._lock:
             self._injected.setdefault(action, []).append(_Injected(status, code, message, times))
 
+    def skew_clock(self, seconds: float) -> None:
+        """Make EC2's clock run `seconds` ahead of this host's (behind when negative); 0 undoes it."""
+        self.clock_skew = float(seconds)
+
     def reseed(self, seed: int) -> None:
         with self._lock:
             self._rng = random.Random(seed)
@@ -127,6 +139,7 @@ class FaultInjector:
             self._injected.clear()
             self._calls.clear()
             self.capacity_refusals = 0
+            self.clock_skew = 0.0
 
     def calls(self) -> dict[str, int]:
         """EC2 actions seen so far, by action name (injected errors included)."""
@@ -141,12 +154,40 @@ class FaultInjector:
         if action is None:
             return self._app(environ, start_response)
         error = self._decide(action, params)
+        skew = self.clock_skew
         if error is None:
-            return self._app(environ, start_response)
+            return self._app(environ, start_response) if not skew else self._skewed(environ, start_response)
         status, code, message = error
         body = ec2_error_document(code, message)
-        headers = [("Content-Type", "text/xml;charset=UTF-8"), ("Content-Length", str(len(body)))]
+        headers = [
+            ("Content-Type", "text/xml;charset=UTF-8"),
+            ("Content-Length", str(len(body))),
+            ("Date", http_date(time.time() + skew)),
+        ]
         start_response(f"{status} {_HTTP_REASONS.get(status, 'Error')}", headers)
+        return [body]
+
+    def _skewed(self, environ: WsgiEnviron, start_response: StartResponse) -> Iterable[bytes]:
+        """moto's answer with its Date header and timestamps moved by `clock_skew`."""
+        skew = self.clock_skew
+        got: list[Any] = []
+
+        def capture(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[..., Any]:
+            got[:] = [status, headers]
+            return lambda _data: None  # moto returns its body; it never calls write()
+
+        chunks = self._app(environ, capture)
+        try:
+            body = b"".join(chunks)
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+        body = shift_timestamps(body, skew)
+        status, headers = got
+        kept = [(k, v) for k, v in headers if k.lower() not in ("date", "content-length")]
+        kept += [("Content-Length", str(len(body))), ("Date", http_date(time.time() + skew))]
+        start_response(status, kept)
         return [body]
 
     def _decide(self, action: str, params: dict[str, str]) -> tuple[int, str, str] | None:
@@ -173,6 +214,25 @@ class FaultInjector:
                 # the draw happens only for matching calls, so a seed replays the same sequence
                 return rule.probability >= 1.0 or self._rng.random() < rule.probability
         return False
+
+
+_TIMESTAMP = re.compile(rb"<(\w*[Tt]ime)>(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?Z</\1>")
+
+
+def shift_timestamps(body: bytes, seconds: float) -> bytes:
+    """Move every `<...Time>ISO-8601</...Time>` element of an EC2 XML answer by `seconds`."""
+
+    def shift(match: re.Match[bytes]) -> bytes:
+        at = datetime.datetime.strptime(match[2].decode(), "%Y-%m-%dT%H:%M:%S").replace(tzinfo=datetime.UTC)
+        moved = (at + datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%S").encode()
+        return b"<%s>%s%sZ</%s>" % (match[1], moved, match[3] or b"", match[1])
+
+    return _TIMESTAMP.sub(shift, body)
+
+
+def http_date(epoch: float) -> str:
+    """An HTTP `Date` header value (RFC 7231, GMT, whole seconds)."""
+    return email.utils.formatdate(epoch, usegmt=True)
 
 
 def _capacity_message(type_name: str, params: dict[str, str]) -> str:

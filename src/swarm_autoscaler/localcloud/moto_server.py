@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import urllib.request
 import uuid
 from dataclasses import dataclass
@@ -43,7 +44,16 @@ LOCAL_SECRET_KEY = "testing"  # moto accepts any credentials; these are not secr
 _VALIDATION_ENV = "MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION"
 
 
-class _QuietHandler(MotoRequestHandler):
+class _SkewedDateHandler(MotoRequestHandler):
+    """moto's request handler whose own `Date` header follows the fault injector's clock skew."""
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        if timestamp is None:
+            timestamp = time.time() + getattr(self.server.app, "clock_skew", 0.0)
+        return super().date_time_string(timestamp)
+
+
+class _QuietHandler(_SkewedDateHandler):
     """moto's request handler without a log line per request."""
 
     def log_request(self, *args: Any, **kwargs: Any) -> None:
@@ -81,7 +91,7 @@ class MotoServer:
         if self._server is not None:
             return self
         enable_instance_type_validation()
-        handler = _QuietHandler if self._quiet else MotoRequestHandler
+        handler = _QuietHandler if self._quiet else _SkewedDateHandler
         self._server = make_server(
             self._host, self._port, self.faults, threaded=True, request_handler=handler
         )

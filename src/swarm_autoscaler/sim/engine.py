@@ -111,9 +111,9 @@ def settled_fleet(policy: Policy) -> int:
     return policy.min_instances + sum(tp.reserve for tp in policy.allowed_types)
 
 
-def daemon_ports(world: World) -> Ports:
-    """Fresh daemon-side adapters: what a restarted daemon would build."""
-    cloud = InFlightCloud(SimCloud(world), clock=lambda: world.now)
+def daemon_ports(world: World, subnets: Sequence[str] = ()) -> Ports:
+    """Fresh daemon-side adapters: what a restarted daemon would build (launching in `subnets`)."""
+    cloud = InFlightCloud(SimCloud(world, subnets))
     return Ports(cloud, SimOrchestrator(world), SimWorkload(world))
 
 
@@ -133,13 +133,13 @@ async def simulate(
         world.events.push(EPOCH + job.submit_s, "submit", job.key)
     run = Run(strategy.name, jobs, policy, world)
     deadline = EPOCH + max((j.submit_s + j.duration_s for j in jobs), default=0.0) + options.deadline_s
-    ports, planner = daemon_ports(world), strategy.new_planner()
+    ports, planner = daemon_ports(world, policy.subnets), strategy.new_planner()
     tick_no, finished_at = 0, None
     while True:
         now = EPOCH + tick_no * options.tick_s
         world.advance(now)
         if tick_no and _restart_due(options, world.faults, tick_no):
-            ports, planner = daemon_ports(world), strategy.new_planner()
+            ports, planner = daemon_ports(world, policy.subnets), strategy.new_planner()
             run.restarts += 1
         result = await run_tick(ports, policy, catalogue, now, planner=planner)
         _record(run, result, now)

@@ -34,7 +34,7 @@ class RandomFaults(Faults):
     refusal_rates: Mapping[str, float] = field(default_factory=dict)
     never_join_rate: float = 0.0
 
-    def refuse(self, call_no: int, type_name: str) -> bool:
+    def refuse(self, call_no: int, type_name: str, subnet_id: str = "") -> bool:
         rate = self.refusal_rates.get(type_name, self.refusal_rate)
         return rate > 0 and _uniform(self.seed, "refuse", call_no) < rate
 
@@ -48,15 +48,17 @@ class RandomFaults(Faults):
 @dataclass(frozen=True)
 class ScriptedFaults(Faults):
     """Exactly these faults: refused launch calls, never-joining instances (by launch order, from 1) and
-    daemon restarts (by tick number). Join delays jitter as in `RandomFaults` with `seed`."""
+    daemon restarts (by tick number). Join delays jitter as in `RandomFaults` with `seed`.
+    `refused_in` lists (type, subnet) pairs whose every launch call is refused (a zone out of capacity)."""
 
     seed: int = 0
     refused_calls: frozenset[int] = frozenset()
     never_join: frozenset[int] = frozenset()
     restarts: frozenset[int] = frozenset()
+    refused_in: frozenset[tuple[str, str]] = frozenset()
 
-    def refuse(self, call_no: int, type_name: str) -> bool:
-        return call_no in self.refused_calls
+    def refuse(self, call_no: int, type_name: str, subnet_id: str = "") -> bool:
+        return call_no in self.refused_calls or (type_name, subnet_id) in self.refused_in
 
     def never_joins(self, instance_no: int) -> bool:
         return instance_no in self.never_join

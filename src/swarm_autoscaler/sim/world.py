@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from swarm_autoscaler.core.backoff import DEFAULT_INITIAL, DEFAULT_MAXIMUM, CapacityBackoff
+from swarm_autoscaler.core.backoff import DEFAULT_INITIAL, DEFAULT_MAXIMUM, CapacityBackoff, launch_subnets
 from swarm_autoscaler.core.model import (
     Availability,
     Instance,
@@ -60,7 +60,8 @@ class Faults:
     """Which launches EC2 refuses, which machines never join, when the daemon restarts, and each
     machine's join delay. The base class injects nothing; see `RandomFaults` and `ScriptedFaults`."""
 
-    def refuse(self, call_no: int, type_name: str) -> bool:
+    def refuse(self, call_no: int, type_name: str, subnet_id: str = "") -> bool:
+        """Whether the `call_no`-th launch call (one per subnet tried) is refused for capacity."""
         return False
 
     def never_joins(self, instance_no: int) -> bool:
@@ -85,6 +86,7 @@ class SimInstance:
     ended_at: float | None = None  # termination requested (billing stops)
     node_id: str | None = None
     view: Instance | None = None
+    subnet_id: str = ""
 
     def as_model(self) -> Instance:
         if self.view is None:
@@ -94,6 +96,7 @@ class SimInstance:
                 self.state,
                 self.launched_at,
                 self.hostname,
+                subnet_id=self.subnet_id,
                 tags=self.tags,
                 labels=self.tags,  # the launch labels, kept as tags as the EC2 adapter does
             )
@@ -190,15 +193,19 @@ class World:
             i for i in self.instances.values() if i.state in (InstanceState.PENDING, InstanceState.RUNNING)
         ]
 
-    def launch(self, type_name: str, count: int, labels: Mapping[str, str]) -> LaunchResult:
+    def launch(
+        self, type_name: str, count: int, labels: Mapping[str, str], subnet_id: str = ""
+    ) -> LaunchResult:
+        """One RunInstances call in one subnet: all `count` instances, or a capacity refusal."""
         if type_name not in self.catalogue:
             raise ConfigurationError(f"unknown instance type {type_name!r}")
         self.launch_calls += 1
-        if self.faults.refuse(self.launch_calls, type_name):
-            return LaunchResult(refused=(Unavailable(type_name, self.now),))
-        return LaunchResult(instances=tuple(self._launch_one(type_name, labels) for _ in range(count)))
+        if self.faults.refuse(self.launch_calls, type_name, subnet_id):
+            return LaunchResult(refused=(Unavailable(type_name, self.now, subnet_id),))
+        launched = tuple(self._launch_one(type_name, labels, subnet_id) for _ in range(count))
+        return LaunchResult(instances=launched)
 
-    def _launch_one(self, type_name: str, labels: Mapping[str, str]) -> Instance:
+    def _launch_one(self, type_name: str, labels: Mapping[str, str], subnet_id: str) -> Instance:
         no = next(self._ids)
         inst = SimInstance(
             f"i-{no:08x}",
@@ -207,6 +214,7 @@ class World:
             self.now,
             f"ip-10-{no // 65536}-{no // 256 % 256}-{no % 256}",
             dict(labels),
+            subnet_id=subnet_id,
         )
         self.instances[inst.id] = inst
         self.launches += 1
@@ -358,13 +366,18 @@ class World:
 
 
 class SimCloud:
-    """The daemon's EC2 adapter onto the world. Its refusal back-off (which doubles on each refusal of a
-    type, from `backoff_initial_s` up to `backoff_max_s`, like the EC2 adapter's) is daemon memory."""
+    """The daemon's EC2 adapter onto the world. Like the EC2 adapter, it tries the subnets still open
+    for the type in order, moving on after a refusal, and backs a refused (type, subnet) off (doubling
+    from `backoff_initial_s` up to `backoff_max_s`); that back-off is daemon memory."""
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, subnets: Sequence[str] = ()) -> None:
         self.world = world
+        self.subnets = launch_subnets(subnets)
         knobs = world.knobs
         self._backoff = CapacityBackoff(knobs.backoff_initial_s, knobs.backoff_max_s)
+
+    def now(self) -> float:
+        return self.world.now
 
     async def list_instances(self) -> tuple[Instance, ...]:
         return tuple(i.as_model() for i in self.world.instances.values())
@@ -376,12 +389,21 @@ class SimCloud:
         return tuple(self.world.catalogue[n] for n in names)
 
     async def launch(self, type_name: str, count: int, labels: Mapping[str, str]) -> LaunchResult:
-        result = self.world.launch(type_name, count, labels)
-        if not result.refused:
-            self._backoff.succeeded(type_name, "")
-            return result
-        refusal = self._backoff.refused(type_name, "", self.world.now)
-        return LaunchResult(result.instances, (refusal,), result.error)
+        now = self.world.now
+        launched: list[Instance] = []
+        refused: list[Unavailable] = []
+        for subnet in self._backoff.open_subnets(type_name, self.subnets, now):
+            if len(launched) >= count:
+                break
+            result = self.world.launch(type_name, count - len(launched), labels, subnet)
+            if result.refused:
+                refused.append(self._backoff.refused(type_name, subnet, now))
+                continue
+            self._backoff.succeeded(type_name, subnet)
+            launched.extend(result.instances)
+        if not launched and not refused:
+            refused = [u for u in self.unavailable(now) if u.type_name == type_name]
+        return LaunchResult(tuple(launched), tuple(refused))
 
     async def terminate(self, instance_ids: Sequence[str]) -> None:
         self.world.terminate(instance_ids)

@@ -1,0 +1,42 @@
+"""Lifecycle marks stamped in the future: restart their delay from now. Pure; used by `plan()`.
+
+A mark (`empty_since`, `drained_since`, `termination_started`, `down_since`, `cordoned_since`) is the
+`Snapshot.now` of the tick that wrote it. Every replica takes `now` from the cloud's clock (EC2's, see
+adapters/ec2_clock.py), so replicas agree to within a second or two. A mark further ahead than
+`FUTURE_TOLERANCE` was nevertheless written by a clock ahead of ours: a daemon of an older version
+that used its host's wall clock, or a host whose EC2 clock was not yet synced.
+
+Counting from such a mark would freeze its delay until our clock catches up (an hour, for a clock an
+hour ahead); treating it as expired would fire the delay early. Neither is safe, so the mark is
+restamped with `now`: the delay restarts from the first tick that sees it. Whatever the skew, the
+delay then fires no earlier than it would have from the real moment the mark was written (that moment
+is not after `now`), and at most one delay later. The tick that restamps reads the old value, whose
+elapsed time is negative, so nothing fires on it either.
+
+A mark written by a clock *behind* ours cannot be told from an older mark; this is why every replica
+must use the cloud's clock rather than its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from swarm_autoscaler.core.model import Snapshot
+
+# Marks at most this far ahead of now are left alone: two replicas' readings of EC2's clock differ by
+# about a second (its Date header has whole seconds), and a delay a few seconds late is harmless.
+FUTURE_TOLERANCE = 5.0
+
+TIME_MARKS = ("empty_since", "drained_since", "termination_started", "down_since", "cordoned_since")
+
+
+def future_marks(snapshot: Snapshot) -> Iterator[tuple[str, dict[str, float]]]:
+    """(node id, {mark: now}) for every node carrying time marks stamped beyond now + FUTURE_TOLERANCE,
+    in node order. Managers carry no marks of ours and are skipped."""
+    limit = snapshot.now + FUTURE_TOLERANCE
+    for node in snapshot.nodes:
+        if node.is_manager:
+            continue
+        ahead = {name: snapshot.now for name in TIME_MARKS if (getattr(node.marks, name) or 0.0) > limit}
+        if ahead:
+            yield node.id, ahead
