@@ -13,6 +13,7 @@ Durations are seconds as floats and accept `30`, `30s`, `5m`, `1h30m` or `250ms`
 from __future__ import annotations
 
 import difflib
+import io
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -34,6 +35,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from swarm_autoscaler.config.durations import format_duration
 from swarm_autoscaler.config.types import (
+    MAX_FLEET,
     AllowedType,
     AllowedTypes,
     ClusterName,
@@ -69,10 +71,33 @@ def read_group(cls: type[_S], env_file: Path | None) -> tuple[_S | None, list[st
 
 
 def env_path(env_file: str | os.PathLike[str] | None) -> Path | None:
-    """The env file as a Path; raises `InvalidSettingsError` when it does not exist."""
-    path = None if env_file is None else Path(env_file)
-    if path is not None and not path.is_file():
+    """The env file as a Path. Raises `InvalidSettingsError` with one line when it does not exist, is not
+    UTF-8 text, or has a line the env-file parser cannot read (an unterminated quote, usually): such a
+    line would otherwise be skipped with a warning, and its variable reported as not set."""
+    if env_file is None:
+        return None
+    path = Path(env_file)
+    if not path.is_file():
         raise InvalidSettingsError([f"env file {str(path)!r} not found"])
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise InvalidSettingsError(
+            [f"env file {str(path)!r}: line {line} is not UTF-8 text; save it as UTF-8"]
+        ) from None
+    except OSError as exc:
+        raise InvalidSettingsError([f"env file {str(path)!r} cannot be read: {exc.strerror}"]) from None
+    from dotenv.parser import parse_stream
+
+    broken = next((b for b in parse_stream(io.StringIO(text)) if b.error), None)
+    if broken is not None:
+        raise InvalidSettingsError(
+            [
+                f"env file {str(path)!r}: line {broken.original.line} cannot be parsed (an unterminated "
+                "quote?); fix or remove it"
+            ]
+        )
     return path
 
 
@@ -182,10 +207,14 @@ class Ec2Settings(BaseSettings):
         "run at boot)}. Key order is the order of preference on price ties.",
         json_schema_extra={"example": '{"m5.large": {"ami_id": "ami-0123456789abcdef0", "reserve": 1}}'},
     )
-    min_instances: int = Field(default=0, ge=0, description="Fewest machines kept (live plus launching).")
-    max_instances: int = Field(default=10, ge=0, description="Most machines at once (live plus launching).")
+    min_instances: int = Field(
+        default=0, ge=0, le=MAX_FLEET, description="Fewest machines kept (live plus launching)."
+    )
+    max_instances: int = Field(
+        default=10, ge=0, le=MAX_FLEET, description="Most machines at once (live plus launching)."
+    )
     max_launch_per_tick: int = Field(
-        default=0, ge=0, description="Most machines launched per tick; 0 = no cap."
+        default=0, ge=0, le=MAX_FLEET, description="Most machines launched per tick; 0 = no cap."
     )
     subnet_ids: IdList = Field(
         default_factory=list,
@@ -278,7 +307,10 @@ class RedisSettings(BaseSettings):
         description="Redis URL for leader election (may hold a password); unset = single replica.",
     )
     lock_ttl: Duration = Field(
-        default=30.0, gt=0, description="Lifetime of the leader lock unless refreshed."
+        default=30.0,
+        gt=0,
+        description="Lifetime of the leader lock unless refreshed; at least twice "
+        "AUTOSCALER_POLL_INTERVAL, so the leader keeps it across the wait between two ticks.",
     )
 
 
@@ -413,7 +445,23 @@ def load_settings(env_file: str | os.PathLike[str] | None = None) -> Settings:
         problems = _problems(exc, Settings) + problems
     if problems:
         raise InvalidSettingsError(problems)
+    problems = _across_groups(root)
+    if problems:
+        raise InvalidSettingsError(problems)
     return root
+
+
+def _across_groups(settings: Settings) -> list[str]:
+    """Rules between variables of different groups, one line each."""
+    problems = []
+    poll, ttl = settings.timing.poll_interval, settings.redis.lock_ttl
+    if settings.redis.url is not None and ttl < 2 * poll:
+        problems.append(
+            f"{_env(RedisSettings, 'lock_ttl')}: must be at least twice {_env(TimingSettings, 'poll_interval')} "
+            f"({format_duration(2 * poll)}) so the leader keeps the lock between two ticks, "
+            f"got {format_duration(ttl)}"
+        )
+    return problems
 
 
 def unknown_variables(env_file: str | os.PathLike[str] | None = None) -> list[str]:
@@ -476,7 +524,9 @@ def _expectation(kind: str, message: str) -> str:
 
 
 # Errors whose message already says all (echoing a whole JSON value would only be noise).
-_NO_ECHO = frozenset({"missing", "extra_forbidden", "no_types", "unknown_type", "tag", "pair"})
+_NO_ECHO = frozenset(
+    {"missing", "extra_forbidden", "no_types", "unknown_type", "tag", "pair", "overhead", "boot_script"}
+)
 
 
 def _got(error: Mapping[str, Any]) -> str:
