@@ -35,6 +35,15 @@ seconds the heartbeat says it has run). Every task carries `expected`, its prefi
 (`TaskPrefix.duration_average`; None while dask has none: before a task of the prefix finished, or once
 one runs past twice the estimate).
 
+**Scheduler version.** Cordoning calls scheduler internals (`Scheduler.handle_worker_status_change` and
+the `worker-status-change` stream op), and `observe()` reads scheduler state (`unrunnable`, `queued`, each
+worker's `processing` and `executing`). `check_scheduler()`, run once at start, reads the scheduler's
+distributed version and probes for those internals: a scheduler whose state cannot be read fails the
+start (`EndpointError`); one that reads but cannot cordon (distributed older than `MIN_DISTRIBUTED`, or
+without `handle_worker_status_change(status, worker, stimulus_id)`) is reported in `SchedulerCheck.cordon`,
+and the adapter then refuses to cordon rather than call what is not there. Tested with the distributed
+this package pins.
+
 Tasks the scheduler keeps in its own queue (`queued`: unrestricted root tasks held back while every
 worker is saturated) are neither unrunnable nor processing; `observe()` returns them in
 `WorkloadView.queued`; the planner counts them as pending. A task with no `CPU` restriction needs
@@ -48,6 +57,7 @@ import contextlib
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -145,6 +155,61 @@ def _make_status_setter() -> Callable[..., list[str]]:
 
 
 _SET_STATUS = _make_status_setter()
+
+
+def _make_probe() -> Callable[..., dict[str, Any]]:
+    def probe(dask_scheduler: Any) -> dict[str, Any]:
+        """The scheduler's distributed version and the internals cordoning calls."""
+        import inspect
+
+        import distributed
+
+        handler = getattr(dask_scheduler, "handle_worker_status_change", None)
+        try:
+            params = list(inspect.signature(handler).parameters) if callable(handler) else []
+        except (TypeError, ValueError):
+            params = []
+        return {
+            "version": str(getattr(distributed, "__version__", "")),
+            "status_change": params,
+            "streams": isinstance(getattr(dask_scheduler, "stream_comms", None), dict),
+        }
+
+    return probe
+
+
+_PROBE = _make_probe()
+
+# The oldest distributed whose scheduler internals the cordon relies on (`handle_worker_status_change`
+# with a stimulus id, the worker's `worker-status-change` op, queued tasks).
+MIN_DISTRIBUTED = (2024, 1, 0)
+_STATUS_CHANGE_PARAMS = ["status", "worker", "stimulus_id"]
+
+
+def cordon_problem(version: str, status_change_params: Sequence[str], has_streams: bool) -> str | None:
+    """None when a scheduler with this distributed `version` and these internals can cordon workers,
+    else the reason, for one log line."""
+    minimum = ".".join(map(str, MIN_DISTRIBUTED))
+    parsed = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
+    if parsed is None:
+        return f"its distributed version {version!r} is unknown; cordoning needs {minimum} or later"
+    if tuple(int(part) for part in parsed.groups()) < MIN_DISTRIBUTED:
+        return f"it runs distributed {version}; cordoning needs {minimum} or later"
+    if list(status_change_params) != _STATUS_CHANGE_PARAMS or not has_streams:
+        return (
+            f"its distributed {version} has no Scheduler.handle_worker_status_change(status, worker, "
+            "stimulus_id) or stream_comms, which cordoning calls"
+        )
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerCheck:
+    """What `check_scheduler()` found: the scheduler's distributed version, and None or why it cannot
+    cordon."""
+
+    version: str
+    cordon: str | None
 
 
 def _make_oversubscribed() -> Callable[[Any, Any], bool]:
@@ -295,6 +360,7 @@ class DaskWorkload:
         self._client: Any = None
         self._connecting = asyncio.Lock()
         self._changed = asyncio.Event()
+        self.checked: SchedulerCheck | None = None
 
     # --- the Workload port ------------------------------------------------------------------------
 
@@ -343,6 +409,8 @@ class DaskWorkload:
     async def _set_status(self, addresses: Sequence[str], status: str) -> tuple[str, ...]:
         if not addresses:
             return ()
+        if self.checked is not None and self.checked.cordon is not None:
+            raise EndpointError(self._endpoint, f"cannot cordon or uncordon: {self.checked.cordon}")
         client = await self._connected()
         wanted = list(dict.fromkeys(addresses))
         done = await self._call(client.run_on_scheduler(_SET_STATUS, addresses=wanted, status=status))
@@ -359,6 +427,28 @@ class DaskWorkload:
         return True
 
     # --- lifecycle --------------------------------------------------------------------------------
+
+    async def check_scheduler(self) -> SchedulerCheck:
+        """Once at start: connect, read the scheduler's state once and probe its version and the
+        internals cordoning uses. Raises `EndpointError` when the scheduler is unreachable or its state
+        cannot be read; a scheduler that cannot cordon is reported in the result (and remembered: the
+        adapter then refuses to cordon)."""
+        client = await self._connected()
+        try:
+            found = await self._call(client.run_on_scheduler(_PROBE))
+        except EndpointError:
+            raise
+        except Exception as exc:  # raised on the scheduler
+            raise self._unreadable(exc, "unknown") from None
+        problem = cordon_problem(found["version"], found["status_change"], found["streams"])
+        self.checked = SchedulerCheck(found["version"], problem)
+        try:
+            await self.observe()
+        except EndpointError:
+            raise
+        except Exception as exc:  # raised on the scheduler: its distributed lacks what observe reads
+            raise self._unreadable(exc, found["version"]) from None
+        return self.checked
 
     async def connect(self) -> None:
         """Connect now rather than on first use (to fail fast at start-up)."""
@@ -383,6 +473,14 @@ class DaskWorkload:
         await self.close()
 
     # --- plumbing ---------------------------------------------------------------------------------
+
+    def _unreadable(self, exc: Exception, version: str) -> EndpointError:
+        minimum = ".".join(map(str, MIN_DISTRIBUTED))
+        return EndpointError(
+            self._endpoint,
+            f"its state cannot be read ({type(exc).__name__}: {exc}); this autoscaler needs a dask "
+            f"scheduler running distributed {minimum} or later (it runs {version})",
+        )
 
     async def _connected(self) -> Any:
         async with self._connecting:
