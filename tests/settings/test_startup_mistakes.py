@@ -64,12 +64,12 @@ MISTAKES = {
     ),
     "overhead larger than the machine": (
         {"AUTOSCALER_EC2_ALLOWED_TYPES": allowed(overhead={"cpus": 4})},
-        "AUTOSCALER_EC2_ALLOWED_TYPES: m5.large: the overhead (4 CPUs, 0 GiB RAM, 0 GPUs) leaves no room "
+        "AUTOSCALER_EC2_ALLOWED_TYPES: the overhead of m5.large (4 CPUs, 0 GiB RAM, 0 GPUs) leaves no room "
         "for work on its machine (2 CPUs, 8 GiB RAM, 0 GPUs); lower it",
     ),
     "overhead taking all the RAM": (
         {"AUTOSCALER_EC2_ALLOWED_TYPES": allowed(overhead={"ram_gib": 8})},
-        "AUTOSCALER_EC2_ALLOWED_TYPES: m5.large: the overhead (0 CPUs, 8 GiB RAM, 0 GPUs) leaves no room",
+        "AUTOSCALER_EC2_ALLOWED_TYPES: the overhead of m5.large (0 CPUs, 8 GiB RAM, 0 GPUs) leaves no room",
     ),
     "boot script over EC2's user data limit": (
         {"AUTOSCALER_EC2_ALLOWED_TYPES": allowed(boot_script="echo hello\n" * 1500)},

@@ -196,7 +196,7 @@ def _leaves_room(name: str, overhead: Overhead) -> None:
     if overhead.cpus >= machine.cpus or overhead.ram_gib * GIB >= machine.ram or overhead.gpus > machine.gpus:
         raise PydanticCustomError(
             "overhead",
-            "{name}: the overhead ({overhead}) leaves no room for work on its machine ({machine}); lower it",
+            "the overhead of {name} ({overhead}) leaves no room for work on its machine ({machine}); lower it",
             {
                 "name": name,
                 "overhead": f"{overhead.cpus:g} CPUs, {overhead.ram_gib:g} GiB RAM, {overhead.gpus} GPUs",
