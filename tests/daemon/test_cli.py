@@ -83,10 +83,15 @@ def redis_server() -> Iterator[RedisServer]:
         yield server
 
 
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # no request lines on the test's stderr
+        return None
+
+
 @pytest.fixture
 def web_page() -> Iterator[str]:
     """Some other HTTP server (a static web page): not EC2, not a dask scheduler."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), QuietHandler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -143,6 +148,23 @@ async def test_run_with_an_unreachable_docker_engine_exits_at_start_in_one_line(
     code, out, err = await cli(lc, "run", {"AUTOSCALER_DOCKER_URL": url})
     line = one_error_line(code, out, err, f"cannot use docker engine {url} (AUTOSCALER_DOCKER_URL)")
     assert "list nodes failed" in line
+
+
+@pytest.mark.parametrize(
+    ("variable", "scheme", "says"),
+    [
+        ("AUTOSCALER_DOCKER_URL", "tcp", "is this a docker engine API?"),
+        ("AUTOSCALER_REDIS_URL", "redis", "Connection closed by server"),
+        ("AUTOSCALER_DASK_SCHEDULER_URL", "tcp", "is a dask scheduler up and listening there?"),
+    ],
+)
+async def test_run_with_an_endpoint_at_some_other_web_server_exits_at_start_in_one_line(
+    lc: LocalCloud, web_page: str, variable: str, scheme: str, says: str
+) -> None:
+    url = f"{scheme}://{web_page}" + ("/0" if scheme == "redis" else "")
+    code, out, err = await cli(lc, "run", {variable: url})
+    line = one_error_line(code, out, err, f"{url} ({variable})")
+    assert says in line and "DOCTYPE" not in line
 
 
 async def test_run_with_an_unreachable_redis_exits_at_start_in_one_line(lc: LocalCloud) -> None:

@@ -513,7 +513,9 @@ class DaskWorkload:
             try:
                 return await asyncio.wait_for(awaitable, timeout or self._timeout)
             except TimeoutError:
-                raise EndpointError(self._endpoint, "no answer in time; is the scheduler up?") from None
+                raise EndpointError(
+                    self._endpoint, "no answer in time; is a dask scheduler up and listening there?"
+                ) from None
 
     @contextlib.contextmanager
     def _translated_errors(self) -> Iterator[None]:

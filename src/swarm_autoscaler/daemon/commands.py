@@ -32,14 +32,19 @@ def guarded(coro_fn: Callable[[], Coroutine[Any, Any, int]]) -> int:
         return asyncio.run(coro_fn())
     except EndpointError as exc:
         where = f" ({exc.setting})" if exc.setting else ""
-        print(f"error: cannot use {exc.endpoint}{where}: {exc.detail}", file=sys.stderr)
+        print(_one_line(f"error: cannot use {exc.endpoint}{where}: {exc.detail}"), file=sys.stderr)
         return EXIT_ENDPOINT
     except ConfigurationError as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
+        print(_one_line(f"configuration error: {exc}"), file=sys.stderr)
         return EXIT_CONFIG
     except AutoscalerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(_one_line(f"error: {exc}"), file=sys.stderr)
         return EXIT_ENDPOINT
+
+
+def _one_line(text: str) -> str:
+    """An endpoint may answer with a page of text: one line, whatever it sent."""
+    return " ".join(text.split())
 
 
 async def run(settings: Settings) -> int:
