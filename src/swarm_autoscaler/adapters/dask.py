@@ -57,12 +57,12 @@ import contextlib
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from distributed import Client as _Client
 
+from swarm_autoscaler.adapters.dask_check import MIN_DISTRIBUTED, PROBE, SchedulerCheck, cordon_problem
 from swarm_autoscaler.core.model import Resources, Task, Worker
 from swarm_autoscaler.core.ports import WorkloadView
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
@@ -155,61 +155,6 @@ def _make_status_setter() -> Callable[..., list[str]]:
 
 
 _SET_STATUS = _make_status_setter()
-
-
-def _make_probe() -> Callable[..., dict[str, Any]]:
-    def probe(dask_scheduler: Any) -> dict[str, Any]:
-        """The scheduler's distributed version and the internals cordoning calls."""
-        import inspect
-
-        import distributed
-
-        handler = getattr(dask_scheduler, "handle_worker_status_change", None)
-        try:
-            params = list(inspect.signature(handler).parameters) if callable(handler) else []
-        except (TypeError, ValueError):
-            params = []
-        return {
-            "version": str(getattr(distributed, "__version__", "")),
-            "status_change": params,
-            "streams": isinstance(getattr(dask_scheduler, "stream_comms", None), dict),
-        }
-
-    return probe
-
-
-_PROBE = _make_probe()
-
-# The oldest distributed whose scheduler internals the cordon relies on (`handle_worker_status_change`
-# with a stimulus id, the worker's `worker-status-change` op, queued tasks).
-MIN_DISTRIBUTED = (2024, 1, 0)
-_STATUS_CHANGE_PARAMS = ["status", "worker", "stimulus_id"]
-
-
-def cordon_problem(version: str, status_change_params: Sequence[str], has_streams: bool) -> str | None:
-    """None when a scheduler with this distributed `version` and these internals can cordon workers,
-    else the reason, for one log line."""
-    minimum = ".".join(map(str, MIN_DISTRIBUTED))
-    parsed = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
-    if parsed is None:
-        return f"its distributed version {version!r} is unknown; cordoning needs {minimum} or later"
-    if tuple(int(part) for part in parsed.groups()) < MIN_DISTRIBUTED:
-        return f"it runs distributed {version}; cordoning needs {minimum} or later"
-    if list(status_change_params) != _STATUS_CHANGE_PARAMS or not has_streams:
-        return (
-            f"its distributed {version} has no Scheduler.handle_worker_status_change(status, worker, "
-            "stimulus_id) or stream_comms, which cordoning calls"
-        )
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerCheck:
-    """What `check_scheduler()` found: the scheduler's distributed version, and None or why it cannot
-    cordon."""
-
-    version: str
-    cordon: str | None
 
 
 def _make_oversubscribed() -> Callable[[Any, Any], bool]:
@@ -435,7 +380,7 @@ class DaskWorkload:
         adapter then refuses to cordon)."""
         client = await self._connected()
         try:
-            found = await self._call(client.run_on_scheduler(_PROBE))
+            found = await self._call(client.run_on_scheduler(PROBE))
         except EndpointError:
             raise
         except Exception as exc:  # raised on the scheduler

@@ -13,7 +13,6 @@ Durations are seconds as floats and accept `30`, `30s`, `5m`, `1h30m` or `250ms`
 from __future__ import annotations
 
 import difflib
-import io
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -33,6 +32,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
+from swarm_autoscaler.config import envfile
 from swarm_autoscaler.config.durations import format_duration
 from swarm_autoscaler.config.types import (
     MAX_FLEET,
@@ -72,32 +72,13 @@ def read_group(cls: type[_S], env_file: Path | None) -> tuple[_S | None, list[st
 
 def env_path(env_file: str | os.PathLike[str] | None) -> Path | None:
     """The env file as a Path. Raises `InvalidSettingsError` with one line when it does not exist, is not
-    UTF-8 text, or has a line the env-file parser cannot read (an unterminated quote, usually): such a
-    line would otherwise be skipped with a warning, and its variable reported as not set."""
+    UTF-8 text, or has a line the env-file parser cannot read (see `envfile.problem`)."""
     if env_file is None:
         return None
     path = Path(env_file)
-    if not path.is_file():
-        raise InvalidSettingsError([f"env file {str(path)!r} not found"])
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise InvalidSettingsError(
-            [f"env file {str(path)!r}: line {line} is not UTF-8 text; save it as UTF-8"]
-        ) from None
-    except OSError as exc:
-        raise InvalidSettingsError([f"env file {str(path)!r} cannot be read: {exc.strerror}"]) from None
-    from dotenv.parser import parse_stream
-
-    broken = next((b for b in parse_stream(io.StringIO(text)) if b.error), None)
-    if broken is not None:
-        raise InvalidSettingsError(
-            [
-                f"env file {str(path)!r}: line {broken.original.line} cannot be parsed (an unterminated "
-                "quote?); fix or remove it"
-            ]
-        )
+    wrong = envfile.problem(path)
+    if wrong is not None:
+        raise InvalidSettingsError([wrong])
     return path
 
 

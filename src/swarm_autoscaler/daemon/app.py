@@ -15,7 +15,8 @@ from typing import TypeVar
 
 import structlog
 
-from swarm_autoscaler.adapters.dask import DaskWorkload, SchedulerCheck
+from swarm_autoscaler.adapters.dask import DaskWorkload
+from swarm_autoscaler.adapters.dask_check import SchedulerCheck
 from swarm_autoscaler.adapters.ec2 import Ec2Cloud
 from swarm_autoscaler.adapters.redis_lock import RedisLock, SingleReplicaLock
 from swarm_autoscaler.adapters.swarm import SwarmOrchestrator
@@ -55,13 +56,11 @@ async def open_daemon(
             await _serve_http(
                 stack, settings, metrics, lambda: built[0].last_success if built else None, clock
             )
-        swarm = orchestrator
-        if swarm is None:
-            docker = SwarmOrchestrator(settings.docker.url)
-            stack.push_async_callback(docker.close)
-            swarm = docker
+        swarm = orchestrator or _docker(stack, settings)
         ec2 = _ec2(settings, swarm, clock)
-        catalogue = await _checked("AUTOSCALER_EC2_ENDPOINT", _start_ec2(stack, ec2, settings))
+        # Unset, the endpoint is AWS's in the region: the region is then what points at it.
+        where = "AUTOSCALER_EC2_ENDPOINT" if settings.ec2.endpoint else "AUTOSCALER_EC2_REGION"
+        catalogue = await _checked(where, _start_ec2(stack, ec2, settings))
         workload = DaskWorkload(
             settings.dask.scheduler_url, settings.dask.worker_hostname_pattern, clock=clock
         )
@@ -88,6 +87,12 @@ async def open_daemon(
 
 
 T = TypeVar("T")
+
+
+def _docker(stack: contextlib.AsyncExitStack, settings: Settings) -> SwarmOrchestrator:
+    docker = SwarmOrchestrator(settings.docker.url)
+    stack.push_async_callback(docker.close)
+    return docker
 
 
 async def _checked(setting: str, awaitable: Awaitable[T]) -> T:

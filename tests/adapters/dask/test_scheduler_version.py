@@ -14,7 +14,8 @@ import distributed
 import pytest
 from distributed import Scheduler
 
-from swarm_autoscaler.adapters.dask import MIN_DISTRIBUTED, DaskWorkload, cordon_problem
+from swarm_autoscaler.adapters.dask import DaskWorkload
+from swarm_autoscaler.adapters.dask_check import MIN_DISTRIBUTED, cordon_problem
 from swarm_autoscaler.errors import EndpointError
 
 PARAMS = ["status", "worker", "stimulus_id"]
