@@ -362,8 +362,15 @@ class DaskWorkload:
         return tuple(done)
 
     async def wait_for_change(self, timeout: float) -> bool:
-        """True as soon as the scheduler reports a change not yet seen by `observe()`; False on timeout."""
-        await self._connected()
+        """True as soon as the scheduler reports a change not yet seen by `observe()`; False on timeout.
+        An unreachable scheduler is waited out quietly (False): the tick's `observe()` reports it, in one
+        line, and that is enough."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        try:
+            await self._connected()
+        except EndpointError:
+            await asyncio.sleep(max(0.0, deadline - asyncio.get_running_loop().time()))
+            return False
         try:
             await asyncio.wait_for(self._changed.wait(), timeout)
         except TimeoutError:

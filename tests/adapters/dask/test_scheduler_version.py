@@ -7,6 +7,7 @@ probe); versions are covered by the pure rule `cordon_problem`.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -90,3 +91,20 @@ async def test_an_unreachable_scheduler_fails_the_check() -> None:
     finally:
         await workload.close()
     assert caught.value.endpoint == f"dask scheduler tcp://127.0.0.1:{port}"
+
+
+async def test_waiting_on_an_unreachable_scheduler_is_quiet_and_keeps_to_its_time() -> None:
+    # The tick's observe() reports an unreachable scheduler; waiting for events must not add a second line.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    workload = DaskWorkload(f"tcp://127.0.0.1:{port}", timeout=0.5)
+    try:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        assert await workload.wait_for_change(2.0) is False
+        assert 1.9 <= loop.time() - started < 4.0
+    finally:
+        await workload.close()
