@@ -10,18 +10,26 @@ import sys
 from collections.abc import Sequence
 
 from swarm_autoscaler.config.doc import env_template, markdown_table
-from swarm_autoscaler.config.settings import InvalidSettingsError, Settings, load_settings, unknown_variables
+from swarm_autoscaler.config.settings import (
+    InvalidSettingsError,
+    Settings,
+    env_path,
+    load_settings,
+    unknown_variables,
+)
 
 EXIT_CONFIGURATION = 2
 
 
 def load_settings_or_exit(env_file: str | None = None) -> Settings:
-    """Validated settings, or exit with status 2 after printing one line per wrong variable to standard
-    error (no traceback, no secret). Unknown `AUTOSCALER_*` variables are reported as warnings."""
-    for warning in unknown_variables(env_file):
-        print(f"configuration warning: {warning}", file=sys.stderr)
+    """Validated settings, or exit with status 2 after printing one line per wrong variable (or one for
+    an unreadable env file) to standard error (no traceback, no secret). Unknown `AUTOSCALER_*`
+    variables are reported as warnings."""
     try:
-        return load_settings(env_file)
+        path = env_path(env_file)  # checked first: the warnings below read it too
+        for warning in unknown_variables(path):
+            print(f"configuration warning: {warning}", file=sys.stderr)
+        return load_settings(path)
     except InvalidSettingsError as exc:
         for problem in exc.problems:
             print(f"configuration error: {problem}", file=sys.stderr)

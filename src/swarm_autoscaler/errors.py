@@ -2,7 +2,8 @@
 
     AutoscalerError
     ├── ConfigurationError      bad or inconsistent settings; the daemon refuses to start (exit 2)
-    ├── EndpointError           an endpoint (EC2, docker, dask, redis) is unreachable or refused us
+    ├── EndpointError           an endpoint (EC2, docker, dask, redis) is unreachable or refused us;
+    │                           at start the daemon refuses to start (exit 3), once running the tick fails
     ├── NotFoundError           the thing an action targets no longer exists
     └── LockLostError           this replica lost leadership mid-tick; remaining actions are cancelled
 
@@ -22,12 +23,14 @@ class ConfigurationError(AutoscalerError):
 
 
 class EndpointError(AutoscalerError):
-    """An endpoint could not be reached or answered with an error. The message names the endpoint."""
+    """An endpoint could not be reached or answered with an error. The message names the endpoint;
+    `setting` names the variable that points at it, when the daemon's start-up checks know it."""
 
-    def __init__(self, endpoint: str, detail: str) -> None:
+    def __init__(self, endpoint: str, detail: str, setting: str | None = None) -> None:
         super().__init__(f"{endpoint}: {detail}")
         self.endpoint = endpoint
         self.detail = detail
+        self.setting = setting
 
 
 class NotFoundError(AutoscalerError):

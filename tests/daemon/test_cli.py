@@ -1,6 +1,7 @@
 """`swarm-autoscaler run/plan/status` as subprocesses against a local cloud started in the test process
-(moto EC2 over HTTP, a real dask scheduler): unreachable endpoints give one clear line and a non-zero
-exit, SIGTERM stops `run` cleanly.
+(moto EC2 over HTTP, a real dask scheduler, a real redis-server): every endpoint that is unreachable or
+wrong at start gives one line naming it and its variable, exit 3 (2 for the HTTP port, a setting to
+change), and no log line before it. `run` stopping on SIGTERM needs a docker engine: tests/e2e.
 
 The local cloud's swarm lives in this process's memory, which a subprocess cannot reach and no docker
 engine runs here; so what `plan` and `status` print is tested in-process, through the same printers
@@ -11,24 +12,27 @@ in-memory swarm.
 from __future__ import annotations
 
 import asyncio
+import http.server
 import io
-import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Mapping
+import threading
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 from swarm_autoscaler.core.model import GIB
-from swarm_autoscaler.daemon.commands import print_plan, print_status
+from swarm_autoscaler.daemon.commands import EXIT_ENDPOINT, print_plan, print_status
 from swarm_autoscaler.daemon.tick import run_tick
 from swarm_autoscaler.localcloud.cloud import LocalCloud, LocalCloudOptions, env_without_autoscaler
+from swarm_autoscaler.localcloud.redis_server import RedisServer
 
 pytestmark = pytest.mark.timeout(120)
 
 CLI = str(Path(sys.executable).with_name("swarm-autoscaler"))
+REDIS_PASSWORD = "cli-Secret-pw"
 
 
 def closed_port() -> int:
@@ -60,27 +64,70 @@ async def cli(lc: LocalCloud, command: str, extra: Mapping[str, str]) -> tuple[i
     return proc.returncode, out.decode(), err.decode()
 
 
-def one_error_line(code: int, out: str, err: str, names: str) -> str:
-    assert code != 0, (out, err)
+def one_error_line(code: int, out: str, err: str, names: str, exit_code: int = EXIT_ENDPOINT) -> str:
+    """The whole output of a refused start: the documented exit code and one line on standard error (no
+    log line before it, no traceback, no warning repeated)."""
+    assert code == exit_code, (code, out, err)
     assert "Traceback" not in out + err
-    errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, err
-    assert names in errors[0], errors[0]
-    return errors[0]
+    assert out == "", out
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(("error: cannot use ", "configuration error: ")), lines[0]
+    assert names in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    with RedisServer(password=REDIS_PASSWORD) as server:
+        yield server
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # no request lines on the test's stderr
+        return None
+
+
+@pytest.fixture
+def web_page() -> Iterator[str]:
+    """Some other HTTP server (a static web page): not EC2, not a dask scheduler."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
 
 
 async def test_run_with_an_unreachable_ec2_endpoint_says_so_in_one_line(lc: LocalCloud) -> None:
     endpoint = f"http://127.0.0.1:{closed_port()}"
     code, out, err = await cli(lc, "run", {"AUTOSCALER_EC2_ENDPOINT": endpoint})
-    line = one_error_line(code, out, err, endpoint)
-    assert "EC2" in line
+    line = one_error_line(code, out, err, f"cannot use {endpoint} (AUTOSCALER_EC2_ENDPOINT)")
+    assert "cannot reach EC2" in line
+
+
+async def test_run_with_the_ec2_endpoint_at_some_other_web_server_says_so_in_one_line(
+    lc: LocalCloud, web_page: str
+) -> None:
+    endpoint = f"http://{web_page}"
+    code, out, err = await cli(lc, "run", {"AUTOSCALER_EC2_ENDPOINT": endpoint})
+    line = one_error_line(code, out, err, f"cannot use {endpoint} (AUTOSCALER_EC2_ENDPOINT)")
+    assert "the answer is not the EC2 API's" in line and "ParseError" not in line
 
 
 async def test_status_with_an_unreachable_dask_scheduler_says_so_in_one_line(lc: LocalCloud) -> None:
     address = f"tcp://127.0.0.1:{closed_port()}"
     code, out, err = await cli(lc, "status", {"AUTOSCALER_DASK_SCHEDULER_URL": address})
-    line = one_error_line(code, out, err, address)
-    assert "dask scheduler" in line
+    one_error_line(code, out, err, f"cannot use dask scheduler {address} (AUTOSCALER_DASK_SCHEDULER_URL)")
+
+
+async def test_run_with_an_unreachable_dask_scheduler_says_so_in_one_line(lc: LocalCloud) -> None:
+    address = f"tcp://127.0.0.1:{closed_port()}"
+    code, out, err = await cli(lc, "run", {"AUTOSCALER_DASK_SCHEDULER_URL": address})
+    one_error_line(code, out, err, f"cannot use dask scheduler {address} (AUTOSCALER_DASK_SCHEDULER_URL)")
 
 
 async def test_plan_with_an_unreachable_docker_socket_says_so_in_one_line(
@@ -88,39 +135,74 @@ async def test_plan_with_an_unreachable_docker_socket_says_so_in_one_line(
 ) -> None:
     url = f"unix://{tmp_path}/docker.sock"
     code, out, err = await cli(lc, "plan", {"AUTOSCALER_DOCKER_URL": url})
-    line = one_error_line(code, out, err, url)
-    assert "docker" in line
+    one_error_line(code, out, err, f"cannot use docker engine {url} (AUTOSCALER_DOCKER_URL)")
 
 
-async def test_run_stops_on_sigterm_and_exits_0(lc: LocalCloud, tmp_path: Path) -> None:
-    # no docker engine here: the daemon runs and its ticks fail (logged), which must not stop the loop
-    env_file = lc.write_env_file({"AUTOSCALER_DOCKER_URL": f"unix://{tmp_path}/docker.sock"})
-    proc = await asyncio.create_subprocess_exec(
-        CLI,
-        "run",
-        "--env-file",
-        str(env_file),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        env=env_without_autoscaler(),
+@pytest.mark.parametrize("where", ["missing socket", "closed port"])
+async def test_run_with_an_unreachable_docker_engine_exits_at_start_in_one_line(
+    lc: LocalCloud, tmp_path: Path, where: str
+) -> None:
+    url = (
+        f"unix://{tmp_path}/docker.sock" if where == "missing socket" else f"tcp://127.0.0.1:{closed_port()}"
     )
-    assert proc.stdout is not None
-    seen: list[str] = []
-    try:
-        async with asyncio.timeout(60):
-            while not any("tick observed nothing" in line for line in seen):
-                raw = await proc.stdout.readline()
-                assert raw, "".join(seen)
-                seen.append(raw.decode())
-        proc.send_signal(signal.SIGTERM)
-        rest, _ = await asyncio.wait_for(proc.communicate(), 30)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    output = "".join(seen) + rest.decode()
-    assert proc.returncode == 0, output
-    assert "stopped" in output and "Traceback" not in output
+    code, out, err = await cli(lc, "run", {"AUTOSCALER_DOCKER_URL": url})
+    line = one_error_line(code, out, err, f"cannot use docker engine {url} (AUTOSCALER_DOCKER_URL)")
+    assert "list nodes failed" in line
+
+
+@pytest.mark.parametrize(
+    ("variable", "scheme", "says"),
+    [
+        ("AUTOSCALER_DOCKER_URL", "tcp", "is this a docker engine API?"),
+        ("AUTOSCALER_REDIS_URL", "redis", "Connection closed by server"),
+        ("AUTOSCALER_DASK_SCHEDULER_URL", "tcp", "is a dask scheduler up and listening there?"),
+    ],
+)
+async def test_run_with_an_endpoint_at_some_other_web_server_exits_at_start_in_one_line(
+    lc: LocalCloud, web_page: str, variable: str, scheme: str, says: str
+) -> None:
+    url = f"{scheme}://{web_page}" + ("/0" if scheme == "redis" else "")
+    code, out, err = await cli(lc, "run", {variable: url})
+    line = one_error_line(code, out, err, f"{url} ({variable})")
+    assert says in line and "DOCTYPE" not in line
+
+
+async def test_run_with_an_unreachable_redis_exits_at_start_in_one_line(lc: LocalCloud) -> None:
+    url = f"redis://:{REDIS_PASSWORD}@127.0.0.1:{closed_port()}/0"
+    code, out, err = await cli(lc, "run", {"AUTOSCALER_REDIS_URL": url})
+    line = one_error_line(code, out, err, "(AUTOSCALER_REDIS_URL)")
+    assert "Connection refused" in line or "ConnectionError" in line
+    assert REDIS_PASSWORD not in out + err
+
+
+async def test_run_with_a_wrong_redis_password_exits_at_start_in_one_line(
+    lc: LocalCloud, redis_server: RedisServer
+) -> None:
+    wrong = "not-the-password"
+    url = f"redis://:{wrong}@127.0.0.1:{redis_server.port}/0"
+    code, out, err = await cli(lc, "run", {"AUTOSCALER_REDIS_URL": url})
+    line = one_error_line(code, out, err, f"127.0.0.1:{redis_server.port}/0 (AUTOSCALER_REDIS_URL)")
+    assert "authentication failed" in line and "check the password in the URL" in line
+    assert wrong not in out + err and REDIS_PASSWORD not in out + err
+
+
+async def test_run_without_the_redis_password_exits_at_start_in_one_line(
+    lc: LocalCloud, redis_server: RedisServer
+) -> None:
+    url = f"redis://127.0.0.1:{redis_server.port}/0"
+    code, out, err = await cli(lc, "run", {"AUTOSCALER_REDIS_URL": url})
+    line = one_error_line(code, out, err, "(AUTOSCALER_REDIS_URL)")
+    assert "authentication failed" in line
+
+
+async def test_run_with_the_http_port_in_use_exits_2_naming_the_variable(lc: LocalCloud) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, out, err = await cli(lc, "run", {"AUTOSCALER_HTTP_PORT": str(port)})
+    line = one_error_line(code, out, err, f"AUTOSCALER_HTTP_PORT: cannot listen on 127.0.0.1:{port}", 2)
+    assert "OSError" not in line
 
 
 async def test_plan_and_status_print_the_plan_with_reasons_and_the_tables(lc: LocalCloud) -> None:

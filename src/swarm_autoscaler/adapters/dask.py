@@ -35,6 +35,15 @@ seconds the heartbeat says it has run). Every task carries `expected`, its prefi
 (`TaskPrefix.duration_average`; None while dask has none: before a task of the prefix finished, or once
 one runs past twice the estimate).
 
+**Scheduler version.** Cordoning calls scheduler internals (`Scheduler.handle_worker_status_change` and
+the `worker-status-change` stream op), and `observe()` reads scheduler state (`unrunnable`, `queued`, each
+worker's `processing` and `executing`). `check_scheduler()`, run once at start, reads the scheduler's
+distributed version and probes for those internals: a scheduler whose state cannot be read fails the
+start (`EndpointError`); one that reads but cannot cordon (distributed older than `MIN_DISTRIBUTED`, or
+without `handle_worker_status_change(status, worker, stimulus_id)`) is reported in `SchedulerCheck.cordon`,
+and the adapter then refuses to cordon rather than call what is not there. Tested with the distributed
+this package pins.
+
 Tasks the scheduler keeps in its own queue (`queued`: unrestricted root tasks held back while every
 worker is saturated) are neither unrunnable nor processing; `observe()` returns them in
 `WorkloadView.queued`; the planner counts them as pending. A task with no `CPU` restriction needs
@@ -53,6 +62,7 @@ from typing import Any, Self, TypeVar
 
 from distributed import Client as _Client
 
+from swarm_autoscaler.adapters.dask_check import MIN_DISTRIBUTED, PROBE, SchedulerCheck, cordon_problem
 from swarm_autoscaler.core.model import Resources, Task, Worker
 from swarm_autoscaler.core.ports import WorkloadView
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
@@ -295,6 +305,7 @@ class DaskWorkload:
         self._client: Any = None
         self._connecting = asyncio.Lock()
         self._changed = asyncio.Event()
+        self.checked: SchedulerCheck | None = None
 
     # --- the Workload port ------------------------------------------------------------------------
 
@@ -343,14 +354,23 @@ class DaskWorkload:
     async def _set_status(self, addresses: Sequence[str], status: str) -> tuple[str, ...]:
         if not addresses:
             return ()
+        if self.checked is not None and self.checked.cordon is not None:
+            raise EndpointError(self._endpoint, f"cannot cordon or uncordon: {self.checked.cordon}")
         client = await self._connected()
         wanted = list(dict.fromkeys(addresses))
         done = await self._call(client.run_on_scheduler(_SET_STATUS, addresses=wanted, status=status))
         return tuple(done)
 
     async def wait_for_change(self, timeout: float) -> bool:
-        """True as soon as the scheduler reports a change not yet seen by `observe()`; False on timeout."""
-        await self._connected()
+        """True as soon as the scheduler reports a change not yet seen by `observe()`; False on timeout.
+        An unreachable scheduler is waited out quietly (False): the tick's `observe()` reports it, in one
+        line, and that is enough."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        try:
+            await self._connected()
+        except EndpointError:
+            await asyncio.sleep(max(0.0, deadline - asyncio.get_running_loop().time()))
+            return False
         try:
             await asyncio.wait_for(self._changed.wait(), timeout)
         except TimeoutError:
@@ -359,6 +379,28 @@ class DaskWorkload:
         return True
 
     # --- lifecycle --------------------------------------------------------------------------------
+
+    async def check_scheduler(self) -> SchedulerCheck:
+        """Once at start: connect, read the scheduler's state once and probe its version and the
+        internals cordoning uses. Raises `EndpointError` when the scheduler is unreachable or its state
+        cannot be read; a scheduler that cannot cordon is reported in the result (and remembered: the
+        adapter then refuses to cordon)."""
+        client = await self._connected()
+        try:
+            found = await self._call(client.run_on_scheduler(PROBE))
+        except EndpointError:
+            raise
+        except Exception as exc:  # raised on the scheduler
+            raise self._unreadable(exc, "unknown") from None
+        problem = cordon_problem(found["version"], found["status_change"], found["streams"])
+        self.checked = SchedulerCheck(found["version"], problem)
+        try:
+            await self.observe()
+        except EndpointError:
+            raise
+        except Exception as exc:  # raised on the scheduler: its distributed lacks what observe reads
+            raise self._unreadable(exc, found["version"]) from None
+        return self.checked
 
     async def connect(self) -> None:
         """Connect now rather than on first use (to fail fast at start-up)."""
@@ -383,6 +425,14 @@ class DaskWorkload:
         await self.close()
 
     # --- plumbing ---------------------------------------------------------------------------------
+
+    def _unreadable(self, exc: Exception, version: str) -> EndpointError:
+        minimum = ".".join(map(str, MIN_DISTRIBUTED))
+        return EndpointError(
+            self._endpoint,
+            f"its state cannot be read ({type(exc).__name__}: {exc}); this autoscaler needs a dask "
+            f"scheduler running distributed {minimum} or later (it runs {version})",
+        )
 
     async def _connected(self) -> Any:
         async with self._connecting:
@@ -415,7 +465,9 @@ class DaskWorkload:
             try:
                 return await asyncio.wait_for(awaitable, timeout or self._timeout)
             except TimeoutError:
-                raise EndpointError(self._endpoint, "no answer in time; is the scheduler up?") from None
+                raise EndpointError(
+                    self._endpoint, "no answer in time; is a dask scheduler up and listening there?"
+                ) from None
 
     @contextlib.contextmanager
     def _translated_errors(self) -> Iterator[None]:

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -33,6 +33,7 @@ from typing import Any
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
+from botocore.parsers import ResponseParserError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from swarm_autoscaler.adapters.ec2_clock import Ec2Clock
@@ -56,7 +57,7 @@ from swarm_autoscaler.core.backoff import DEFAULT_INITIAL, DEFAULT_MAXIMUM, Capa
 from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.model import Instance, InstanceState, InstanceType, Unavailable
 from swarm_autoscaler.core.ports import LaunchResult
-from swarm_autoscaler.errors import AutoscalerError, ConfigurationError
+from swarm_autoscaler.errors import AutoscalerError, ConfigurationError, EndpointError
 
 OWNER_TAG = "managed-by"
 OWNER_VALUE = "swarm-autoscaler"
@@ -233,27 +234,41 @@ class Ec2Cloud:
         return self._client
 
     async def _call(self, operation: str, **params: Any) -> dict[str, Any]:
-        """One API call with selective retries. SDK exceptions pass through for the caller to sort."""
+        """One API call with selective retries. SDK exceptions pass through for the caller to sort,
+        except an answer that is not EC2's (some other HTTP server): `EndpointError`."""
         client = self._started()
-        async for attempt in self._retrying():
-            with attempt:
-                result: dict[str, Any] = await getattr(client, operation)(**params)
-                return result
+        with self._not_ec2(operation):
+            async for attempt in self._retrying():
+                with attempt:
+                    result: dict[str, Any] = await getattr(client, operation)(**params)
+                    return result
         raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
 
     async def _pages(self, operation: str, key: str, **params: Any) -> list[dict[str, Any]]:
         """Every item under `key` across all pages (the whole walk is retried if a page fails)."""
         client = self._started()
-        async for attempt in self._retrying():
-            with attempt:
-                items: list[dict[str, Any]] = []
-                pages: AsyncIterator[dict[str, Any]] = client.get_paginator(operation).paginate(
-                    **params, PaginationConfig={"PageSize": self._page_size}
-                )
-                async for page in pages:
-                    items.extend(page.get(key, ()))
-                return items
+        with self._not_ec2(operation):
+            async for attempt in self._retrying():
+                with attempt:
+                    items: list[dict[str, Any]] = []
+                    pages: AsyncIterator[dict[str, Any]] = client.get_paginator(operation).paginate(
+                        **params, PaginationConfig={"PageSize": self._page_size}
+                    )
+                    async for page in pages:
+                        items.extend(page.get(key, ()))
+                    return items
         raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
+
+    @contextmanager
+    def _not_ec2(self, operation: str) -> Iterator[None]:
+        """botocore cannot parse the answer: the endpoint is some other server (a web page, a proxy)."""
+        try:
+            yield
+        except ResponseParserError:
+            raise EndpointError(
+                self.endpoint,
+                f"{operation} failed: the answer is not the EC2 API's (not parseable); is this the EC2 endpoint?",
+            ) from None
 
     # ----------------------------------------------------------------------------------- listing
 

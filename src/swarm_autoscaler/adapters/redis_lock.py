@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.connection import parse_url
-from redis.exceptions import RedisError
+from redis.exceptions import AuthenticationError, RedisError
 
 from swarm_autoscaler.daemon.logs import REDACTED, redact_text
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
@@ -106,6 +106,11 @@ class RedisLock:
         self._pexpire = self._redis.register_script(_COMPARE_AND_PEXPIRE)
         self._delete = self._redis.register_script(_COMPARE_AND_DELETE)
 
+    async def check(self) -> None:
+        """Once at start: PING (after AUTH when the URL holds a password). Raises `EndpointError` when
+        redis is unreachable, refuses the password, or is not redis."""
+        await self._call(self._redis.ping())
+
     async def acquire(self) -> bool:
         """Take the lock if free, or refresh it if this replica already holds it."""
         taken = await self._call(self._redis.set(self.key, self.token, nx=True, px=self._ttl_ms))
@@ -142,6 +147,8 @@ class RedisLock:
 
     def _clean(self, exc: BaseException) -> str:
         detail = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, AuthenticationError) or "NOAUTH" in str(exc) or "WRONGPASS" in str(exc):
+            detail = f"authentication failed ({detail}); check the password in the URL"
         if self._password:
             detail = detail.replace(self._password, REDACTED)
         return detail
@@ -149,6 +156,10 @@ class RedisLock:
 
 class SingleReplicaLock:
     """`ports.Lock` for a deployment without redis: the only replica is always the leader."""
+
+    async def check(self) -> None:
+        """Nothing to check: there is no redis."""
+        return None
 
     async def acquire(self) -> bool:
         return True

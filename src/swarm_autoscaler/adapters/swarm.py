@@ -60,6 +60,11 @@ def marks_to_labels(marks: NodeMarks, prefix: str = DEFAULT_PREFIX) -> dict[str,
     return out
 
 
+def _first_line(text: str, limit: int = 200) -> str:
+    line = next((part.strip() for part in text.splitlines() if part.strip()), "")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 def _parse_time(text: str | None) -> float | None:
     if text is None:
         return None
@@ -143,7 +148,12 @@ class SwarmOrchestrator:
 
     async def list_nodes(self) -> tuple[Node, ...]:
         """Every node of the swarm (managers included, flagged)."""
-        raw_nodes = await self._call("list nodes", self._client().nodes.list())
+        try:
+            raw_nodes = await self._call("list nodes", self._client().nodes.list())
+        except NotFoundError:  # no /version or /nodes at all: some other HTTP server
+            raise EndpointError(
+                self._endpoint, "list nodes failed: HTTP 404 (not found); is this a docker engine API?"
+            ) from None
         try:
             return nodes_from_api(raw_nodes, self.prefix)
         except ValueError as exc:
@@ -239,10 +249,11 @@ class SwarmOrchestrator:
         try:
             return await awaitable
         except aiodocker.DockerError as exc:
+            message = _first_line(str(exc.message))  # an HTML error page, when this is not docker
             if exc.status == 404:
-                raise NotFoundError(f"{what}: {exc.message}") from exc
-            if "out of sequence" in str(exc.message):
-                raise _OutOfSequenceError(exc.message) from exc
-            raise EndpointError(self._endpoint, f"{what} failed: [{exc.status}] {exc.message}") from exc
+                raise NotFoundError(f"{what}: {message}") from exc
+            if "out of sequence" in message:
+                raise _OutOfSequenceError(message) from exc
+            raise EndpointError(self._endpoint, f"{what} failed: [{exc.status}] {message}") from exc
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise EndpointError(self._endpoint, f"{what} failed: {exc!r}") from exc

@@ -32,8 +32,10 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
+from swarm_autoscaler.config import envfile
 from swarm_autoscaler.config.durations import format_duration
 from swarm_autoscaler.config.types import (
+    MAX_FLEET,
     AllowedType,
     AllowedTypes,
     ClusterName,
@@ -69,10 +71,14 @@ def read_group(cls: type[_S], env_file: Path | None) -> tuple[_S | None, list[st
 
 
 def env_path(env_file: str | os.PathLike[str] | None) -> Path | None:
-    """The env file as a Path; raises `InvalidSettingsError` when it does not exist."""
-    path = None if env_file is None else Path(env_file)
-    if path is not None and not path.is_file():
-        raise InvalidSettingsError([f"env file {str(path)!r} not found"])
+    """The env file as a Path. Raises `InvalidSettingsError` with one line when it does not exist, is not
+    UTF-8 text, or has a line the env-file parser cannot read (see `envfile.problem`)."""
+    if env_file is None:
+        return None
+    path = Path(env_file)
+    wrong = envfile.problem(path)
+    if wrong is not None:
+        raise InvalidSettingsError([wrong])
     return path
 
 
@@ -182,10 +188,14 @@ class Ec2Settings(BaseSettings):
         "run at boot)}. Key order is the order of preference on price ties.",
         json_schema_extra={"example": '{"m5.large": {"ami_id": "ami-0123456789abcdef0", "reserve": 1}}'},
     )
-    min_instances: int = Field(default=0, ge=0, description="Fewest machines kept (live plus launching).")
-    max_instances: int = Field(default=10, ge=0, description="Most machines at once (live plus launching).")
+    min_instances: int = Field(
+        default=0, ge=0, le=MAX_FLEET, description="Fewest machines kept (live plus launching)."
+    )
+    max_instances: int = Field(
+        default=10, ge=0, le=MAX_FLEET, description="Most machines at once (live plus launching)."
+    )
     max_launch_per_tick: int = Field(
-        default=0, ge=0, description="Most machines launched per tick; 0 = no cap."
+        default=0, ge=0, le=MAX_FLEET, description="Most machines launched per tick; 0 = no cap."
     )
     subnet_ids: IdList = Field(
         default_factory=list,
@@ -278,7 +288,10 @@ class RedisSettings(BaseSettings):
         description="Redis URL for leader election (may hold a password); unset = single replica.",
     )
     lock_ttl: Duration = Field(
-        default=30.0, gt=0, description="Lifetime of the leader lock unless refreshed."
+        default=30.0,
+        gt=0,
+        description="Lifetime of the leader lock unless refreshed; at least twice "
+        "AUTOSCALER_POLL_INTERVAL, so the leader keeps it across the wait between two ticks.",
     )
 
 
@@ -413,7 +426,23 @@ def load_settings(env_file: str | os.PathLike[str] | None = None) -> Settings:
         problems = _problems(exc, Settings) + problems
     if problems:
         raise InvalidSettingsError(problems)
+    problems = _across_groups(root)
+    if problems:
+        raise InvalidSettingsError(problems)
     return root
+
+
+def _across_groups(settings: Settings) -> list[str]:
+    """Rules between variables of different groups, one line each."""
+    problems = []
+    poll, ttl = settings.timing.poll_interval, settings.redis.lock_ttl
+    if settings.redis.url is not None and ttl < 2 * poll:
+        problems.append(
+            f"{_env(RedisSettings, 'lock_ttl')}: must be at least twice {_env(TimingSettings, 'poll_interval')} "
+            f"({format_duration(2 * poll)}) so the leader keeps the lock between two ticks, "
+            f"got {format_duration(ttl)}"
+        )
+    return problems
 
 
 def unknown_variables(env_file: str | os.PathLike[str] | None = None) -> list[str]:
@@ -476,7 +505,9 @@ def _expectation(kind: str, message: str) -> str:
 
 
 # Errors whose message already says all (echoing a whole JSON value would only be noise).
-_NO_ECHO = frozenset({"missing", "extra_forbidden", "no_types", "unknown_type", "tag", "pair"})
+_NO_ECHO = frozenset(
+    {"missing", "extra_forbidden", "no_types", "unknown_type", "tag", "pair", "overhead", "boot_script"}
+)
 
 
 def _got(error: Mapping[str, Any]) -> str:

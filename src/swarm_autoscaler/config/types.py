@@ -17,7 +17,12 @@ from pydantic_core import PydanticCustomError
 
 from swarm_autoscaler.config.durations import EXPECTED as DURATION_EXPECTED
 from swarm_autoscaler.config.durations import parse_duration
-from swarm_autoscaler.core.catalogue import known_type
+from swarm_autoscaler.core.catalogue import CATALOGUE, known_type
+from swarm_autoscaler.core.model import GIB
+
+# Bounds far above any real fleet, so that a typo (or 1e40) is refused at start rather than believed.
+MAX_FLEET = 10_000  # machines
+MAX_PRICE = 10_000.0  # USD per hour for one machine
 
 # ------------------------------------------------------------------------------------------ value types
 
@@ -26,13 +31,19 @@ class DurationMark:
     """Marks a field as a duration, so that documentation shows `5m` rather than `300.0`."""
 
 
+MAX_DURATION = 365 * 86400.0  # a year: longer is a typo, and asyncio's timers cannot take 1e40 seconds
+
+
 def _duration(value: object) -> float:
     if not isinstance(value, str | int | float):
         raise PydanticCustomError("duration", DURATION_EXPECTED)
     try:
-        return parse_duration(value)
+        seconds = parse_duration(value)
     except ValueError:
         raise PydanticCustomError("duration", DURATION_EXPECTED) from None
+    if seconds > MAX_DURATION:
+        raise PydanticCustomError("duration", "expected a duration of at most 365d")
+    return seconds
 
 
 Duration = Annotated[float, BeforeValidator(_duration), DurationMark()]
@@ -66,10 +77,18 @@ IdList = Annotated[list[str], BeforeValidator(_id_list)]
 
 
 def url_check(schemes: tuple[str, ...], example: str) -> Callable[[str], str]:
+    """A URL with one of `schemes`, and a port, when it has one, within 1-65535."""
+
     def check(value: str) -> str:
         parts = urlsplit(value)
         if parts.scheme not in schemes or not (parts.netloc or parts.path):
             raise PydanticCustomError("url", f"expected a URL like {example}")
+        try:
+            bad_port = parts.port == 0  # raises ValueError for a port that is not a number or above 65535
+        except ValueError:
+            bad_port = True
+        if bad_port:
+            raise PydanticCustomError("url", f"expected a URL like {example} with a port from 1 to 65535")
         return value
 
     return check
@@ -119,18 +138,38 @@ class Overhead(BaseModel):
     gpus: int = Field(default=0, ge=0, description="GPUs kept back.")
 
 
+# EC2 takes at most 16 KiB of user data; the adapter appends the swarm join (shebang, token, manager
+# address: about 250 bytes) to the boot script, so the script must leave room for it.
+USER_DATA_LIMIT = 16 * 1024
+BOOT_SCRIPT_LIMIT = USER_DATA_LIMIT - 512
+
+
+def _boot_script(value: str) -> str:
+    size = len(value.encode())
+    if size > BOOT_SCRIPT_LIMIT:
+        raise PydanticCustomError(
+            "boot_script",
+            "expected at most {limit} bytes (EC2's 16 KiB of user data, less room for the swarm join "
+            "appended to it), got {size} bytes",
+            {"limit": BOOT_SCRIPT_LIMIT, "size": size},
+        )
+    return value
+
+
 class AllowedType(BaseModel):
     """How one allowed instance type is launched and used."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     ami_id: AmiId = Field(description="AMI to boot new machines of this type from.")
-    reserve: int = Field(default=0, ge=0, description="Drained machines of this type kept warm.")
+    reserve: int = Field(
+        default=0, ge=0, le=MAX_FLEET, description="Drained machines of this type kept warm."
+    )
     price_per_hour: float | None = Field(
-        default=None, gt=0, description="USD per hour; overrides the catalogue."
+        default=None, gt=0, le=MAX_PRICE, description="USD per hour; overrides the catalogue."
     )
     overhead: Overhead = Field(default_factory=Overhead, description="Resources kept back per machine.")
-    boot_script: str = Field(
+    boot_script: Annotated[str, AfterValidator(_boot_script)] = Field(
         default="", description="Shell commands run at boot before joining; empty = none."
     )
 
@@ -145,7 +184,25 @@ def known_types(types: dict[str, AllowedType]) -> dict[str, AllowedType]:
             "unknown EC2 instance type(s) {names}: use types from the bundled catalogue",
             {"names": ", ".join(unknown)},
         )
+    for name, spec in types.items():
+        _leaves_room(name, spec.overhead)
     return types
+
+
+def _leaves_room(name: str, overhead: Overhead) -> None:
+    """An overhead must leave some CPU and RAM for work on the type's machine (per the bundled catalogue),
+    or every task would be silently unplaceable on it."""
+    machine = CATALOGUE[name].resources
+    if overhead.cpus >= machine.cpus or overhead.ram_gib * GIB >= machine.ram or overhead.gpus > machine.gpus:
+        raise PydanticCustomError(
+            "overhead",
+            "the overhead of {name} ({overhead}) leaves no room for work on its machine ({machine}); lower it",
+            {
+                "name": name,
+                "overhead": f"{overhead.cpus:g} CPUs, {overhead.ram_gib:g} GiB RAM, {overhead.gpus} GPUs",
+                "machine": f"{machine.cpus:g} CPUs, {machine.ram / GIB:g} GiB RAM, {machine.gpus} GPUs",
+            },
+        )
 
 
 AllowedTypes = Annotated[
@@ -155,11 +212,28 @@ AllowedTypes = Annotated[
 ]
 
 
+# Tag keys the EC2 adapter writes itself (ownership, the Name, node labels): a custom tag may not take them.
+# The adapter (`adapters/ec2.py`) refuses them too; a test keeps both lists in step.
+RESERVED_TAG_KEYS = ("managed-by", "swarm-autoscaler/cluster", "Name")
+RESERVED_TAG_PREFIXES = ("aws:", "swarm-autoscaler/")
+
+
 def _tags(tags: dict[str, str]) -> dict[str, str]:
     for key, value in tags.items():
         if not key or len(key) > 128 or key.lower().startswith("aws:") or len(value) > 256:
             raise PydanticCustomError(
                 "tag", "tag keys are 1-128 characters not starting with 'aws:', values at most 256"
+            )
+        if key in RESERVED_TAG_KEYS or key.startswith(RESERVED_TAG_PREFIXES):
+            raise PydanticCustomError(
+                "tag",
+                "tag key '{key}' is reserved for the autoscaler's own tags ({reserved}, and keys starting "
+                "with {prefixes}); rename it",
+                {
+                    "key": key,
+                    "reserved": ", ".join(RESERVED_TAG_KEYS),
+                    "prefixes": " or ".join(RESERVED_TAG_PREFIXES),
+                },
             )
     return tags
 

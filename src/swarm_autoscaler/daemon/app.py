@@ -7,22 +7,27 @@ drives the same adapters, loop and planner.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import dataclasses
+import errno
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
 import structlog
 
 from swarm_autoscaler.adapters.dask import DaskWorkload
+from swarm_autoscaler.adapters.dask_check import SchedulerCheck
 from swarm_autoscaler.adapters.ec2 import Ec2Cloud
 from swarm_autoscaler.adapters.redis_lock import RedisLock, SingleReplicaLock
 from swarm_autoscaler.adapters.swarm import SwarmOrchestrator
 from swarm_autoscaler.config.policy import policy_from_settings
 from swarm_autoscaler.config.settings import Settings
 from swarm_autoscaler.core.catalogue import CATALOGUE
-from swarm_autoscaler.core.model import InstanceType
+from swarm_autoscaler.core.model import InstanceType, Policy
 from swarm_autoscaler.core.ports import Lock, Orchestrator
 from swarm_autoscaler.daemon.loop import Daemon, InFlightCloud
 from swarm_autoscaler.daemon.metrics import Metrics, build_app, start_http
 from swarm_autoscaler.daemon.tick import Ports
+from swarm_autoscaler.errors import ConfigurationError, EndpointError
 
 log = structlog.get_logger("swarm_autoscaler.daemon.app")
 
@@ -34,50 +39,41 @@ async def open_daemon(
     orchestrator: Orchestrator | None = None,
     serve_http: bool = True,
 ) -> AsyncIterator[Daemon]:
-    """Connect every adapter, validate the allowed types against EC2, and yield a ready Daemon.
+    """Check every endpoint once, then yield a ready Daemon; everything is closed on exit.
 
-    `orchestrator` replaces the docker swarm adapter (the demo's in-memory swarm); everything else is
-    built from `settings`. Everything is closed on exit.
+    The start-up checks, in order, each failing with one error that names the variable: the HTTP port
+    can be listened on (`ConfigurationError`), then EC2 describes the allowed types, the dask scheduler
+    answers and its state can be read, redis takes our password, and the docker engine lists the
+    swarm's nodes (`EndpointError`). A scheduler that cannot cordon workers turns consolidation off, with
+    one warning line. `orchestrator` replaces the docker swarm adapter (the demo's in-memory swarm).
 
     The one clock is EC2's (`Ec2Cloud.now`, learnt from its responses): the loop, the in-flight
     listing, the dask adapter's task start times and /healthz all read it, never the host's.
     """
     async with contextlib.AsyncExitStack() as stack:
-        swarm = orchestrator
-        if swarm is None:
-            docker = SwarmOrchestrator(settings.docker.url)
-            stack.push_async_callback(docker.close)
-            swarm = docker
-        ec2 = Ec2Cloud(
-            cluster_name=settings.cluster_name,
-            region=settings.ec2.region,
-            endpoint=settings.ec2.endpoint,
-            access_key_id=_secret(settings.ec2.access_key_id),
-            secret_access_key=_secret(settings.ec2.secret_access_key),
-            allowed_types={
-                name: (spec.ami_id, spec.boot_script) for name, spec in settings.ec2.allowed_types.items()
-            },
-            subnet_ids=list(settings.ec2.subnet_ids),
-            security_group_ids=list(settings.ec2.security_group_ids),
-            key_name=settings.ec2.key_name,
-            iam_instance_profile=settings.ec2.iam_instance_profile,
-            custom_tags=dict(settings.ec2.custom_tags),
-            capacity_backoff_initial=settings.timing.capacity_backoff_initial,
-            capacity_backoff_max=settings.timing.capacity_backoff_max,
-            join_command=swarm.join_command,
-        )
-        await stack.enter_async_context(ec2)
+        metrics = Metrics(settings.cluster_name)
+        built: list[Daemon] = []
+        swarm = orchestrator or _docker(stack, settings)
+        ec2 = _ec2(settings, swarm)  # not connected yet: its clock reads the host's until EC2 answers
         clock = ec2.now
+        if serve_http and settings.http.port:
+            await _serve_http(
+                stack, settings, metrics, lambda: built[0].last_success if built else None, clock
+            )
+        # Unset, the endpoint is AWS's in the region: the region is then what points at it.
+        where = "AUTOSCALER_EC2_ENDPOINT" if settings.ec2.endpoint else "AUTOSCALER_EC2_REGION"
+        catalogue = await _checked(where, _start_ec2(stack, ec2, settings))  # also syncs EC2's clock
+        _log_clock(ec2)
         workload = DaskWorkload(
             settings.dask.scheduler_url, settings.dask.worker_hostname_pattern, clock=clock
         )
-        await stack.enter_async_context(workload)
+        stack.push_async_callback(workload.close)
+        check = await _checked("AUTOSCALER_DASK_SCHEDULER_URL", workload.check_scheduler())
         lock = _lock(settings)
         stack.push_async_callback(_close, lock)
-        catalogue = await _catalogue(ec2, list(settings.ec2.allowed_types))  # also syncs EC2's clock
-        _log_clock(ec2)
-        policy = policy_from_settings(settings, catalogue)
-        metrics = Metrics(settings.cluster_name)
+        await _checked("AUTOSCALER_REDIS_URL", lock.check())
+        await _checked("AUTOSCALER_DOCKER_URL", swarm.list_nodes())
+        policy = _without_consolidation(policy_from_settings(settings, catalogue), check, workload.address)
         daemon = Daemon(
             cluster_name=settings.cluster_name,
             ports=Ports(InFlightCloud(ec2), swarm, workload),
@@ -89,13 +85,11 @@ async def open_daemon(
             on_tick=metrics.observe_tick,
         )
         metrics.follow(daemon)
-        if serve_http and settings.http.port:
-            app = build_app(metrics, lambda: daemon.last_success, settings.timing.poll_interval, clock)
-            runner = await start_http(app, settings.http.host, settings.http.port)
-            stack.push_async_callback(runner.cleanup)
-            log.info("serving /healthz and /metrics", host=settings.http.host, port=settings.http.port)
+        built.append(daemon)
         yield daemon
 
+
+T = TypeVar("T")
 
 # An offset between EC2's clock and the host's beyond this is worth telling the operator about (it
 # changes no decision: the daemon uses EC2's clock).
@@ -115,6 +109,84 @@ def _log_clock(ec2: Ec2Cloud) -> None:
         log.info("clock synced with EC2", ec2_minus_host_s=round(offset, 1))
 
 
+def _docker(stack: contextlib.AsyncExitStack, settings: Settings) -> SwarmOrchestrator:
+    docker = SwarmOrchestrator(settings.docker.url)
+    stack.push_async_callback(docker.close)
+    return docker
+
+
+async def _checked(setting: str, awaitable: Awaitable[T]) -> T:
+    """A start-up check: its `EndpointError` names `setting`, the variable that points at the endpoint."""
+    try:
+        return await awaitable
+    except EndpointError as exc:
+        raise EndpointError(exc.endpoint, exc.detail, setting) from None
+
+
+async def _serve_http(
+    stack: contextlib.AsyncExitStack,
+    settings: Settings,
+    metrics: Metrics,
+    last_success: Callable[[], float | None],
+    clock: Callable[[], float],
+) -> None:
+    """Listen first: a port already in use is a setting to change, found before any endpoint is called."""
+    host, port = settings.http.host, settings.http.port
+    app = build_app(metrics, last_success, settings.timing.poll_interval, clock)
+    try:
+        runner = await start_http(app, host, port)
+    except OSError as exc:
+        setting = (
+            "AUTOSCALER_HTTP_PORT"
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES)
+            else "AUTOSCALER_HTTP_HOST"
+        )
+        raise ConfigurationError(
+            f"{setting}: cannot listen on {host}:{port} ({exc.strerror or exc}); choose a free port, or 0 "
+            "to turn the health and metrics endpoint off"
+        ) from None
+    stack.push_async_callback(runner.cleanup)
+
+
+def _ec2(settings: Settings, swarm: Orchestrator) -> Ec2Cloud:
+    return Ec2Cloud(
+        cluster_name=settings.cluster_name,
+        region=settings.ec2.region,
+        endpoint=settings.ec2.endpoint,
+        access_key_id=_secret(settings.ec2.access_key_id),
+        secret_access_key=_secret(settings.ec2.secret_access_key),
+        allowed_types={
+            name: (spec.ami_id, spec.boot_script) for name, spec in settings.ec2.allowed_types.items()
+        },
+        subnet_ids=list(settings.ec2.subnet_ids),
+        security_group_ids=list(settings.ec2.security_group_ids),
+        key_name=settings.ec2.key_name,
+        iam_instance_profile=settings.ec2.iam_instance_profile,
+        custom_tags=dict(settings.ec2.custom_tags),
+        capacity_backoff_initial=settings.timing.capacity_backoff_initial,
+        capacity_backoff_max=settings.timing.capacity_backoff_max,
+        join_command=swarm.join_command,
+    )
+
+
+async def _start_ec2(
+    stack: contextlib.AsyncExitStack, ec2: Ec2Cloud, settings: Settings
+) -> dict[str, InstanceType]:
+    await stack.enter_async_context(ec2)
+    return await _catalogue(ec2, list(settings.ec2.allowed_types))
+
+
+def _without_consolidation(policy: Policy, check: SchedulerCheck, scheduler: str) -> Policy:
+    """The policy, with consolidation off when the scheduler cannot cordon workers (one warning line)."""
+    if check.cordon is None or policy.consolidate_below == 0.0:
+        return policy
+    log.warning(
+        f"consolidation is off: the dask scheduler {scheduler} cannot cordon workers ({check.cordon})",
+        distributed=check.version,
+    )
+    return dataclasses.replace(policy, consolidate_below=0.0)
+
+
 async def _catalogue(ec2: Ec2Cloud, names: list[str]) -> dict[str, InstanceType]:
     """Each allowed type as EC2 describes it; the bundled price is kept (EC2 does not return prices)."""
     described = await ec2.instance_types(names)
@@ -130,9 +202,8 @@ async def _catalogue(ec2: Ec2Cloud, names: list[str]) -> dict[str, InstanceType]
     return {name: out[name] for name in names if name in out}
 
 
-def _lock(settings: Settings) -> Lock:
+def _lock(settings: Settings) -> RedisLock | SingleReplicaLock:
     if settings.redis.url is None:
-        log.info("no AUTOSCALER_REDIS_URL: running as a single replica (no leader lock)")
         return SingleReplicaLock()
     return RedisLock(settings.redis.url.get_secret_value(), settings.cluster_name, settings.redis.lock_ttl)
 

@@ -20,8 +20,10 @@ from swarm_autoscaler.errors import AutoscalerError, ConfigurationError, Endpoin
 
 log = structlog.get_logger("swarm_autoscaler.daemon.commands")
 
-EXIT_ENDPOINT = 1
-EXIT_CONFIG = 2
+# Exit statuses, as the README's Configuration section lists them. 1 is left to Python: an unexpected error
+# (a bug) still ends with its traceback.
+EXIT_CONFIG = 2  # a setting is wrong (the line names the variable)
+EXIT_ENDPOINT = 3  # an endpoint is unreachable, refuses us, or is not what the setting says
 
 
 def guarded(coro_fn: Callable[[], Coroutine[Any, Any, int]]) -> int:
@@ -29,26 +31,39 @@ def guarded(coro_fn: Callable[[], Coroutine[Any, Any, int]]) -> int:
     try:
         return asyncio.run(coro_fn())
     except EndpointError as exc:
-        print(f"error: cannot use {exc.endpoint}: {exc.detail}", file=sys.stderr)
+        where = f" ({exc.setting})" if exc.setting else ""
+        print(_one_line(f"error: cannot use {exc.endpoint}{where}: {exc.detail}"), file=sys.stderr)
         return EXIT_ENDPOINT
     except ConfigurationError as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
+        print(_one_line(f"configuration error: {exc}"), file=sys.stderr)
         return EXIT_CONFIG
     except AutoscalerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(_one_line(f"error: {exc}"), file=sys.stderr)
         return EXIT_ENDPOINT
+
+
+def _one_line(text: str) -> str:
+    """An endpoint may answer with a page of text: one line, whatever it sent."""
+    return " ".join(text.split())
 
 
 async def run(settings: Settings) -> int:
-    """The daemon: tick until SIGTERM or SIGINT, finish the current tick, exit 0."""
+    """The daemon: check every endpoint once, then tick until SIGTERM or SIGINT, finish the current tick,
+    exit 0. A failed check raises (one line, exit 2 or 3, by `guarded`)."""
     from swarm_autoscaler.daemon.app import open_daemon
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    log.info("starting", cluster=settings.cluster_name, poll_interval_s=settings.timing.poll_interval)
-    async with open_daemon(settings) as daemon:
+    async with open_daemon(settings) as daemon:  # checks every endpoint first: no log line before that
+        log.info(
+            "started: every endpoint answered",
+            cluster=settings.cluster_name,
+            poll_interval_s=settings.timing.poll_interval,
+            leader_lock="redis" if settings.redis.url else "none: single replica (no AUTOSCALER_REDIS_URL)",
+            http=f"{settings.http.host}:{settings.http.port}" if settings.http.port else "off",
+        )
         await run_clusters([daemon], stop)
     log.info("stopped", cluster=settings.cluster_name)
     return 0

@@ -190,6 +190,9 @@ class Daemon:
         except ObserveError as exc:
             error = exc
             log.error("tick observed nothing", cluster=self.cluster_name, error=str(exc))
+        except AutoscalerError as exc:  # expected trouble (redis or docker away a while): one line, no trace
+            error = exc
+            log.error("tick failed", cluster=self.cluster_name, error=str(exc))
         except Exception as exc:  # the loop never dies; the next tick runs
             error = exc
             log.exception("tick failed", cluster=self.cluster_name, error=str(exc))
