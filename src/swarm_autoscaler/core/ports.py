@@ -21,6 +21,18 @@ from swarm_autoscaler.core.model import (
     Worker,
 )
 
+# The node label that says "this daemon launched me, for this cluster": `OWNER_LABEL=<cluster name>`.
+# Every launch carries it among the labels its instance is tagged with, so the planner's LabelNode
+# writes it when the node joins; an Orchestrator sets `Node.ours` from it. Nothing else (in particular
+# not the plain `instance-type` label users also set for placement) makes a node ours.
+OWNER_LABEL = "swarm-autoscaler.cluster"
+
+
+def is_ours(labels: Mapping[str, str], cluster_name: str, is_manager: bool = False) -> bool:
+    """True when a worker node's labels carry this cluster's ownership label (never for a manager, and
+    never for an empty cluster name)."""
+    return bool(cluster_name) and not is_manager and labels.get(OWNER_LABEL) == cluster_name
+
 
 @dataclass(frozen=True, slots=True)
 class LaunchResult:
@@ -81,10 +93,15 @@ class Cloud(Protocol):
 
 @runtime_checkable
 class Orchestrator(Protocol):
-    """Swarm nodes: availability and the lifecycle marks kept in node labels."""
+    """Swarm nodes: availability and the lifecycle marks kept in node labels.
+
+    An Orchestrator is built for one cluster name: `list_nodes` sets `Node.ours` on exactly the worker
+    nodes whose `OWNER_LABEL` equals it (`is_ours`).
+    """
 
     async def list_nodes(self) -> tuple[Node, ...]:
-        """Every node of the swarm (managers included, flagged)."""
+        """Every node of the swarm (managers included, flagged), in one call: `act` also uses it as the
+        fresh read it re-checks disruptive actions against."""
         ...
 
     async def set_availability(self, node_id: str, availability: Availability) -> None:
@@ -116,6 +133,12 @@ class Workload(Protocol):
 
     async def observe(self) -> WorkloadView:
         """Workers with their processing tasks, and unrunnable tasks, read in one scheduler call."""
+        ...
+
+    async def list_workers(self) -> tuple[Worker, ...]:
+        """Just the workers, as `observe` reports them (processing tasks, unique data, retiring), in one
+        scheduler call that skips the unrunnable and queued tasks: the cheap fresh read `act` re-checks
+        disruptive actions against."""
         ...
 
     async def retire(self, addresses: Sequence[str]) -> tuple[str, ...]:
