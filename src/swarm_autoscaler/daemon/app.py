@@ -44,7 +44,7 @@ async def open_daemon(
     async with contextlib.AsyncExitStack() as stack:
         swarm = orchestrator
         if swarm is None:
-            docker = SwarmOrchestrator(settings.docker.url)
+            docker = SwarmOrchestrator(settings.docker.url, cluster_name=settings.cluster_name)
             stack.push_async_callback(docker.close)
             swarm = docker
         ec2 = Ec2Cloud(
@@ -83,6 +83,7 @@ async def open_daemon(
             policy=policy,
             catalogue=catalogue,
             poll_interval=settings.timing.poll_interval,
+            act_concurrency=settings.timing.act_concurrency,
             lock_ttl=settings.redis.lock_ttl,
             clock=clock,
             on_tick=metrics.observe_tick,
