@@ -54,6 +54,20 @@ class MemorySwarm:
             if node.hostname == hostname:
                 self.nodes[node_id] = dataclasses.replace(node, status=status)
 
+    def replace_node(
+        self, node_id: str, *, availability: Availability, labels: Mapping[str, str], marks: NodeMarks
+    ) -> None:
+        """A whole-spec update, as the engine API imitation receives it (`engine_api`)."""
+        node = self._get(node_id)
+        self.calls.append(("update", node.hostname))
+        self.nodes[node_id] = dataclasses.replace(
+            node,
+            availability=availability,
+            labels=dict(labels),
+            marks=marks,
+            ours=is_ours(labels, self.cluster_name, node.is_manager),
+        )
+
     def by_hostname(self, hostname: str) -> Node | None:
         return next((n for n in self.nodes.values() if n.hostname == hostname), None)
 
