@@ -338,3 +338,24 @@ async def test_losing_leadership_cancels_what_has_not_started() -> None:
     )
     assert outcomes[0].ok and outcomes[1].kind == "cancelled"
     assert w.swarm.nodes[node].availability == "active"
+
+
+async def test_a_fresh_read_that_hangs_leaves_the_disruptive_actions_to_the_next_tick() -> None:
+    w = World()
+    node, host = w.machine(1)
+
+    class HangingWorkload(FakeWorkload):
+        async def list_workers(self) -> tuple[Worker, ...]:
+            await asyncio.sleep(3600)
+            return ()
+
+    ports = Ports(w.cloud, w.swarm, HangingWorkload(workers=list(w.workload.workers)))
+    started = time.perf_counter()
+    (outcome,) = await act(
+        Plan((DrainNode(node, host, "empty", expect=(NodeOurs(node),)),)),
+        w.snapshot(),
+        ports,
+        config=ActConfig(CLUSTER, deadline=0.3),
+    )
+    assert outcome.kind == "deadline" and time.perf_counter() - started < 1.0
+    assert w.swarm.nodes[node].availability == "active"

@@ -132,6 +132,9 @@ class _Pool:
     def past_deadline(self) -> bool:
         return self._deadline_at is not None and time.monotonic() >= self._deadline_at
 
+    def time_left(self) -> float | None:
+        return None if self._deadline_at is None else max(0.0, self._deadline_at - time.monotonic())
+
     async def run(self, jobs: Sequence[_Job]) -> list[Outcome]:
         if not jobs:
             return []
@@ -146,7 +149,7 @@ class _Pool:
     async def _enforce_deadline(self, tasks: list[asyncio.Task[list[Outcome]]], jobs: Sequence[_Job]) -> None:
         if self._deadline_at is None:
             return
-        _, pending = await asyncio.wait(tasks, timeout=max(0.0, self._deadline_at - time.monotonic()))
+        _, pending = await asyncio.wait(tasks, timeout=self.time_left())
         for task, job in zip(tasks, jobs, strict=True):
             if task in pending and not job.finish_past_deadline:
                 task.cancel()
@@ -198,22 +201,24 @@ async def act(
     outcomes = await pool.run([doer.job(a) for a in gentle])
     if retires or disruptive:
         outcomes += await _disrupt(retires, disruptive, doer, pool)
-    by_action = {id(o.action): o for o in outcomes}
-    return tuple(by_action[id(a)] for a in plan.actions)
+    by_action: defaultdict[int, list[Outcome]] = defaultdict(list)
+    for outcome in outcomes:  # the same action object may stand twice in a plan: one outcome each
+        by_action[id(outcome.action)].append(outcome)
+    return tuple(by_action[id(a)].pop(0) for a in plan.actions)
 
 
 async def _disrupt(
     retires: list[RetireWorkers], disruptive: list[Action], doer: _Doer, pool: _Pool
 ) -> list[Outcome]:
     """Phases 2 and 3: each step re-checked on a read taken right before it."""
+    fresh = await doer.fresh_read(pool.time_left())
     if pool.past_deadline():
         return _left([*retires, *disruptive], "deadline")
-    fresh = await doer.fresh_read()
     outcomes, runnable = _recheck(retires, fresh, {})
     outcomes += await pool.run([doer.job(a) for a in runnable])
     kept = doer.unretired_hosts(outcomes, fresh)
     if runnable:  # a retirement ran: what is true now is what the drains must be checked against
-        fresh = await doer.fresh_read() if not pool.past_deadline() else fresh
+        fresh = await doer.fresh_read(pool.time_left())
     if pool.past_deadline():
         return outcomes + _left(disruptive, "deadline")
     checked, runnable = _recheck(disruptive, fresh, kept, doer.hosts_of)
@@ -263,13 +268,16 @@ class _Doer:
         self._worker_host = {w.address: w.hostname for w in snapshot.workers}
         self.kept: set[str] = set()  # addresses the scheduler refused to retire during this act
 
-    async def fresh_read(self) -> Fresh | str:
-        """One node listing and one read of the workers, concurrently; the error text if either fails."""
+    async def fresh_read(self, within: float | None) -> Fresh | str:
+        """One node listing and one read of the workers, concurrently, in at most `within` seconds; the
+        error text if either fails or time runs out."""
         failed = ""
         try:
-            async with asyncio.TaskGroup() as tg:
+            async with asyncio.timeout(within), asyncio.TaskGroup() as tg:
                 nodes = tg.create_task(self.ports.orchestrator.list_nodes())
                 workers = tg.create_task(self.ports.workload.list_workers())
+        except* TimeoutError:
+            failed = "the tick's deadline passed during the read"
         except* Exception as group:
             failed = "; ".join(f"{type(e).__name__}: {e}" for e in group.exceptions)
         return failed or Fresh(nodes.result(), workers.result())
