@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from tests.fakes import CATALOGUE, FakeCloud, FakeWorkload, SteppedClock, small_policy
 
@@ -300,6 +300,8 @@ async def test_the_deadline_leaves_the_rest_to_the_next_tick() -> None:
     done = [o for o in outcomes if o.ok]
     left = [o for o in outcomes if o.kind == "deadline"]
     assert 2 <= len(done) <= 6 and len(done) + len(left) == 20
+    interrupted = [o for o in left if "while it ran" in o.detail]
+    assert len(interrupted) == 2  # the two in flight at the deadline, cancelled; the rest never started
     assert elapsed < 1.0
     swarm = w.swarm
     assert isinstance(swarm, SlowSwarm)
@@ -359,3 +361,23 @@ async def test_a_fresh_read_that_hangs_leaves_the_disruptive_actions_to_the_next
     )
     assert outcome.kind == "deadline" and time.perf_counter() - started < 1.0
     assert w.swarm.nodes[node].availability == "active"
+
+
+async def test_a_termination_batch_in_flight_at_the_deadline_runs_to_its_end() -> None:
+    w = World()
+    node, _ = w.machine(1, worker=False)
+
+    class SlowTerminate(FakeCloud):
+        async def terminate(self, instance_ids: Sequence[str]) -> None:
+            await asyncio.sleep(0.5)
+            await super().terminate(instance_ids)
+
+    cloud = SlowTerminate(w.clock, CATALOGUE)
+    cloud.instances = dict(w.cloud.instances)
+    (outcome,) = await act(
+        Plan((Terminate(("i-0001",), "drained", node_ids=(node,), expect=(NodeOurs(node),)),)),
+        w.snapshot(),
+        Ports(cloud, w.swarm, w.workload),
+        config=ActConfig(CLUSTER, deadline=0.2),
+    )
+    assert outcome.ok and "i-0001" not in cloud.instances and node not in w.swarm.nodes

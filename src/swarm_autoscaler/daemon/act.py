@@ -15,8 +15,10 @@ An action is skipped (outcome kind "skipped", with every reason) when its precon
 or when the fresh read failed (fail closed). Outcomes come back in plan order.
 
 Bounds: at most `ActConfig.concurrency` actions are in flight at once. At the deadline, actions not yet
-started are left to the next tick (kind "deadline") and those in flight are cancelled, except launches,
-which are awaited (a cancelled RunInstances may still start machines that no one would then count).
+started are left to the next tick (kind "deadline") and those in flight are cancelled (also "deadline",
+saying they may have taken effect), except launches and the termination batch, which are awaited: a
+cancelled RunInstances may still start machines that no one would then count, and a cut-short
+termination would leave its nodes behind and report as undone what EC2 did.
 Cancelling `act` itself (SIGTERM) cancels everything in flight at once; whoever acts next plans again.
 """
 
@@ -128,6 +130,7 @@ class _Pool:
         self._deadline_at = deadline_at
         self._still_leader = still_leader
         self._node_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._started: set[int] = set()  # ids of the jobs whose call went out
 
     def past_deadline(self) -> bool:
         return self._deadline_at is not None and time.monotonic() >= self._deadline_at
@@ -143,7 +146,10 @@ class _Pool:
             await self._enforce_deadline(tasks, jobs)
         out: list[Outcome] = []
         for job, task in zip(jobs, tasks, strict=True):
-            out.extend(_left(job.actions, "deadline") if task.cancelled() else task.result())
+            if not task.cancelled():
+                out.extend(task.result())
+            else:
+                out.extend(_left(job.actions, "interrupted" if id(job) in self._started else "deadline"))
         return out
 
     async def _enforce_deadline(self, tasks: list[asyncio.Task[list[Outcome]]], jobs: Sequence[_Job]) -> None:
@@ -162,6 +168,7 @@ class _Pool:
             if not self._still_leader():
                 return _left(job.actions, "cancelled")
             try:
+                self._started.add(id(job))
                 detail = await job.perform()
                 return [Outcome(a, True, detail) for a in job.actions]
             except LockLostError as exc:
@@ -173,13 +180,18 @@ class _Pool:
 
 
 _LEFT = {
-    "deadline": "the tick's deadline passed before it ran; left to the next tick",
-    "cancelled": "leadership lost; cancelled",
+    "deadline": ("deadline", "the tick's deadline passed before it ran; left to the next tick"),
+    "interrupted": (
+        "deadline",
+        "the tick's deadline passed while it ran; cancelled (it may have taken effect), left to the next tick",
+    ),
+    "cancelled": ("cancelled", "leadership lost; cancelled"),
 }
 
 
-def _left(actions: Iterable[Action], kind: str) -> list[Outcome]:
-    return [Outcome(a, False, _LEFT[kind], kind=kind) for a in actions]
+def _left(actions: Iterable[Action], why: str) -> list[Outcome]:
+    kind, detail = _LEFT[why]
+    return [Outcome(a, False, detail, kind=kind) for a in actions]
 
 
 async def act(
@@ -330,7 +342,9 @@ class _Doer:
                     tg.create_task(self.ports.orchestrator.remove(node_id))
             return f"terminated (one call for {len(ids)} instance(s)); removed {len(nodes)} node(s)"
 
-        return _Job(tuple(actions), perform)
+        # Once TerminateInstances went out the step runs to its end, even past the deadline: it was
+        # re-checked, and cut short it would leave nodes behind and report as undone what was done.
+        return _Job(tuple(actions), perform, finish_past_deadline=True)
 
     async def perform(self, action: Action) -> str:
         match action:
