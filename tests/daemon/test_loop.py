@@ -218,7 +218,7 @@ async def test_a_scheduler_change_starts_a_tick_long_before_the_poll_interval() 
     assert h.lock.state["holder"] is None  # released on the way out
 
 
-async def test_stop_finishes_the_current_tick_and_returns() -> None:
+async def test_stop_between_ticks_returns_at_once() -> None:
     h = Harness()
     stop = asyncio.Event()
     runner = asyncio.create_task(h.daemon.run(stop))
