@@ -241,6 +241,7 @@ def _memory_child(instances: int = 1_000, tasks: int = 30_000, ticks: int = 5) -
     from swarm_autoscaler.core.catalogue import CATALOGUE
     from swarm_autoscaler.core.model import (
         GIB,
+        OWNERSHIP_LABEL,
         Instance,
         InstanceState,
         Policy,
@@ -258,7 +259,7 @@ def _memory_child(instances: int = 1_000, tasks: int = 30_000, ticks: int = 5) -
     clock = SteppedClock()
     catalogue = {n: CATALOGUE[n] for n in ("m5.large", "m5.xlarge", "r5.large")}
     cloud = FakeCloud(clock, catalogue)
-    swarm = MemorySwarm()
+    swarm = MemorySwarm(cluster_name="bench")
     workers = []
     per_worker = tasks // (2 * instances)
     for i in range(instances):
@@ -272,7 +273,7 @@ def _memory_child(instances: int = 1_000, tasks: int = 30_000, ticks: int = 5) -
             host,
             tags={"swarm-autoscaler/type": itype},
         )
-        swarm.join(host, swarm.join_token, {"type": itype})
+        swarm.join(host, swarm.join_token, {"type": itype, OWNERSHIP_LABEL: "bench"})
         busy = tuple(Task(f"run-{i}-{j}", Resources(1, GIB)) for j in range(per_worker))
         workers.append(Worker(f"tcp://10.0.{i}:1", f"worker-{host}", host, catalogue[itype].resources, busy))
     unrunnable = [Task(f"wait-{k}", Resources(1 + k % 3, (1 + k % 5) * GIB)) for k in range(tasks // 2)]

@@ -130,11 +130,18 @@ class FakeWorkload:
     cordoned: list[tuple[str, bool]] = field(default_factory=list)  # (address, cordoned or uncordoned)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     waits: int = 0
+    worker_reads: int = 0
 
     async def observe(self) -> WorkloadView:
         if self.fail_observe is not None:
             raise self.fail_observe
         return WorkloadView(tuple(self.workers), tuple(self.unrunnable))
+
+    async def list_workers(self) -> tuple[Worker, ...]:
+        self.worker_reads += 1
+        if self.fail_observe is not None:
+            raise self.fail_observe
+        return tuple(self.workers)
 
     async def retire(self, addresses: Sequence[str]) -> tuple[str, ...]:
         if self.fail_retire is not None:

@@ -27,7 +27,6 @@ from swarm_autoscaler.core.model import (
     TypePolicy,
     Worker,
 )
-from swarm_autoscaler.daemon import tick
 
 POLICY = make_policy(max_start_time=600)
 
@@ -104,10 +103,6 @@ def test_workers_and_nodes_are_matched_by_hostname_and_stale_node_entries_are_di
     (active,) = cluster.active
     assert (active.node, active.workers, active.busy) == (node, (worker,), True)
     assert [m.node for m in cluster.disconnected] == [stale]
-
-
-def test_the_type_label_is_the_one_launches_carry() -> None:
-    assert tick.TYPE_LABEL == TYPE_LABEL
 
 
 def test_the_transition_table_covers_every_bucket_and_is_closed() -> None:

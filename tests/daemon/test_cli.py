@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import http.server
 import io
+import signal
 import socket
 import sys
 import threading
@@ -265,3 +266,42 @@ def test_status_names_each_machines_bucket() -> None:
             rows.setdefault(line.split("│")[1].strip(), line)
     assert "active" in rows["i-0001"] and "drained" in rows["i-0002"]
     assert "active" in rows["ip-10-0-0-1"] and "drained" in rows["ip-10-0-0-2"]
+
+
+async def test_run_exits_within_seconds_of_sigterm_even_mid_act(tmp_path: Path) -> None:
+    """The real process, its swarm adapter talking HTTP to the local cloud's in-memory swarm, whose node
+    updates hang: SIGTERM arrives while an update is in flight, and the process exits at once."""
+    from swarm_autoscaler.localcloud.engine_api import EngineApi
+    from swarm_autoscaler.localcloud.memswarm import MemorySwarm
+
+    options = LocalCloudOptions(fast=True, cluster_name="stop-test")
+    async with LocalCloud(options) as cloud:
+        assert isinstance(cloud.orchestrator, MemorySwarm)
+        async with EngineApi(cloud.orchestrator, write_latency=3600.0) as engine:
+            extra = {"AUTOSCALER_DOCKER_URL": engine.url, "AUTOSCALER_EC2_MIN_INSTANCES": "1"}
+            proc = await asyncio.create_subprocess_exec(
+                CLI,
+                "run",
+                "--env-file",
+                str(cloud.write_env_file(extra)),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                env=env_without_autoscaler(),
+            )
+            try:
+                # launch, boot, join: then the daemon labels and marks the node, and that update hangs
+                await asyncio.wait_for(engine.write_seen.wait(), 60)
+                await asyncio.sleep(0.2)
+                sent = asyncio.get_running_loop().time()
+                proc.send_signal(signal.SIGTERM)
+                out, _ = await asyncio.wait_for(proc.communicate(), 30)
+                took = asyncio.get_running_loop().time() - sent
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+    output = out.decode()
+    print(f"SIGTERM mid-act -> exit in {took:.2f} s")
+    assert proc.returncode == 0, output
+    assert took < 10.0, output
+    assert "stopping mid-tick" in output and "Traceback" not in output

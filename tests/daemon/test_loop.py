@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 
 import pytest
 from tests.fakes import CATALOGUE, FakeCloud, FakeLock, FakeWorkload, SteppedClock, small_policy
 
 from swarm_autoscaler.core.model import (
     GIB,
+    OWNERSHIP_LABEL,
     Instance,
     InstanceState,
     Launch,
+    NodeMarks,
     Resources,
     Task,
     Terminate,
     Worker,
 )
+from swarm_autoscaler.core.ports import LaunchResult
 from swarm_autoscaler.daemon.loop import Daemon, InFlightCloud
 from swarm_autoscaler.daemon.tick import Ports
 from swarm_autoscaler.errors import EndpointError
@@ -43,7 +46,7 @@ class Harness:
     def __init__(self, token: str = "a", lock_state: dict[str, str | None] | None = None) -> None:
         self.clock = SteppedClock()
         self.cloud = FakeCloud(self.clock, CATALOGUE)
-        self.swarm = MemorySwarm()
+        self.swarm = MemorySwarm(cluster_name="test")
         self.workload = FakeWorkload()
         self.lock = FakeLock(token, lock_state if lock_state is not None else {"holder": None})
         self.daemon = self.make_daemon(self.cloud, self.lock)
@@ -117,9 +120,9 @@ async def test_a_failing_action_is_data_and_the_others_still_run() -> None:
 
 
 class SlowCloud(FakeCloud):
-    async def terminate(self, instance_ids: Sequence[str]) -> None:
+    async def launch(self, type_name: str, count: int, labels: Mapping[str, str]) -> LaunchResult:
         await asyncio.sleep(0.3)
-        await super().terminate(instance_ids)
+        return await super().launch(type_name, count, labels)
 
 
 async def test_losing_the_lock_mid_tick_cancels_the_remaining_actions() -> None:
@@ -134,10 +137,42 @@ async def test_losing_the_lock_mid_tick_cancels_the_remaining_actions() -> None:
     h.workload.unrunnable = [task("t0")]
     result = await daemon.tick_once()
     assert result is not None
-    assert [type(o.action) for o in result.outcomes] == [Terminate, Launch]
-    launch = result.outcomes[1]
-    assert not launch.ok and launch.kind == "cancelled"
-    assert [c for c in slow.calls if c[0] == "launch"] == []
+    kinds = {type(o.action): o for o in result.outcomes}
+    assert kinds[Launch].ok  # launches go first; the lock is lost while it runs
+    assert not kinds[Terminate].ok and kinds[Terminate].kind == "cancelled"
+    assert [c for c in slow.calls if c[0] == "terminate"] == []
+
+
+class StuckSwarm(MemorySwarm):
+    """A swarm whose node updates hang (a docker engine that stopped answering)."""
+
+    def __init__(self) -> None:
+        super().__init__(cluster_name="test")
+        self.entered = asyncio.Event()
+
+    async def mark(self, node_id: str, marks: NodeMarks) -> None:
+        self.entered.set()
+        await asyncio.sleep(3600)
+
+
+async def test_stop_mid_act_exits_within_seconds_and_releases_the_lock() -> None:
+    h = Harness()
+    swarm = StuckSwarm()
+    h.swarm = swarm
+    daemon = h.make_daemon(h.cloud, h.lock, poll=3600.0)  # the deadline alone would wait two hours
+    for n in range(1, 41):  # 40 joined nodes to mark as ready: 40 stuck updates
+        host = f"ip-10-0-0-{n}"
+        h.cloud.instances[f"i-{n}"] = Instance(f"i-{n}", "m5.large", InstanceState.RUNNING, h.clock.now, host)
+        swarm.join(host, swarm.join_token, {OWNERSHIP_LABEL: "test", "instance-type": "m5.large"})
+        h.workload.workers.append(Worker(f"tcp://10.0.0.{n}:1", host, host, Resources(2, 8 * GIB)))
+    stop = asyncio.Event()
+    runner = asyncio.create_task(daemon.run(stop))
+    await asyncio.wait_for(swarm.entered.wait(), 5)
+    started = time.perf_counter()
+    stop.set()  # what SIGTERM and SIGINT do (commands.run)
+    await asyncio.wait_for(runner, 10)
+    assert time.perf_counter() - started < 2.0
+    assert h.lock.state["holder"] is None
 
 
 async def test_two_replicas_exactly_one_acts() -> None:
@@ -183,7 +218,7 @@ async def test_a_scheduler_change_starts_a_tick_long_before_the_poll_interval() 
     assert h.lock.state["holder"] is None  # released on the way out
 
 
-async def test_stop_finishes_the_current_tick_and_returns() -> None:
+async def test_stop_between_ticks_returns_at_once() -> None:
     h = Harness()
     stop = asyncio.Event()
     runner = asyncio.create_task(h.daemon.run(stop))

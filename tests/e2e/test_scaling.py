@@ -35,6 +35,13 @@ async def _settled(lc: LocalCloud, running: Running) -> None:
     assert lc.scheduler is not None
     scheduler = lc.scheduler
     await wait_for(lambda: not scheduler.workers, 20, "every dask worker gone")
+    # Stopping cancels a tick mid-act, so let the tick that terminated finish (and its outcomes be
+    # recorded): wait for a later tick that has nothing left to do.
+    results = running.record.results
+    seen = len(results)
+    await wait_for(
+        lambda: len(results) > seen and not results[-1].plan.actions, 20, "a tick with nothing to do"
+    )
 
 
 def _all_ever(lc: LocalCloud) -> dict[str, dict[str, Any]]:

@@ -26,6 +26,19 @@ def test_ports_satisfy_the_protocols() -> None:
     assert isinstance(SimWorkload(world), Workload)
 
 
+async def test_a_node_is_ours_when_its_launch_carried_the_sim_clusters_label() -> None:
+    from swarm_autoscaler.core.model import OWNERSHIP_LABEL
+    from swarm_autoscaler.sim.world import SIM_CLUSTER
+
+    world = make_world()
+    cloud, swarm = SimCloud(world), SimOrchestrator(world)
+    await cloud.launch("m5.large", 1, {"instance-type": "m5.large", OWNERSHIP_LABEL: SIM_CLUSTER})
+    await cloud.launch("m5.large", 1, {"instance-type": "m5.large"})  # placement label only
+    world.advance(EPOCH + 90)
+    assert sorted(n.ours for n in await swarm.list_nodes()) == [False, True]
+    assert [w.hostname for w in await SimWorkload(world).list_workers()] == []  # no worker yet
+
+
 async def test_launch_join_worker_then_terminate_bills_per_second() -> None:
     world = make_world()
     cloud, swarm, dask = SimCloud(world), SimOrchestrator(world), SimWorkload(world)

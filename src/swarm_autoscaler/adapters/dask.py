@@ -17,7 +17,7 @@ Resource conventions (what workers advertise with `--resources` and tasks reques
 - `Worker.hostname` is the named group `hostname` of `worker_hostname_pattern` matched (with
   `re.fullmatch`) against the worker's name; a name that does not match gives an empty hostname.
 
-Scheduler-side code: `observe()` runs one function on the scheduler (`run_on_scheduler`) that copies
+Scheduler-side code: `observe()` (and `list_workers()`, its cheap subset) runs one function on the scheduler (`run_on_scheduler`) that copies
 the state into plain lists and dicts. Change notifications come from a small `SchedulerPlugin`
 registered under the name `swarm-autoscaler-watch`, which publishes on the event topic
 `swarm-autoscaler-change` when a task becomes unrunnable (`no-worker`) or `queued`, when a worker gets
@@ -86,7 +86,7 @@ Client: Any = _Client
 def _make_state_reader() -> Callable[..., dict[str, Any]]:
     """The function `observe()` runs on the scheduler. Nested so cloudpickle sends it by value."""
 
-    def read_state(dask_scheduler: Any, plugin_name: str) -> dict[str, Any]:
+    def read_state(dask_scheduler: Any, plugin_name: str, workers_only: bool = False) -> dict[str, Any]:
         def task(ts: Any, executing: Any = None) -> list[Any]:
             elapsed = executing.get(ts) if executing is not None else None
             prefix = getattr(ts, "prefix", None)
@@ -106,6 +106,8 @@ def _make_state_reader() -> Callable[..., dict[str, Any]]:
             }
             for ws in dask_scheduler.workers.values()
         ]
+        if workers_only:  # the cheap re-read before a disruptive action: thousands of tasks skipped
+            return {"workers": workers}
         return {
             "workers": workers,
             "unrunnable": [task(ts) for ts in dask_scheduler.unrunnable],
@@ -323,6 +325,15 @@ class DaskWorkload:
             unrunnable=tuple(_task(raw, now) for raw in state["unrunnable"]),
             queued=tuple(_task(raw, now) for raw in state["queued"]),
         )
+
+    async def list_workers(self) -> tuple[Worker, ...]:
+        """The workers only (as `observe` reports them), from one scheduler call that leaves out the
+        unrunnable and queued tasks. Does not consume change notifications."""
+        client = await self._connected()
+        read = client.run_on_scheduler(_READ_STATE, plugin_name=PLUGIN_NAME, workers_only=True)
+        state = await self._call(read)
+        now = self._clock()
+        return tuple(self._worker(raw, now) for raw in state["workers"])
 
     async def retire(self, addresses: Sequence[str]) -> tuple[str, ...]:
         """Retire gracefully (close and remove); return those no longer known to the scheduler after.

@@ -3,7 +3,9 @@
 The lifecycle marks live in node labels named `<prefix>ready`, `<prefix>empty-since`,
 `<prefix>drained-since`, `<prefix>termination-started`, `<prefix>down-since` and `<prefix>cordoned-since`
 (times as epoch seconds),
-so a restarted daemon continues where it stopped. A garbled label value is read as absent, never a crash.
+so a restarted daemon continues where it stopped. Ownership is the label `swarm-autoscaler.cluster`
+(`ports.OWNERSHIP_LABEL`), which the daemon writes when a machine it launched joins: `Node.ours` is read
+from it and the orchestrator's cluster name, never from the `instance-type` placement label. A garbled label value is read as absent, never a crash.
 
 Node updates carry the node's current `Version.Index`; when someone else updated the node between our
 read and our write, docker answers "update out of sequence" and the update is re-read and retried.
@@ -23,6 +25,7 @@ import aiohttp
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from swarm_autoscaler.core.model import Availability, Node, NodeMarks, NodeStatus
+from swarm_autoscaler.core.ports import is_ours
 from swarm_autoscaler.errors import EndpointError, NotFoundError
 
 DEFAULT_PREFIX = "swarm-autoscaler."
@@ -75,33 +78,39 @@ def _parse_time(text: str | None) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
-def node_from_api(raw: Mapping[str, Any], prefix: str = DEFAULT_PREFIX) -> Node:
-    """Translate one node of `GET /nodes` into `model.Node`. A malformed entry raises `ValueError`."""
+def node_from_api(raw: Mapping[str, Any], prefix: str = DEFAULT_PREFIX, cluster_name: str = "") -> Node:
+    """Translate one node of `GET /nodes` into `model.Node`. A malformed entry raises `ValueError`.
+    `Node.ours` is True for a worker node whose `OWNERSHIP_LABEL` is `cluster_name` (never when it is "")."""
     try:
         spec = raw["Spec"]
         labels = dict(spec.get("Labels") or {})
+        is_manager = spec.get("Role") == "manager"
         return Node(
             id=raw["ID"],
             hostname=raw["Description"]["Hostname"],
             availability=Availability(spec["Availability"]),
             status=NodeStatus(raw["Status"]["State"]),
-            is_manager=spec.get("Role") == "manager",
+            is_manager=is_manager,
             marks=labels_to_marks(labels, prefix),
             labels=MappingProxyType(labels),
+            ours=is_ours(labels, cluster_name, is_manager),
         )
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"unexpected node entry from docker ({exc!r}): {raw.get('ID', '?')}") from exc
 
 
-def nodes_from_api(raw_nodes: list[dict[str, Any]], prefix: str = DEFAULT_PREFIX) -> tuple[Node, ...]:
+def nodes_from_api(
+    raw_nodes: list[dict[str, Any]], prefix: str = DEFAULT_PREFIX, cluster_name: str = ""
+) -> tuple[Node, ...]:
     """Every described node. A node still joining is listed before it has described itself (no
     hostname yet): it cannot be matched to a machine, so it is left out until the next listing."""
     described = [raw for raw in raw_nodes if (raw.get("Description") or {}).get("Hostname")]
-    return tuple(node_from_api(raw, prefix) for raw in described)
+    return tuple(node_from_api(raw, prefix, cluster_name) for raw in described)
 
 
 class SwarmOrchestrator:
-    """`ports.Orchestrator` for the swarm whose manager's engine API is at `docker_url`.
+    """`ports.Orchestrator` for the swarm whose manager's engine API is at `docker_url`, on behalf of
+    the cluster `cluster_name` (its nodes carry `OWNERSHIP_LABEL=<cluster_name>` and are listed as ours).
 
     Use as an async context manager or call `close()`: the HTTP session is always closed.
     """
@@ -111,10 +120,12 @@ class SwarmOrchestrator:
         docker_url: str,
         label_prefix: str = DEFAULT_PREFIX,
         *,
+        cluster_name: str = "",
         timeout: float = 30.0,
         update_attempts: int = 6,
     ) -> None:
         self.docker_url = docker_url
+        self.cluster_name = cluster_name
         self.prefix = label_prefix
         self._timeout = timeout
         self._attempts = update_attempts
@@ -155,7 +166,7 @@ class SwarmOrchestrator:
                 self._endpoint, "list nodes failed: HTTP 404 (not found); is this a docker engine API?"
             ) from None
         try:
-            return nodes_from_api(raw_nodes, self.prefix)
+            return nodes_from_api(raw_nodes, self.prefix, self.cluster_name)
         except ValueError as exc:
             raise EndpointError(self._endpoint, str(exc)) from exc
 

@@ -107,6 +107,16 @@ class TimingSettings(BaseSettings):
     poll_interval: Duration = Field(
         default=5.0, gt=0, description="Time between two ticks of the control loop."
     )
+    act_concurrency: int = Field(
+        default=16,
+        ge=1,
+        le=256,
+        description=(
+            "How many actions a tick carries out at once (node updates, scheduler calls, launches; all "
+            "terminations of a tick go in one EC2 call). A tick's deadline is 2 poll intervals: what is "
+            "not done by then is left to the next tick."
+        ),
+    )
     max_start_time: Duration = Field(
         default=600.0, description="A machine whose node or worker is not up after this long is broken."
     )

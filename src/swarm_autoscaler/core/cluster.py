@@ -71,8 +71,6 @@ from swarm_autoscaler.core.model import (
 # The node label that names a machine's instance type: for placement constraints, and the type of a node
 # whose instance is no longer listed. It proves no ownership (users set it too): see `Node.ours`.
 TYPE_LABEL = "instance-type"
-# The former name, kept only because daemon/tick.py imports it (another branch edits that file).
-OWNED_NODE_LABEL = TYPE_LABEL
 
 
 class Bucket(enum.StrEnum):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from swarm_autoscaler.core.model import (
+    OWNERSHIP_LABEL,
     Availability,
     Instance,
     InstanceType,
@@ -20,6 +21,13 @@ from swarm_autoscaler.core.model import (
     Unavailable,
     Worker,
 )
+
+
+def is_ours(labels: Mapping[str, str], cluster_name: str, is_manager: bool = False) -> bool:
+    """True when a worker node's labels carry this cluster's ownership label (`model.OWNERSHIP_LABEL`;
+    never for a manager, and never for an empty cluster name). Nothing else, in particular not the plain
+    `instance-type` label users also set for placement, makes a node ours."""
+    return bool(cluster_name) and not is_manager and labels.get(OWNERSHIP_LABEL) == cluster_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,10 +97,15 @@ class Cloud(Protocol):
 
 @runtime_checkable
 class Orchestrator(Protocol):
-    """Swarm nodes: availability and the lifecycle marks kept in node labels."""
+    """Swarm nodes: availability and the lifecycle marks kept in node labels.
+
+    An Orchestrator is built for one cluster name: `list_nodes` sets `Node.ours` on exactly the worker
+    nodes whose `OWNERSHIP_LABEL` equals it (`is_ours`).
+    """
 
     async def list_nodes(self) -> tuple[Node, ...]:
-        """Every node of the swarm (managers included, flagged)."""
+        """Every node of the swarm (managers included, flagged), in one call: `act` also uses it as the
+        fresh read it re-checks disruptive actions against."""
         ...
 
     async def set_availability(self, node_id: str, availability: Availability) -> None:
@@ -124,6 +137,12 @@ class Workload(Protocol):
 
     async def observe(self) -> WorkloadView:
         """Workers with their processing tasks, and unrunnable tasks, read in one scheduler call."""
+        ...
+
+    async def list_workers(self) -> tuple[Worker, ...]:
+        """Just the workers, as `observe` reports them (processing tasks, unique data, retiring), in one
+        scheduler call that skips the unrunnable and queued tasks: the cheap fresh read `act` re-checks
+        disruptive actions against."""
         ...
 
     async def retire(self, addresses: Sequence[str]) -> tuple[str, ...]:

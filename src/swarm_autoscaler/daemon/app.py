@@ -81,6 +81,7 @@ async def open_daemon(
             policy=policy,
             catalogue=catalogue,
             poll_interval=settings.timing.poll_interval,
+            act_concurrency=settings.timing.act_concurrency,
             lock_ttl=settings.redis.lock_ttl,
             on_tick=metrics.observe_tick,
         )
@@ -110,7 +111,7 @@ def _log_clock(ec2: Ec2Cloud) -> None:
 
 
 def _docker(stack: contextlib.AsyncExitStack, settings: Settings) -> SwarmOrchestrator:
-    docker = SwarmOrchestrator(settings.docker.url)
+    docker = SwarmOrchestrator(settings.docker.url, cluster_name=settings.cluster_name)
     stack.push_async_callback(docker.close)
     return docker
 

@@ -24,6 +24,9 @@ log = structlog.get_logger("swarm_autoscaler.daemon.commands")
 # (a bug) still ends with its traceback.
 EXIT_CONFIG = 2  # a setting is wrong (the line names the variable)
 EXIT_ENDPOINT = 3  # an endpoint is unreachable, refuses us, or is not what the setting says
+# After SIGTERM/SIGINT the process is gone within this long, whatever an endpoint does (docker stop
+# sends SIGKILL after 10 s). The tick in progress is cancelled at once (`Daemon.run`).
+EXIT_WITHIN_S = 8.0
 
 
 def guarded(coro_fn: Callable[[], Coroutine[Any, Any, int]]) -> int:
@@ -48,23 +51,39 @@ def _one_line(text: str) -> str:
 
 
 async def run(settings: Settings) -> int:
-    """The daemon: check every endpoint once, then tick until SIGTERM or SIGINT, finish the current tick,
-    exit 0. A failed check raises (one line, exit 2 or 3, by `guarded`)."""
+    """The daemon: check every endpoint once (a failed check raises: one line, exit 2 or 3, by
+    `guarded`), then tick until SIGTERM or SIGINT, then exit 0 within `EXIT_WITHIN_S`: the tick in
+    progress is cancelled (even mid-act; whoever acts next plans again) and the connections are closed,
+    by force if closing takes too long."""
     from swarm_autoscaler.daemon.app import open_daemon
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    async with open_daemon(settings) as daemon:  # checks every endpoint first: no log line before that
-        log.info(
-            "started: every endpoint answered",
-            cluster=settings.cluster_name,
-            poll_interval_s=settings.timing.poll_interval,
-            leader_lock="redis" if settings.redis.url else "none: single replica (no AUTOSCALER_REDIS_URL)",
-            http=f"{settings.http.host}:{settings.http.port}" if settings.http.port else "off",
-        )
-        await run_clusters([daemon], stop)
+    try:
+        async with asyncio.timeout(None) as exit_by:
+
+            def on_signal() -> None:
+                if not stop.is_set():
+                    stop.set()
+                    exit_by.reschedule(loop.time() + EXIT_WITHIN_S)
+
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, on_signal)
+            async with open_daemon(settings) as daemon:  # checks every endpoint first: no log line before
+                log.info(
+                    "started: every endpoint answered",
+                    cluster=settings.cluster_name,
+                    poll_interval_s=settings.timing.poll_interval,
+                    leader_lock="redis"
+                    if settings.redis.url
+                    else "none: single replica (no AUTOSCALER_REDIS_URL)",
+                    http=f"{settings.http.host}:{settings.http.port}" if settings.http.port else "off",
+                )
+                await run_clusters([daemon], stop)
+    except TimeoutError:
+        if not stop.is_set():
+            raise
+        log.warning("stopped by force: closing the connections took too long", limit_s=EXIT_WITHIN_S)
     log.info("stopped", cluster=settings.cluster_name)
     return 0
 

@@ -2,8 +2,13 @@
 
 A tick starts at once when the scheduler reports new unrunnable or queued work or a lost worker
 (`Workload.wait_for_change`), so a burst is answered in about a second whatever the poll interval.
-The loop never dies: a failing tick is logged with its context and the next one runs. SIGTERM/SIGINT
-set `stop`; the current tick finishes and `run` returns.
+The loop never dies: a failing tick is logged with its context and the next one runs.
+
+A tick has a deadline of `TICK_DEADLINE_POLLS` poll intervals (act always gets at least half of it):
+what act has not done by then is left to the next tick, so one slow step never blinds the daemon
+(and /healthz, which turns stale after `STALE_TICKS` poll intervals, stays green). SIGTERM/SIGINT set
+`stop`; the tick in progress is cancelled at once, even mid-act (whoever acts next plans again from
+what is then true), the lock is released within `STOP_GRACE_S`, and `run` returns.
 """
 
 from __future__ import annotations
@@ -18,13 +23,17 @@ import structlog
 
 from swarm_autoscaler.core.model import Instance, InstanceType, Policy, Unavailable, fields_of
 from swarm_autoscaler.core.ports import Cloud, LaunchResult, Lock
-from swarm_autoscaler.daemon.tick import ObserveError, Outcome, Ports, TickResult, run_tick
+from swarm_autoscaler.daemon.tick import ActConfig, ObserveError, Outcome, Ports, TickResult, run_tick
 from swarm_autoscaler.errors import AutoscalerError
 
 log = structlog.get_logger("swarm_autoscaler.daemon.loop")
 
 # The shortest gap between two ticks, so a stream of scheduler events cannot spin the loop.
 MIN_TICK_GAP_S = 0.2
+# A tick's deadline in poll intervals (see the module docstring).
+TICK_DEADLINE_POLLS = 2.0
+# How long a stopping daemon waits for the cancelled tick to unwind and for the lock's release.
+STOP_GRACE_S = 3.0
 
 
 class InFlightCloud:
@@ -132,6 +141,8 @@ class Daemon:
     Time: the cloud's clock (`ports.cloud.now()`, EC2's own clock in production) is the only one: it
     stamps `Snapshot.now`, hence every age and lifecycle mark, and `last_success`. The host's wall
     clock is never read, so a host whose clock is off or steps changes no decision (see ec2_clock).
+    Deadlines are measured on the monotonic clock. `act_concurrency` bounds the actions in flight;
+    `tick_deadline` defaults to `TICK_DEADLINE_POLLS` poll intervals.
     """
 
     cluster_name: str
@@ -141,6 +152,8 @@ class Daemon:
     catalogue: Mapping[str, InstanceType]
     poll_interval: float
     lock_ttl: float = 30.0
+    act_concurrency: int = 16
+    tick_deadline: float | None = None
     on_tick: TickHook | None = None
     last_success: float | None = None
     last_snapshot_at: float | None = None  # `Snapshot.now` of the last successful tick
@@ -166,6 +179,10 @@ class Daemon:
         how stale everything reported from it is. Grows while ticks fail or hang."""
         return None if self.last_snapshot_at is None else self.clock() - self.last_snapshot_at
 
+    def __post_init__(self) -> None:
+        if self.tick_deadline is None:
+            self.tick_deadline = TICK_DEADLINE_POLLS * self.poll_interval
+
     async def tick_once(self) -> TickResult | None:
         """One tick; never raises (except cancellation). Returns None when observe failed."""
         started = time.perf_counter()
@@ -183,6 +200,8 @@ class Daemon:
                     self.clock(),
                     leader=leadership.held,
                     still_leader=lambda: leadership.held,
+                    config=ActConfig(self.cluster_name, self.act_concurrency),
+                    deadline=self.tick_deadline,
                 )
             self.last_success = self.clock()
             self.last_snapshot_at = result.snapshot.now
@@ -231,16 +250,31 @@ class Daemon:
             log.info("standby: would act", cluster=self.cluster_name, plan=result.plan.summary())
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Tick until `stop` is set; the tick in progress always completes."""
+        """Tick until `stop` is set. Setting `stop` cancels the tick in progress at once (even mid-act);
+        the lock is then released, within `STOP_GRACE_S` whatever the lock's endpoint does."""
         while not stop.is_set():
-            await self.tick_once()
-            if stop.is_set():
+            if not await self._tick_unless_stopped(stop):
                 break
             await asyncio.sleep(MIN_TICK_GAP_S)
             await self._wait(stop)
-        with contextlib.suppress(AutoscalerError):
-            await self.lock.release()
+        with contextlib.suppress(AutoscalerError, TimeoutError):
+            await asyncio.wait_for(self.lock.release(), STOP_GRACE_S)
         self._leadership, self.leader = None, False
+
+    async def _tick_unless_stopped(self, stop: asyncio.Event) -> bool:
+        """One tick, cancelled as soon as `stop` is set; False when stopping."""
+        tick = asyncio.create_task(self.tick_once(), name=f"tick:{self.cluster_name}")
+        stopped = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait({tick, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            if not tick.done():
+                log.warning("stopping mid-tick: the unfinished actions are left to whoever acts next")
+                tick.cancel()
+            # The cancelled tick unwinds (adapters abort their requests); bounded so exit stays prompt.
+            await asyncio.wait({tick}, timeout=STOP_GRACE_S)
+        return not stop.is_set()
 
     async def _wait(self, stop: asyncio.Event) -> None:
         remaining = max(0.0, self.poll_interval - MIN_TICK_GAP_S)
@@ -264,8 +298,17 @@ class Daemon:
 
 def _log_outcome(cluster: str, outcome: Outcome) -> None:
     action = outcome.action
-    fields = fields_of(action)
-    if outcome.ok:
+    fields = {k: v for k, v in fields_of(action).items() if k != "expect"}
+    if outcome.kind in ("skipped", "deadline"):  # not failures: the world moved, or time ran out
+        log.info(
+            "action skipped" if outcome.kind == "skipped" else "action left to the next tick",
+            cluster=cluster,
+            kind=outcome.action_kind,
+            reason=action.reason,
+            why=outcome.detail,
+            **fields,
+        )
+    elif outcome.ok:
         log.info(
             "action",
             cluster=cluster,

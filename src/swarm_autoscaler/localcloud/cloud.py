@@ -134,7 +134,7 @@ class LocalCloud:
 
     async def _start_swarm(self) -> None:
         if not self.options.real_swarm:
-            self._swarm = MemorySwarm()
+            self._swarm = MemorySwarm(cluster_name=self.options.cluster_name)
             self.orchestrator = self._swarm
             self._joiner = MemoryJoiner(self._swarm)
             return
@@ -146,7 +146,7 @@ class LocalCloud:
         self._stack.push_async_callback(swarm.close)
         await swarm.start_manager("ip-10-0-255-1")
         self._swarm = swarm
-        orchestrator = SwarmOrchestrator(swarm.manager_url)
+        orchestrator = SwarmOrchestrator(swarm.manager_url, cluster_name=self.options.cluster_name)
         self._stack.push_async_callback(orchestrator.close)
         self.orchestrator = orchestrator
         self._joiner = DockerdJoiner(swarm)

@@ -10,13 +10,22 @@ import itertools
 from collections.abc import Mapping
 
 from swarm_autoscaler.core.model import Availability, Node, NodeMarks, NodeStatus
+from swarm_autoscaler.core.ports import is_ours
 from swarm_autoscaler.errors import NotFoundError
 
 
 class MemorySwarm:
-    """Nodes in a dict. `join_token` and `manager_address` are fixed strings a machine presents."""
+    """Nodes in a dict. `join_token` and `manager_address` are fixed strings a machine presents.
+    `cluster_name` is the cluster it serves: a node carrying `OWNERSHIP_LABEL=<cluster_name>` is ours."""
 
-    def __init__(self, join_token: str = "SWMTKN-memory", manager_address: str = "127.0.0.1:2377") -> None:
+    def __init__(
+        self,
+        join_token: str = "SWMTKN-memory",
+        manager_address: str = "127.0.0.1:2377",
+        *,
+        cluster_name: str = "",
+    ) -> None:
+        self.cluster_name = cluster_name
         self.join_token = join_token
         self.manager_address = manager_address
         self.nodes: dict[str, Node] = {}
@@ -35,6 +44,7 @@ class MemorySwarm:
             availability=Availability.ACTIVE,
             status=NodeStatus.READY,
             labels=dict(labels or {}),
+            ours=is_ours(labels or {}, self.cluster_name),
         )
         self.nodes[node.id] = node
         return node
@@ -43,6 +53,20 @@ class MemorySwarm:
         for node_id, node in self.nodes.items():
             if node.hostname == hostname:
                 self.nodes[node_id] = dataclasses.replace(node, status=status)
+
+    def replace_node(
+        self, node_id: str, *, availability: Availability, labels: Mapping[str, str], marks: NodeMarks
+    ) -> None:
+        """A whole-spec update, as the engine API imitation receives it (`engine_api`)."""
+        node = self._get(node_id)
+        self.calls.append(("update", node.hostname))
+        self.nodes[node_id] = dataclasses.replace(
+            node,
+            availability=availability,
+            labels=dict(labels),
+            marks=marks,
+            ours=is_ours(labels, self.cluster_name, node.is_manager),
+        )
 
     def by_hostname(self, hostname: str) -> Node | None:
         return next((n for n in self.nodes.values() if n.hostname == hostname), None)
@@ -65,7 +89,10 @@ class MemorySwarm:
     async def add_labels(self, node_id: str, labels: Mapping[str, str]) -> None:
         node = self._get(node_id)
         self.calls.append(("add_labels", node.hostname))
-        self.nodes[node_id] = dataclasses.replace(node, labels={**node.labels, **labels})
+        merged = {**node.labels, **labels}
+        self.nodes[node_id] = dataclasses.replace(
+            node, labels=merged, ours=is_ours(merged, self.cluster_name, node.is_manager)
+        )
 
     async def remove(self, node_id: str) -> None:
         node = self.nodes.pop(node_id, None)

@@ -20,10 +20,11 @@ from typing import Protocol
 
 from swarm_autoscaler.core.model import InstanceState, InstanceType, Plan, Policy, Snapshot
 from swarm_autoscaler.daemon.loop import InFlightCloud
-from swarm_autoscaler.daemon.tick import Ports, TickResult, run_tick
+from swarm_autoscaler.daemon.tick import ActConfig, Ports, TickResult, run_tick
 from swarm_autoscaler.sim.trace import Job
 from swarm_autoscaler.sim.world import (
     EPOCH,
+    SIM_CLUSTER,
     Faults,
     Knobs,
     SimCloud,
@@ -34,6 +35,8 @@ from swarm_autoscaler.sim.world import (
 )
 
 Planner = Callable[[Snapshot, Policy], Plan]
+# The simulated daemon's act: launches carry the sim cluster's ownership label; no deadline (virtual time).
+SIM_ACT = ActConfig(cluster_name=SIM_CLUSTER)
 
 
 class Strategy(Protocol):
@@ -141,7 +144,7 @@ async def simulate(
         if tick_no and _restart_due(options, world.faults, tick_no):
             ports, planner = daemon_ports(world, policy.subnets), strategy.new_planner()
             run.restarts += 1
-        result = await run_tick(ports, policy, catalogue, now, planner=planner)
+        result = await run_tick(ports, policy, catalogue, now, planner=planner, config=SIM_ACT)
         _record(run, result, now)
         if on_tick is not None:
             on_tick(run, result)

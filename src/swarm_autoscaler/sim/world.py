@@ -34,13 +34,17 @@ from swarm_autoscaler.core.model import (
     NodeStatus,
     Resources,
     Unavailable,
+    Worker,
 )
-from swarm_autoscaler.core.ports import LaunchResult, WorkloadView
+from swarm_autoscaler.core.ports import LaunchResult, WorkloadView, is_ours
 from swarm_autoscaler.errors import ConfigurationError, NotFoundError
 from swarm_autoscaler.sim.scheduler import EventQueue, Scheduler, SimWorker
 from swarm_autoscaler.sim.trace import Job
 
 EPOCH = 1_700_000_000.0  # virtual t=0, so that times look like the real epoch seconds the core expects
+# The cluster the simulated daemon runs for: its launches carry OWNERSHIP_LABEL=SIM_CLUSTER, and a node
+# carrying it is ours (the engine passes the same name to `run_tick`).
+SIM_CLUSTER = "sim"
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +130,7 @@ class SimNode:
                 self.status,
                 marks=self.marks,
                 labels=self.labels,
-                ours=True,  # every node in the simulated swarm is a machine the simulated daemon launched
+                ours=is_ours(self.labels, SIM_CLUSTER),
             )
         return self.view
 
@@ -445,6 +449,9 @@ class SimWorkload:
 
     async def observe(self) -> WorkloadView:
         return self.world.scheduler.view(self.world.now)
+
+    async def list_workers(self) -> tuple[Worker, ...]:
+        return self.world.scheduler.view(self.world.now).workers
 
     async def retire(self, addresses: Sequence[str]) -> tuple[str, ...]:
         return self.world.retire(addresses)

@@ -18,7 +18,7 @@ from distributed.protocol.pickle import dumps as dask_dumps
 
 from swarm_autoscaler.adapters import dask as dask_adapter
 from swarm_autoscaler.adapters.dask import DaskWorkload, split_resources
-from swarm_autoscaler.core.model import GIB, Resources
+from swarm_autoscaler.core.model import GIB, Availability, Resources
 from swarm_autoscaler.core.ports import Workload, WorkloadView
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
 
@@ -304,6 +304,68 @@ async def test_retire_the_last_worker_holding_a_result_is_refused(
     assert worker.address == holder.address
     assert worker.has_unique_data and worker.busy
     await until(lambda: holder.status.name == "running")  # retirement aborted: back to running
+    assert await result == list(range(10))
+
+
+async def test_list_workers_is_the_workers_of_observe_without_the_task_lists(
+    workload: DaskWorkload, start_worker: StartWorker, client: Client, gate: threading.Event
+) -> None:
+    await start_worker("ip-10-0-0-5", cpus=2, ram=4 * GIB)
+    running = [client.submit(held, i, key=f"held-{i}", resources={"CPU": 1}) for i in range(3)]
+    stuck = client.submit(held, key="too-big", resources={"CPU": 64})  # unrunnable
+    view = await _observe_until(workload, lambda v: sum(len(w.processing) for w in v.workers) == 3)
+    assert [t.key for t in view.unrunnable] == ["too-big"]
+    workers = await workload.list_workers()
+    assert [(w.address, w.hostname, w.busy) for w in workers] == [
+        (w.address, w.hostname, w.busy) for w in view.workers
+    ]
+    assert sorted(t.key for t in workers[0].processing) == [f"held-{i}" for i in range(3)]
+    gate.set()
+    await client.gather(running)
+    await stuck.cancel()
+
+
+async def test_a_retirement_the_scheduler_refuses_cancels_the_drain_in_the_same_act(
+    workload: DaskWorkload, start_worker: StartWorker, client: Client
+) -> None:
+    """act with the real scheduler: right after a refused retirement dask still reports the kept worker as
+    closing_gracefully (its status goes back to running only after a round trip through the worker), so
+    the Retired check on that read may pass; act cancels the drain on the refusal itself."""
+    from swarm_autoscaler.core.model import (
+        OWNERSHIP_LABEL,
+        DrainNode,
+        NodeOurs,
+        Plan,
+        Retired,
+        RetireWorkers,
+        Snapshot,
+    )
+    from swarm_autoscaler.core.recheck import Fresh, violated
+    from swarm_autoscaler.daemon.act import ActConfig, Ports, act
+    from swarm_autoscaler.localcloud.memswarm import MemorySwarm
+
+    holder = await start_worker("ip-10-0-0-5")
+    result = client.submit(make_value, 10, key="only-copy")  # held: the only copy stays on the worker
+    await result
+    swarm = MemorySwarm(cluster_name="c")
+    node = swarm.join("ip-10-0-0-5", swarm.join_token, {OWNERSHIP_LABEL: "c"})
+    workers = await workload.list_workers()
+    snapshot = Snapshot(0.0, (), (), (node,), workers, ())
+    plan = Plan(
+        (
+            RetireWorkers((holder.address,), "idle"),
+            DrainNode(node.id, node.hostname, "retired", expect=(NodeOurs(node.id), Retired(node.hostname))),
+        )
+    )
+    retire, drain = await act(plan, snapshot, Ports(None, swarm, workload), config=ActConfig("c"))  # type: ignore[arg-type]
+    assert retire.ok and "scheduler kept" in retire.detail
+    assert drain.kind == "skipped" and swarm.nodes[node.id].availability is Availability.ACTIVE
+    for _ in range(250):  # and once the status has come back, the check itself fails too
+        fresh = Fresh((node,), await workload.list_workers())
+        if not fresh.workers[0].retiring:
+            break
+        await asyncio.sleep(0.02)
+    assert violated(Retired("ip-10-0-0-5"), fresh) is not None
     assert await result == list(range(10))
 
 

@@ -104,6 +104,21 @@ async def test_marks_and_extra_labels_round_trip(local_swarm: LocalSwarm) -> Non
     assert cleared.labels["zone"] == "eu-west-1a"
 
 
+async def test_a_node_is_ours_only_once_it_carries_our_cluster_label(local_swarm: LocalSwarm) -> None:
+    async with SwarmOrchestrator(local_swarm.manager_url, cluster_name="own-test") as orch:
+        node = await node_named(orch, WORKERS[1])
+        await orch.add_labels(node.id, {"instance-type": "m5.large"})  # a user's placement label
+        assert not (await node_named(orch, WORKERS[1])).ours
+        await orch.add_labels(node.id, {ports.OWNERSHIP_LABEL: "own-test"})  # what LabelNode writes on join
+        await orch.mark(node.id, NodeMarks(ready=True))  # marks keep the ownership label
+        seen = await node_named(orch, WORKERS[1])
+        assert seen.ours and seen.labels[ports.OWNERSHIP_LABEL] == "own-test"
+        assert not (await node_named(orch, MANAGER)).ours
+    async with SwarmOrchestrator(local_swarm.manager_url, cluster_name="another") as other:
+        assert not (await node_named(other, WORKERS[1])).ours  # another cluster's daemon leaves it alone
+    await local_swarm.manager.docker("node", "update", "--label-rm", ports.OWNERSHIP_LABEL, node.id)
+
+
 async def test_custom_label_prefix(local_swarm: LocalSwarm) -> None:
     async with SwarmOrchestrator(local_swarm.manager_url, label_prefix="acme/") as orch:
         node = await node_named(orch, WORKERS[1])

@@ -98,3 +98,21 @@ def test_a_malformed_api_node_is_a_value_error(broken: dict[str, Any]) -> None:
 def test_a_node_still_joining_without_a_hostname_is_left_out_not_an_error() -> None:
     joining = api_node(ID="joining", Description={})
     assert [n.id for n in nodes_from_api([joining, api_node()])] == ["abc123"]
+
+
+@pytest.mark.parametrize(
+    ("labels", "role", "ours"),
+    [
+        ({"swarm-autoscaler.cluster": "analytics"}, "worker", True),
+        ({"swarm-autoscaler.cluster": "other"}, "worker", False),  # another cluster's daemon owns it
+        ({"instance-type": "m5.large", "swarm-autoscaler.ready": "true"}, "worker", False),  # placement only
+        ({"swarm-autoscaler.cluster": "analytics"}, "manager", False),  # never a manager
+        ({}, "worker", False),
+    ],
+)
+def test_ownership_is_the_namespaced_cluster_label_only(
+    labels: dict[str, str], role: str, ours: bool
+) -> None:
+    raw = api_node(Spec={"Role": role, "Availability": "active", "Labels": labels})
+    assert node_from_api(raw, cluster_name="analytics").ours is ours
+    assert node_from_api(raw).ours is False  # an orchestrator without a cluster name owns nothing
