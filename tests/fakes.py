@@ -8,9 +8,11 @@ import dataclasses
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from swarm_autoscaler.core.model import (
     GIB,
+    OWNERSHIP_LABEL,
     Instance,
     InstanceState,
     InstanceType,
@@ -66,6 +68,8 @@ class FakeCloud:
     refuse_types: set[str] = field(default_factory=set)
     refusals: list[Unavailable] = field(default_factory=list)
     list_delay: float = 0.0  # seconds each listing takes (a slow EC2)
+    # As Ec2Cloud: every listed instance of this cluster carries the ownership label for its node.
+    cluster_name: str = ""
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def now(self) -> float:
@@ -78,7 +82,13 @@ class FakeCloud:
             await asyncio.sleep(self.list_delay)
         if self.fail_list is not None:
             raise self.fail_list
-        return tuple(self.instances.values())
+        if not self.cluster_name:
+            return tuple(self.instances.values())
+        owned = {OWNERSHIP_LABEL: self.cluster_name}
+        return tuple(
+            dataclasses.replace(i, labels=MappingProxyType({**i.labels, **owned}))
+            for i in self.instances.values()
+        )
 
     async def instance_types(self, names: Sequence[str]) -> tuple[InstanceType, ...]:
         unknown = [n for n in names if n not in self.catalogue]

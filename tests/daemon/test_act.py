@@ -232,7 +232,7 @@ async def test_without_a_fresh_read_no_disruptive_action_runs() -> None:
     node, host = w.machine(1)
     w.workload.fail_observe = EndpointError("tcp://scheduler", "connection refused")
     outcomes = await w.act(
-        MarkNode(node, (("empty_since", w.clock.now),), "empty"),
+        MarkNode(node, NodeMarks(empty_since=w.clock.now), "empty"),
         DrainNode(node, host, "empty", expect=(NodeOurs(node),)),
     )
     assert [o.kind or "ok" for o in outcomes] == ["ok", "skipped"]
@@ -245,7 +245,7 @@ async def test_gentle_actions_run_before_the_fresh_read_and_the_disruptive_ones(
     node, host = w.machine(1)
     outcomes = await w.act(
         Cordon(node, host, ("tcp://10.0.0.1:1",), "light", expect=(NodeOurs(node),)),
-        MarkNode(node, (("empty_since", w.clock.now),), "empty"),
+        MarkNode(node, NodeMarks(empty_since=w.clock.now), "empty"),
         Launch("m5.large", 1, "pending"),
     )
     assert all(o.ok for o in outcomes)
@@ -265,7 +265,7 @@ async def test_launches_carry_the_ownership_label_and_the_placement_label() -> N
 async def test_150_node_actions_run_concurrently_within_the_bound() -> None:
     w = World(SlowSwarm(delay=0.05))
     nodes = [w.machine(n, worker=False) for n in range(1, 151)]
-    actions: list[Action] = [MarkNode(node, (("empty_since", 1.0),), "empty") for node, _ in nodes[:75]]
+    actions: list[Action] = [MarkNode(node, NodeMarks(empty_since=1.0), "empty") for node, _ in nodes[:75]]
     actions += [DrainNode(node, host, "empty", expect=(NodeOurs(node),)) for node, host in nodes[75:]]
     started = time.perf_counter()
     outcomes = await w.act(*actions, concurrency=16)
@@ -294,7 +294,7 @@ async def test_terminations_go_to_ec2_in_one_call() -> None:
 async def test_the_deadline_leaves_the_rest_to_the_next_tick() -> None:
     w = World(SlowSwarm(delay=0.2))
     nodes = [w.machine(n, worker=False) for n in range(1, 21)]
-    actions = [MarkNode(node, (("empty_since", 1.0),), "empty") for node, _ in nodes]
+    actions = [MarkNode(node, NodeMarks(empty_since=1.0), "empty") for node, _ in nodes]
     started = time.perf_counter()
     outcomes = await w.act(*actions, concurrency=2, deadline=0.5)
     elapsed = time.perf_counter() - started
@@ -314,7 +314,7 @@ async def test_disruptive_actions_past_the_deadline_are_not_started() -> None:
     w = World(SlowSwarm(delay=0.4))
     node, host = w.machine(1)
     outcomes = await w.act(
-        MarkNode(node, (("empty_since", 1.0),), "empty"),
+        MarkNode(node, NodeMarks(empty_since=1.0), "empty"),
         DrainNode(node, host, "empty", expect=(NodeOurs(node),)),
         deadline=0.2,
     )

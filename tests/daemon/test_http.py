@@ -61,12 +61,12 @@ class Served:
 @pytest.fixture
 async def served() -> AsyncIterator[Served]:
     clock = SteppedClock()
-    cloud = FakeCloud(clock, CATALOGUE)
+    cloud = FakeCloud(clock, CATALOGUE, cluster_name=CLUSTER)
     workload = FakeWorkload()
     metrics = Metrics(CLUSTER)
     daemon = Daemon(
         cluster_name=CLUSTER,
-        ports=Ports(InFlightCloud(cloud, clock), MemorySwarm(), workload),
+        ports=Ports(InFlightCloud(cloud, clock), MemorySwarm(cluster_name=CLUSTER), workload),
         lock=FakeLock("a"),
         policy=POLICY,
         catalogue=CATALOGUE,

@@ -45,7 +45,7 @@ def task(key: str, cpus: float = 1.0) -> Task:
 class Harness:
     def __init__(self, token: str = "a", lock_state: dict[str, str | None] | None = None) -> None:
         self.clock = SteppedClock()
-        self.cloud = FakeCloud(self.clock, CATALOGUE)
+        self.cloud = FakeCloud(self.clock, CATALOGUE, cluster_name="test")
         self.swarm = MemorySwarm(cluster_name="test")
         self.workload = FakeWorkload()
         self.lock = FakeLock(token, lock_state if lock_state is not None else {"holder": None})

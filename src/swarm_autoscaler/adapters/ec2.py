@@ -22,12 +22,13 @@ Counters in `stats` let a benchmark check the API calls each tick costs.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, field
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import Any
 
 from aiobotocore.config import AioConfig
@@ -55,7 +56,7 @@ from swarm_autoscaler.adapters.ec2_support import (
 )
 from swarm_autoscaler.core.backoff import DEFAULT_INITIAL, DEFAULT_MAXIMUM, CapacityBackoff, launch_subnets
 from swarm_autoscaler.core.catalogue import CATALOGUE
-from swarm_autoscaler.core.model import Instance, InstanceState, InstanceType, Unavailable
+from swarm_autoscaler.core.model import OWNERSHIP_LABEL, Instance, InstanceState, InstanceType, Unavailable
 from swarm_autoscaler.core.ports import LaunchResult
 from swarm_autoscaler.errors import AutoscalerError, ConfigurationError, EndpointError
 
@@ -291,8 +292,17 @@ class Ec2Cloud:
         except (ClientError, BotoCoreError) as exc:
             raise to_endpoint_error(self.endpoint, "DescribeInstances", exc) from None
         owned = (raw for res in reservations for raw in res.get("Instances", ()) if self._owned(raw))
-        found = (to_instance(raw) for raw in owned)
+        found = (self._with_ownership(to_instance(raw)) for raw in owned)
         return tuple(sorted((i for i in found if i is not None), key=lambda i: (i.launched_at, i.id)))
+
+    def _with_ownership(self, instance: Instance | None) -> Instance | None:
+        """The instance's node labels always include the ownership label: its EC2 tags prove it is ours,
+        so its node gets the label when it joins, also for a machine launched by a version of the daemon
+        whose launches did not carry the label yet."""
+        if instance is None or instance.labels.get(OWNERSHIP_LABEL) == self._cluster:
+            return instance
+        labels = MappingProxyType({**instance.labels, OWNERSHIP_LABEL: self._cluster})
+        return dataclasses.replace(instance, labels=labels)
 
     async def instance_types(self, names: Sequence[str]) -> tuple[InstanceType, ...]:
         missing = [n for n in dict.fromkeys(names) if n not in self._type_cache]

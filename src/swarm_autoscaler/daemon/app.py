@@ -63,7 +63,6 @@ async def open_daemon(
         # Unset, the endpoint is AWS's in the region: the region is then what points at it.
         where = "AUTOSCALER_EC2_ENDPOINT" if settings.ec2.endpoint else "AUTOSCALER_EC2_REGION"
         catalogue = await _checked(where, _start_ec2(stack, ec2, settings))  # also syncs EC2's clock
-        _log_clock(ec2)
         workload = DaskWorkload(
             settings.dask.scheduler_url, settings.dask.worker_hostname_pattern, clock=clock
         )
@@ -73,6 +72,7 @@ async def open_daemon(
         stack.push_async_callback(_close, lock)
         await _checked("AUTOSCALER_REDIS_URL", lock.check())
         await _checked("AUTOSCALER_DOCKER_URL", swarm.list_nodes())
+        _log_clock(ec2)  # after every check: a failed start says one line and nothing else
         policy = _without_consolidation(policy_from_settings(settings, catalogue), check, workload.address)
         daemon = Daemon(
             cluster_name=settings.cluster_name,

@@ -11,7 +11,7 @@ from tests.adapters.ec2.ec2_helpers import BOOT_SCRIPT, MANAGER, TOKEN, CloudFac
 from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, OWNER_TAG, OWNER_VALUE
 from swarm_autoscaler.adapters.ec2_support import node_labels
 from swarm_autoscaler.core.catalogue import CATALOGUE
-from swarm_autoscaler.core.model import InstanceState
+from swarm_autoscaler.core.model import OWNERSHIP_LABEL, InstanceState
 from swarm_autoscaler.core.ports import Cloud
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
 from swarm_autoscaler.localcloud import LocalNetwork
@@ -198,3 +198,33 @@ async def test_launch_reports_configuration_problems_as_data(make_cloud: CloudFa
 async def test_reserved_custom_tags_are_refused(make_cloud: CloudFactory) -> None:
     with pytest.raises(ConfigurationError, match="reserved"):
         await make_cloud(custom_tags={OWNER_TAG: "me"})
+
+
+async def test_an_owned_instance_launched_without_the_ownership_label_gets_it_for_its_node(
+    make_cloud: CloudFactory, network: LocalNetwork, raw_ec2: Any
+) -> None:
+    """A machine an older daemon launched (ownership tags, no ownership label tag): its EC2 tags prove
+    it is ours, so its node is labelled as ours when it joins and can be scaled down."""
+    cluster = "upgraded-cluster"
+    cloud = await make_cloud(cluster_name=cluster)
+    older = await raw_ec2.run_instances(
+        ImageId=network.ami_id,
+        InstanceType="t3.micro",
+        MinCount=1,
+        MaxCount=1,
+        SubnetId=network.subnet_ids[0],
+        TagSpecifications=[
+            {
+                "ResourceType": "instance",
+                "Tags": [
+                    {"Key": OWNER_TAG, "Value": OWNER_VALUE},
+                    {"Key": CLUSTER_TAG, "Value": cluster},
+                    {"Key": "swarm-autoscaler/label/instance-type", "Value": "t3.micro"},
+                ],
+            }
+        ],
+    )
+    older_id = older["Instances"][0]["InstanceId"]
+    (listed,) = [i for i in await cloud.list_instances() if i.id == older_id]
+    assert dict(listed.labels) == {"instance-type": "t3.micro", OWNERSHIP_LABEL: cluster}
+    await cloud.terminate([older_id])
