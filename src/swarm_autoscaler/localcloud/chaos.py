@@ -176,7 +176,8 @@ class _Sampler(threading.Thread):
 
     def halt(self) -> None:
         self._halt.set()
-        self.join(timeout=10)
+        if self.is_alive():
+            self.join(timeout=10)
 
 
 class _Daemon:
@@ -248,40 +249,25 @@ def _start_world(config: ChaosConfig, workdir: Path) -> tuple[subprocess.Popen[b
 
 
 def run_chaos(config: ChaosConfig, workdir: Path) -> ChaosReport:
-    """One run, start to leak check. Every process it starts is stopped before it returns."""
+    """One run, start to leak check. Every process it starts is stopped before it returns, whatever fails
+    (each stop is its own exit callback, so one failing does not skip the others)."""
     print(f"chaos: seed {config.seed}, logs in {workdir}", flush=True)
     started = time.monotonic()
-    world_proc, info = _start_world(config, workdir)
-    daemon: _Daemon | None = None
-    sampler: _Sampler | None = None
-    try:
+    with contextlib.ExitStack() as stack:
+        world_proc, info = _start_world(config, workdir)
+        stack.callback(_stop, world_proc)
         world = _Http(info["control"])
         http_port = _free_port()
-        env = (
-            info["env"]
-            | config.timing
-            | {
-                "AUTOSCALER_HTTP_PORT": str(http_port),
-                "AUTOSCALER_HTTP_HOST": "127.0.0.1",
-                "AUTOSCALER_LOG_FORMAT": "json",
-            }
-        )
-        env_file = workdir / "daemon.env"
-        env_file.write_text("".join(f"{k}='{v}'\n" for k, v in env.items()))
-        daemon = _Daemon(env_file, workdir / "daemon.log")
+        daemon = _Daemon(_daemon_env_file(config, info["env"], http_port, workdir), workdir / "daemon.log")
+        stack.callback(daemon.stop)
         daemon.start()
         sampler = _Sampler(f"http://127.0.0.1:{http_port}/healthz", world)
+        stack.callback(sampler.halt)
         sampler.start()
         faults = _script(config, world, daemon)
         settled, leak = _settle(config, world)
         sigterm = daemon.stop()
         report = world.get("/report")
-    finally:
-        if sampler is not None:
-            sampler.halt()
-        if daemon is not None:
-            daemon.stop()
-        _stop(world_proc)
     ticks, actions, kept = read_log(workdir / "daemon.log")
     return ChaosReport(
         seed=config.seed,
@@ -292,12 +278,21 @@ def run_chaos(config: ChaosConfig, workdir: Path) -> ChaosReport:
         leak=leak,
         settled=settled,
         tick_seconds=ticks,
-        health=sampler.health if sampler else Counter(),
+        health=sampler.health,
         actions=actions,
         kept_by_scheduler=kept,
         sigterm_exit_s=sigterm,
-        samples=sampler.samples if sampler else [],
+        samples=sampler.samples,
     )
+
+
+def _daemon_env_file(config: ChaosConfig, world_env: dict[str, str], http_port: int, workdir: Path) -> Path:
+    env = world_env | config.timing
+    env |= {"AUTOSCALER_HTTP_PORT": str(http_port), "AUTOSCALER_HTTP_HOST": "127.0.0.1"}
+    env["AUTOSCALER_LOG_FORMAT"] = "json"
+    path = workdir / "daemon.env"
+    path.write_text("".join(f"{k}='{v}'\n" for k, v in env.items()))
+    return path
 
 
 def _script(config: ChaosConfig, world: _Http, daemon: _Daemon) -> dict[str, int]:
