@@ -78,9 +78,18 @@ class ChaosReport:
     kept_by_scheduler: int
     sigterm_exit_s: float | None
     samples: list[dict[str, Any]]
+    usage: list[dict[str, int]]
 
     def fired(self) -> dict[str, bool]:
         return {name: count > 0 for name, count in self.faults.items()}
+
+    def peaks(self) -> dict[str, int]:
+        """The largest RSS (KiB), thread, descriptor and TCP connection counts sampled from the daemon."""
+        return (
+            {k: max(u[k] for u in self.usage) for k in ("rss_kib", "threads", "fds", "tcp")}
+            if self.usage
+            else {}
+        )
 
     def summary(self) -> str:
         ticks = sorted(self.tick_seconds) or [0.0]
@@ -97,6 +106,7 @@ class ChaosReport:
             f"max {ticks[-1]:.2f}s",
             f"  /healthz: {healthy}/{sum(self.health.values())} answered 200 ({dict(self.health)})",
             f"  daemon actions: {dict(self.actions)}; 'scheduler kept' outcomes: {self.kept_by_scheduler}",
+            f"  daemon peaks: {self.peaks()}",
             f"  SIGTERM exit: {self.sigterm_exit_s if self.sigterm_exit_s is None else round(self.sigterm_exit_s, 2)}s",
         ]
         return "\n".join(lines)
@@ -144,14 +154,44 @@ class _Http:
             return json.loads(reply.read())
 
 
-class _Sampler(threading.Thread):
-    """Polls /healthz every second and the world's state every two, until `halt()`."""
+def process_usage(pid: int) -> dict[str, int] | None:
+    """RSS (KiB), threads, open file descriptors and TCP sockets of a live process, from /proc."""
+    proc = Path(f"/proc/{pid}")
+    try:
+        lines = (proc / "status").read_text().splitlines()
+        fds = list((proc / "fd").iterdir())
+    except OSError:
+        return None  # gone (killed or restarting)
+    status = dict(line.split(":", 1) for line in lines if ":" in line)
+    inodes = set()
+    for fd in fds:
+        with contextlib.suppress(OSError):  # a descriptor may close while we look
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:[") : -1])
+    tcp = 0
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            rows = (proc / "net" / table).read_text().splitlines()[1:]
+            tcp += sum(1 for row in rows if row.split()[9] in inodes)
+    return {
+        "rss_kib": int(status["VmRSS"].split()[0]),
+        "threads": int(status["Threads"]),
+        "fds": len(fds),
+        "tcp": tcp,
+    }
 
-    def __init__(self, health_url: str, world: _Http) -> None:
+
+class _Sampler(threading.Thread):
+    """Polls /healthz every second; every two, the world's state and the daemon's RSS, threads, file
+    descriptors and TCP connections; until `halt()`."""
+
+    def __init__(self, health_url: str, world: _Http, daemon: _Daemon) -> None:
         super().__init__(name="chaos-sampler", daemon=True)
-        self.health_url, self.world = health_url, world
+        self.health_url, self.world, self.autoscaler = health_url, world, daemon
         self.health: Counter[int] = Counter()
         self.samples: list[dict[str, Any]] = []
+        self.usage: list[dict[str, int]] = []
         self._halt = threading.Event()
         self._t0 = time.monotonic()
 
@@ -164,6 +204,10 @@ class _Sampler(threading.Thread):
                 with contextlib.suppress(OSError, ValueError):
                     state = self.world.get("/state")
                     self.samples.append({"t": round(time.monotonic() - self._t0, 1), **state})
+                proc = self.autoscaler.proc
+                usage = process_usage(proc.pid) if proc is not None and proc.poll() is None else None
+                if usage is not None:
+                    self.usage.append(usage)
 
     def _health(self) -> int:
         try:
@@ -261,7 +305,7 @@ def run_chaos(config: ChaosConfig, workdir: Path) -> ChaosReport:
         daemon = _Daemon(_daemon_env_file(config, info["env"], http_port, workdir), workdir / "daemon.log")
         stack.callback(daemon.stop)
         daemon.start()
-        sampler = _Sampler(f"http://127.0.0.1:{http_port}/healthz", world)
+        sampler = _Sampler(f"http://127.0.0.1:{http_port}/healthz", world, daemon)
         stack.callback(sampler.halt)
         sampler.start()
         faults = _script(config, world, daemon)
@@ -283,6 +327,7 @@ def run_chaos(config: ChaosConfig, workdir: Path) -> ChaosReport:
         kept_by_scheduler=kept,
         sigterm_exit_s=sigterm,
         samples=sampler.samples,
+        usage=sampler.usage,
     )
 
 

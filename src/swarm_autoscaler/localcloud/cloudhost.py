@@ -120,6 +120,7 @@ class CloudHost:
         self._held: list[tuple[float, str]] = []
         self._late: set[str] = set()
         self._tasks: list[asyncio.Task[None]] = []
+        self._machines: asyncio.Task[None] | None = None
         self._stack = contextlib.AsyncExitStack()
         self.scheduler: Any = None
         self.client: Any = None
@@ -177,12 +178,16 @@ class CloudHost:
             seed=self.options.seed,
         )
         self._stack.push_async_callback(self.emulator.close)
-        self._tasks.append(asyncio.create_task(self.emulator.run(self.options.emulator_interval)))
+        self._machines = asyncio.create_task(self.emulator.run(self.options.emulator_interval))
         self._tasks.append(asyncio.create_task(self._watch_world()))
 
     async def close(self) -> None:
         if self.emulator is not None:
+            # The emulator finishes its step (a worker half started would escape emulator.close()).
             self.emulator.stopping = True
+            if self._machines is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self._machines, 30)
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
