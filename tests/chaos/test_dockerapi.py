@@ -98,3 +98,22 @@ async def test_updates_out_of_sequence_are_retried_by_the_adapter(rate: float, s
     finally:
         await adapter.close()
         await world.api.close()
+
+
+async def test_node_list_filters_as_docker_does(served: tuple[Served, SwarmOrchestrator]) -> None:
+    world, adapter = served
+    first = world.swarm.join("ip-10-0-0-11", world.swarm.join_token, {"swarm-autoscaler.cluster": "c1"})
+    world.swarm.join("ip-10-0-0-12", world.swarm.join_token)
+    docker = adapter._client()  # the adapter's own aiodocker client, to pass filters the port does not expose
+
+    async def hostnames(**filters: object) -> list[str]:
+        nodes = await docker.nodes.list(filters=filters)
+        return sorted(n["Description"]["Hostname"] for n in nodes)
+
+    assert await hostnames(role="manager") == ["ip-10-0-255-1"]
+    assert await hostnames(role="worker") == ["ip-10-0-0-11", "ip-10-0-0-12"]
+    assert await hostnames(id=first.id) == ["ip-10-0-0-11"]
+    assert await hostnames(name="ip-10-0-0-12") == ["ip-10-0-0-12"]
+    assert await hostnames(**{"node.label": "swarm-autoscaler.cluster=c1"}) == ["ip-10-0-0-11"]
+    assert await hostnames(**{"node.label": "swarm-autoscaler.cluster=c2"}) == []
+    assert await hostnames(role=["manager", "worker"], name="ip-10-0-0-11") == ["ip-10-0-0-11"]

@@ -4,7 +4,8 @@ It serves exactly what the aiodocker-based adapter (`adapters/swarm.py`) calls, 
 `swarm-autoscaler run` process can drive an in-memory swarm through its real adapter:
 
 - `GET /version` (aiodocker negotiates the API version with it);
-- `GET /v*/nodes` (the `role` filter only), `GET /v*/nodes/{id}`;
+- `GET /v*/nodes` (filters `id`, `name`, `role`, `membership` and `node.label`, `key` or `key=value`;
+  `label`, the engine labels, is matched against the node labels too), `GET /v*/nodes/{id}`;
 - `POST /v*/nodes/{id}/update?version=N` with a node spec: the version must be the node's current
   `Version.Index`, or docker's "update out of sequence" error (HTTP 500) comes back;
 - `DELETE /v*/nodes/{id}?force=...`;
@@ -138,9 +139,9 @@ class DockerApi:
 
     async def _list(self, request: web.Request) -> web.Response:
         await self._answer_later()
-        roles = _role_filter(request.query.get("filters"))
+        filters = _filters(request.query.get("filters"))
         nodes = [self._manager_json()] + [self.node_json(n) for n in self.swarm.nodes.values()]
-        return web.json_response([n for n in nodes if roles is None or n["Spec"]["Role"] in roles])
+        return web.json_response([n for n in nodes if _matches(n, filters)])
 
     async def _inspect(self, request: web.Request) -> web.Response:
         await self._answer_later()
@@ -196,13 +197,37 @@ class DockerApi:
         )
 
 
-def _role_filter(raw: str | None) -> set[str] | None:
+def _filters(raw: str | None) -> dict[str, set[str]]:
+    """Docker's `filters` query parameter: {name: [values]} (or {name: {value: true}}) as JSON."""
     if not raw:
-        return None
-    roles = json.loads(raw).get("role")
-    if roles is None:
-        return None
-    return {roles} if isinstance(roles, str) else set(roles)
+        return {}
+    parsed: dict[str, Any] = json.loads(raw)
+    return {name: {values} if isinstance(values, str) else set(values) for name, values in parsed.items()}
+
+
+def _matches(node: Mapping[str, Any], filters: Mapping[str, set[str]]) -> bool:
+    """A node passes when, for every filter, it matches one of its values (as docker combines them)."""
+    return all(any(_match_one(node, name, v) for v in values) for name, values in filters.items())
+
+
+def _match_one(node: Mapping[str, Any], name: str, value: str) -> bool:
+    match name:
+        case "id":
+            return str(node["ID"]).startswith(value)
+        case "name":
+            return bool(node["Description"]["Hostname"] == value)
+        case "role":
+            return bool(node["Spec"]["Role"] == value)
+        case "membership":
+            return value == "accepted"
+        case "node.label" | "label":
+            return _has_label(node["Spec"]["Labels"], value)
+    return False  # a filter this imitation does not know matches nothing, rather than everything
+
+
+def _has_label(labels: Mapping[str, str], wanted: str) -> bool:
+    key, eq, value = wanted.partition("=")
+    return key in labels and (not eq or labels[key] == value)
 
 
 def _error(status: int, message: str) -> web.Response:
