@@ -39,6 +39,7 @@ from swarm_autoscaler.localcloud.cloudhost import WorldOptions
 _WORLD_MODULE = "swarm_autoscaler.localcloud.cloudhost_main"
 READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
+SETTLED_POLLS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,12 +359,15 @@ def _script(config: ChaosConfig, world: _Http, daemon: _Daemon) -> dict[str, int
 
 
 def _settle(config: ChaosConfig, world: _Http) -> tuple[bool, dict[str, Any]]:
-    """Wait (bounded) until the fleet is min + reserve with no unjoined instance and no orphan node."""
+    """Wait (bounded) until the fleet is min + reserve with no unjoined instance and no orphan node, and
+    stays so for `SETTLED_POLLS` polls a second apart (a passing moment is not a settled fleet)."""
     deadline = time.monotonic() + config.settle_timeout
     state: dict[str, Any] = {}
+    clean_in_a_row = 0
     while time.monotonic() < deadline:
         state = world.get("/state")
-        if _clean(state):
+        clean_in_a_row = clean_in_a_row + 1 if _clean(state) else 0
+        if clean_in_a_row >= SETTLED_POLLS:
             return True, _leak(state)
         time.sleep(1.0)
     return False, _leak(state)
