@@ -32,8 +32,9 @@ test: lint
 	# A second run: only one local swarm may exist per machine, and each run's swarm is session-scoped.
 	$(BIN)/pytest -m e2e tests/e2e
 
+# Without the chaos test (a few minutes; `make test` runs it).
 test-fast: $(STAMP)
-	$(BIN)/pytest -m "not swarm and not e2e"
+	$(BIN)/pytest -m "not swarm and not e2e and not chaos"
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

@@ -18,6 +18,10 @@ document real EC2 sends, byte-compatible with what botocore parses:
 Every rule can be changed while the server runs (the test or demo thread and the server's request
 threads share one lock). `calls()` counts every EC2 action the server saw, injected errors included,
 which is how a benchmark can check API calls per tick from the server's side.
+
+`watch(callback)` calls `callback(action, params)` in the request's thread before anything else happens to
+the request (and before moto sees it): a chaos world uses it to check, at the moment a TerminateInstances
+arrives, what the machines it names are doing, or to slow some calls down.
 """
 
 from __future__ import annotations
@@ -87,6 +91,7 @@ class FaultInjector:
         self._refusals: list[Refusal] = []
         self._injected: dict[str, list[_Injected]] = {}
         self._calls: Counter[str] = Counter()
+        self._watchers: list[Callable[[str, dict[str, str]], None]] = []
         self.capacity_refusals = 0
         self.clock_skew = 0.0  # seconds EC2's clock runs ahead of this host's
 
@@ -128,6 +133,12 @@ class FaultInjector:
         """Make EC2's clock run `seconds` ahead of this host's (behind when negative); 0 undoes it."""
         self.clock_skew = float(seconds)
 
+    def watch(self, callback: Callable[[str, dict[str, str]], None]) -> None:
+        """Call `callback(action, params)` for every EC2 request, in its thread, before it is answered.
+        An exception in the callback is the callback's business: it propagates to the server thread."""
+        with self._lock:
+            self._watchers.append(callback)
+
     def reseed(self, seed: int) -> None:
         with self._lock:
             self._rng = random.Random(seed)
@@ -153,6 +164,8 @@ class FaultInjector:
         action = params.get("Action")
         if action is None:
             return self._app(environ, start_response)
+        for callback in list(self._watchers):
+            callback(action, params)
         error = self._decide(action, params)
         skew = self.clock_skew
         if error is None:

@@ -7,7 +7,9 @@ node in its own UTS namespace). While its node is active and ready it runs a das
 its hostname, with the instance type's resources, as a swarm global service would; draining the node
 stops the worker; terminating the instance makes the machine leave.
 
-Faults for tests: `never_join` (instance ids or a probability) makes a machine boot but never join.
+Faults for tests: `never_join` (instance ids or a probability) makes a machine boot but never join;
+`boot_jitter` adds to each machine's boot delay a seeded random share of up to that many seconds, so that
+joins are uneven as on a loaded cloud.
 """
 
 from __future__ import annotations
@@ -64,7 +66,9 @@ class Machine:
     hostname: str
     type_name: str
     seen_at: float
+    boot_delay: float = 0.0
     joined: bool = False
+    joined_at: float | None = None
     never_joins: bool = False
     worker: Worker | None = None
 
@@ -81,6 +85,7 @@ class MachineEmulator:
     scheduler_address: str
     catalogue: Mapping[str, InstanceType]
     boot_delay: float = 3.0
+    boot_jitter: float = 0.0
     never_join_rate: float = 0.0
     never_join_ids: set[str] = field(default_factory=set)
     worker_resources: Callable[[InstanceType], dict[str, float]] = dask_resources
@@ -114,7 +119,11 @@ class MachineEmulator:
         for iid, (hostname, type_name) in live.items():
             if iid not in self.machines:
                 never = iid in self.never_join_ids or self._rng.random() < self.never_join_rate
-                self.machines[iid] = Machine(iid, hostname, type_name, now, never_joins=never)
+                # drawn only when asked for, so seeded runs without jitter replay as before
+                delay = self.boot_delay + (
+                    self._rng.uniform(0.0, self.boot_jitter) if self.boot_jitter else 0.0
+                )
+                self.machines[iid] = Machine(iid, hostname, type_name, now, delay, never_joins=never)
         for iid in [i for i in self.machines if i not in live]:
             await self._shutdown(self.machines.pop(iid))
         active: set[str] | None = None  # listed once per step, and only once a machine has joined
@@ -134,11 +143,12 @@ class MachineEmulator:
     async def _boot(self, machine: Machine, now: float) -> bool:
         """Join the swarm once booted; True when the machine is a node."""
         if not machine.joined:
-            if machine.never_joins or now - machine.seen_at < self.boot_delay:
+            if machine.never_joins or now - machine.seen_at < machine.boot_delay:
                 return False
             token, address = await asyncio.to_thread(self._join_line, machine.instance_id)
             await self.joiner.join(machine.hostname, token, address)
             machine.joined = True
+            machine.joined_at = self.clock()
             self.joined_total += 1
             log.info("machine joined the swarm", hostname=machine.hostname, instance=machine.instance_id)
         return True
