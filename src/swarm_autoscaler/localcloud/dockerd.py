@@ -311,9 +311,10 @@ class _MachineLock:
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
+                    holder = self._read(fd)  # before closing: reading a closed fd fails with EBADF
                     os.close(fd)
                     raise ConfigurationError(
-                        f"another local swarm holds {self.path} ({self._read(fd)}): wait for it or stop it"
+                        f"another local swarm holds {self.path} ({holder}): wait for it or stop it"
                     ) from None
                 await asyncio.sleep(0.5)
         stale = self._read(fd)
