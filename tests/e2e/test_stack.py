@@ -152,6 +152,7 @@ async def test_the_stack_deploys_scales_a_burst_rolls_and_logs_json(
     await wait_for(
         lambda: any("this replica is the leader" in line for line in _service_logs(manager)), 30, "a leader"
     )
+    assert any("standby" in line for line in _service_logs(manager)), "no replica on standby"
 
     # Step 5: a burst scales up...
     before = set(owned_instances(lc, ("pending", "running", "shutting-down", "terminated")))
