@@ -146,6 +146,12 @@ async def test_the_stack_deploys_scales_a_burst_rolls_and_logs_json(
     lc = cloud
     print(f"image {IMAGE}: {image / 1e6:.0f} MB")
     assert image < 300e6
+    # The runtime alone: none of the extras' packages is in the image (a container with no network).
+    probe = "import importlib.util as u; print([m for m in ('moto', 'boto3', 'matplotlib', 'debugpy', 'pytest') if u.find_spec(m)])"
+    found = await manager.docker(
+        "run", "--rm", "--network", "none", "--entrypoint", "python3", IMAGE, "-c", probe
+    )
+    assert found == "[]", found
     # Step 4: both replicas healthy through the image's HEALTHCHECK, on one manager, one port each.
     await wait_for(lambda: len(_containers(manager, "health=healthy")) == 2, 120, "two healthy replicas")
     assert [_healthz(f"127.0.1.{slot}", stack["port"]) for slot in (1, 2)] == [200, 200]
