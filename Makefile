@@ -5,12 +5,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lint format test test-fast bench demo run services-up services-down clean
+.PHONY: install lint format test test-fast bench demo run image services-up services-down clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[local,sim,debug,dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -46,4 +46,10 @@ run: $(STAMP)
 	$(BIN)/swarm-autoscaler run
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build
+
+# The daemon's image without a registry: a Debian base from mmdebstrap, wheels from the host, built on a
+# dockerd the project starts and saved under build/image/ (DEBUG=1 adds debugpy). See README, Deployment.
+image: $(STAMP)
+	bash scripts/ensure-services.sh
+	$(BIN)/python -m swarm_autoscaler.localcloud.image $(if $(filter 1,$(DEBUG)),--debug)

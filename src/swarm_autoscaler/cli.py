@@ -17,6 +17,7 @@ from swarm_autoscaler.config.settings import (
     load_settings,
     unknown_variables,
 )
+from swarm_autoscaler.extras import EXIT_MISSING_EXTRA, install_line, missing_extra_of, require_extras
 
 EXIT_CONFIGURATION = 2
 
@@ -42,6 +43,15 @@ def _configured(args: argparse.Namespace) -> int:
 
     settings = load_settings_or_exit(args.env_file)
     configure_logging(settings.logging.level, settings.logging.format)
+    if args.command == "run":
+        from swarm_autoscaler.daemon.debug import start_debugpy
+        from swarm_autoscaler.errors import ConfigurationError
+
+        try:
+            start_debugpy(settings.debugpy)
+        except ConfigurationError as exc:
+            print(f"configuration error: {exc}", file=sys.stderr)
+            return EXIT_CONFIGURATION
     work = {"run": commands.run, "plan": commands.explain, "status": commands.status}[args.command]
     return commands.guarded(lambda: work(settings))
 
@@ -49,6 +59,7 @@ def _configured(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    require_extras("demo", "local", "sim")
     from swarm_autoscaler.daemon.logs import configure_logging
     from swarm_autoscaler.demo import run as demo
 
@@ -69,6 +80,19 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_env_template(args: argparse.Namespace) -> int:
     sys.stdout.write(markdown_table() if args.markdown else env_template())
     return 0
+
+
+def _cmd_healthcheck(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from swarm_autoscaler.daemon.healthcheck import check
+
+    try:
+        status, line = check()
+    except ValidationError as exc:
+        status, line = EXIT_CONFIGURATION, f"configuration error: AUTOSCALER_HTTP_*: {exc.errors()[0]['msg']}"
+    print(line, file=sys.stderr if status else sys.stdout)
+    return status
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -102,13 +126,24 @@ def _parser() -> argparse.ArgumentParser:
     template = commands.add_parser("env-template", help="print the .env template of every variable")
     template.add_argument("--markdown", action="store_true", help="print a Markdown table instead")
     template.set_defaults(handler=_cmd_env_template)
+    health = commands.add_parser(
+        "healthcheck", help="ask the running daemon's /healthz (the image's HEALTHCHECK)"
+    )
+    health.set_defaults(handler=_cmd_healthcheck)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `swarm-autoscaler` script; returns the exit status."""
     args = _parser().parse_args(argv)
-    status: int = args.handler(args)
+    try:
+        status: int = args.handler(args)
+    except ModuleNotFoundError as exc:  # an optional module imported late: name its extra, in one line
+        extra = missing_extra_of(exc)
+        if extra is None:
+            raise
+        print(install_line(args.command, [extra]), file=sys.stderr)
+        return EXIT_MISSING_EXTRA
     return status
 
 

@@ -344,7 +344,7 @@ class HttpSettings(BaseSettings):
 
 
 class DebugSettings(BaseSettings):
-    """Remote debugging with debugpy: the image's entry point runs the daemon under it when a port is set."""
+    """Remote debugging with debugpy: `swarm-autoscaler run` listens for a debugger when a port is set."""
 
     model_config = group_config(f"{PREFIX}DEBUGPY_")
 

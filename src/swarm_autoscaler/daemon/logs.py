@@ -111,6 +111,9 @@ def _configure_stdlib(number: int, out: TextIO, shared: list[Processor], rendere
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(number)
+    # Python warnings (say, distributed's version-mismatch warning) become log records too: every line
+    # on standard error is then in the chosen format (one JSON object per line for `json`).
+    logging.captureWarnings(True)
     # SDK chatter (request signing, connection pools) only when debugging.
     for name in _QUIET_LOGGERS:
         logging.getLogger(name).setLevel(number if number <= logging.DEBUG else max(number, logging.WARNING))

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distributed import Scheduler
 
@@ -31,6 +31,9 @@ from swarm_autoscaler.localcloud.moto_server import (
     MotoServer,
     provision_network,
 )
+
+if TYPE_CHECKING:
+    from swarm_autoscaler.localcloud.dockerd import LocalSwarm
 
 DEFAULT_TYPES: Mapping[str, Mapping[str, Any]] = {
     "m5.large": {"reserve": 1},
@@ -91,6 +94,15 @@ class LocalCloud:
     def min_plus_reserve(self) -> int:
         reserve = sum(int(spec.get("reserve", 0)) for spec in self.options.allowed_types.values())
         return self.options.min_instances + reserve
+
+    @property
+    def local_swarm(self) -> LocalSwarm:
+        """The real dockerd swarm (only with `real_swarm`): its manager runs the stack test's service."""
+        from swarm_autoscaler.localcloud.dockerd import LocalSwarm
+
+        if not isinstance(self._swarm, LocalSwarm):
+            raise TypeError("this local cloud has no real swarm (LocalCloudOptions.real_swarm is off)")
+        return self._swarm
 
     @property
     def scheduler_address(self) -> str:

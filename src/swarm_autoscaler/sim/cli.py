@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from swarm_autoscaler.config.settings import InvalidSettingsError
+from swarm_autoscaler.extras import require_extras
 from swarm_autoscaler.sim.config import SimSettings, load_sim_settings
 from swarm_autoscaler.sim.engine import Options
 from swarm_autoscaler.sim.faults import RandomFaults
@@ -89,6 +90,8 @@ def _options(args: argparse.Namespace, settings: SimSettings) -> Options:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.plot:
+        require_extras("simulate --plot", "sim")
     try:
         jobs = read_trace(args.trace)
         settings = _settings(args)

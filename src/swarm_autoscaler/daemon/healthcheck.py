@@ -1,0 +1,35 @@
+"""`swarm-autoscaler healthcheck`: the image's HEALTHCHECK, asking the daemon's own /healthz.
+
+Contract: reads only AUTOSCALER_HTTP_HOST/PORT from the environment (the container's, as the stack file
+set it), asks `http://HOST:PORT/healthz` (a wildcard host is asked on loopback), prints one line and
+returns 0 when it answers 200, 1 otherwise. Port 0 (HTTP off) has nothing to ask: 0.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+from swarm_autoscaler.config.settings import HttpSettings
+
+_WILDCARD = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
+
+
+def healthz_url(http: HttpSettings) -> str:
+    host = _WILDCARD.get(http.host, http.host)
+    return f"http://[{host}]:{http.port}/healthz" if ":" in host else f"http://{host}:{http.port}/healthz"
+
+
+def check(timeout: float = 4.0) -> tuple[int, str]:
+    """(exit status, one line) for the daemon whose HTTP settings are in the environment."""
+    http = HttpSettings()
+    if http.port == 0:
+        return 0, "AUTOSCALER_HTTP_PORT=0: the HTTP endpoint is off, nothing to check"
+    url = healthz_url(http)
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as reply:
+            return 0, f"healthy: {url} answered {reply.status}"
+    except urllib.error.HTTPError as exc:
+        return 1, f"unhealthy: {url} answered {exc.code}: {exc.read(200).decode(errors='replace')}"
+    except (OSError, ValueError) as exc:
+        return 1, f"unhealthy: {url}: {exc}"
