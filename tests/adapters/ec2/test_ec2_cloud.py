@@ -46,7 +46,9 @@ async def test_launch_tags_and_lists_owned_instances(
         assert instance.tags[CLUSTER_TAG] == result.instances[0].tags[CLUSTER_TAG]
         assert instance.tags["team"] == "science"
         assert node_labels(instance.tags) == {"pool": "cpu", "tier": "a"}
-        assert instance.labels == {"pool": "cpu", "tier": "a"}  # what the planner gives the node
+        # what the planner gives the node: the launch's labels, and the ownership label its tags prove
+        cluster = instance.tags[CLUSTER_TAG]
+        assert instance.labels == {"pool": "cpu", "tier": "a", OWNERSHIP_LABEL: cluster}
     raw = await _describe(raw_ec2, result.instances[0].id)  # moto sets the profile on the first only
     assert raw["ImageId"] == network.ami_id
     assert raw["KeyName"] == network.key_name
