@@ -45,7 +45,7 @@ def _plan(nodes: list[Any], now: float) -> Any:
     for i, node in enumerate(nodes):
         host = node.hostname
         if i < 60:
-            actions.append(MarkNode(node.id, (("empty_since", now),), "empty"))
+            actions.append(MarkNode(node.id, dataclasses.replace(node.marks, empty_since=now), "empty"))
         elif i < 105:
             address = f"tcp://10.1.{i // 250}.{i % 250}:8786"
             expect = (NodeOurs(node.id), NothingWaits(host))
@@ -123,7 +123,7 @@ async def measure_dockerd(repetitions: int) -> list[dict[str, Any]]:
     from pathlib import Path
 
     from swarm_autoscaler.adapters.swarm import SwarmOrchestrator
-    from swarm_autoscaler.core.model import OWNERSHIP_LABEL, MarkNode, Plan, Snapshot
+    from swarm_autoscaler.core.model import OWNERSHIP_LABEL, MarkNode, NodeMarks, Plan, Snapshot
     from swarm_autoscaler.daemon.act import ActConfig, Ports, act
     from swarm_autoscaler.localcloud.dockerd import LocalSwarm
 
@@ -144,7 +144,7 @@ async def measure_dockerd(repetitions: int) -> list[dict[str, Any]]:
                         nodes = tuple(await orch.list_nodes())
                         snapshot = Snapshot(time.time(), (), (), nodes, (), ())
                         marks = tuple(
-                            MarkNode(workers[i % 3].id, (("empty_since", 1e9 + rep * 1000 + i),), "bench")
+                            MarkNode(workers[i % 3].id, NodeMarks(empty_since=1e9 + rep * 1000 + i), "bench")
                             for i in range(NODES)
                         )
                         started = time.perf_counter()
