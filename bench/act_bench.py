@@ -2,7 +2,7 @@
 cancelled backlog left every machine idle at once; one tick planned 145 marks and cordons).
 
 What runs: the real `daemon.act.act` with the real swarm adapter (aiodocker over HTTP) against the
-in-memory swarm served by the local cloud's Docker Engine API imitation (`localcloud.engine_api`: 150
+in-memory swarm served by the local cloud's Docker Engine API imitation (`localcloud.dockerapi`: 150
 nodes, where a real dockerd per node would need ~20 GB), and the real dask adapter against a real dask
 scheduler for the fresh read and the cordons. The plan: 60 lifecycle marks, 45 cordons (a mark, then a
 scheduler call) and 45 drains, every disruptive one re-checked on a fresh read (one node listing, one
@@ -45,7 +45,7 @@ def _plan(nodes: list[Any], now: float) -> Any:
     for i, node in enumerate(nodes):
         host = node.hostname
         if i < 60:
-            actions.append(MarkNode(node.id, (("empty_since", now),), "empty"))
+            actions.append(MarkNode(node.id, dataclasses.replace(node.marks, empty_since=now), "empty"))
         elif i < 105:
             address = f"tcp://10.1.{i // 250}.{i % 250}:8786"
             expect = (NodeOurs(node.id), NothingWaits(host))
@@ -61,7 +61,7 @@ async def _once(scheduler_address: str, concurrency: int, latency: float) -> tup
     from swarm_autoscaler.adapters.swarm import SwarmOrchestrator
     from swarm_autoscaler.core.model import OWNERSHIP_LABEL, NodeMarks, Snapshot
     from swarm_autoscaler.daemon.act import ActConfig, Ports, act
-    from swarm_autoscaler.localcloud.engine_api import EngineApi
+    from swarm_autoscaler.localcloud.dockerapi import DockerApi
     from swarm_autoscaler.localcloud.memswarm import MemorySwarm
 
     swarm = MemorySwarm(cluster_name=CLUSTER)
@@ -69,11 +69,11 @@ async def _once(scheduler_address: str, concurrency: int, latency: float) -> tup
         node = swarm.join(f"ip-10-1-{n // 250}-{n % 250}", swarm.join_token, {OWNERSHIP_LABEL: CLUSTER})
         swarm.nodes[node.id] = dataclasses.replace(node, marks=NodeMarks(ready=True))
     async with (
-        EngineApi(swarm, latency=latency) as api,
+        DockerApi(swarm, latency=latency) as api,
         SwarmOrchestrator(api.url, cluster_name=CLUSTER) as orchestrator,
         DaskWorkload(scheduler_address) as workload,
     ):
-        nodes = list(await orchestrator.list_nodes())
+        nodes = [n for n in await orchestrator.list_nodes() if n.ours]  # the API lists its manager too
         now = time.time()
         snapshot = Snapshot(now, (), (), tuple(nodes), (), ())
         ports = Ports(_NoCloud(), orchestrator, workload)
@@ -123,7 +123,7 @@ async def measure_dockerd(repetitions: int) -> list[dict[str, Any]]:
     from pathlib import Path
 
     from swarm_autoscaler.adapters.swarm import SwarmOrchestrator
-    from swarm_autoscaler.core.model import OWNERSHIP_LABEL, MarkNode, Plan, Snapshot
+    from swarm_autoscaler.core.model import OWNERSHIP_LABEL, MarkNode, NodeMarks, Plan, Snapshot
     from swarm_autoscaler.daemon.act import ActConfig, Ports, act
     from swarm_autoscaler.localcloud.dockerd import LocalSwarm
 
@@ -144,7 +144,7 @@ async def measure_dockerd(repetitions: int) -> list[dict[str, Any]]:
                         nodes = tuple(await orch.list_nodes())
                         snapshot = Snapshot(time.time(), (), (), nodes, (), ())
                         marks = tuple(
-                            MarkNode(workers[i % 3].id, (("empty_since", 1e9 + rep * 1000 + i),), "bench")
+                            MarkNode(workers[i % 3].id, NodeMarks(empty_since=1e9 + rep * 1000 + i), "bench")
                             for i in range(NODES)
                         )
                         started = time.perf_counter()

@@ -1,14 +1,17 @@
-"""The Docker Engine API imitation, driven by the project's real aiodocker adapter over HTTP (loopback)."""
+"""The Docker Engine API imitation (`localcloud/dockerapi.py`), driven by the project's real aiodocker
+adapter over HTTP (loopback): what the chaos world, the act benchmark and the stop test rely on."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
 
 from swarm_autoscaler.adapters.swarm import SwarmOrchestrator
-from swarm_autoscaler.core.model import Availability, Node, NodeMarks, NodeStatus
+from swarm_autoscaler.core import ports
+from swarm_autoscaler.core.model import OWNERSHIP_LABEL, Availability, Node, NodeMarks, NodeStatus
 from swarm_autoscaler.errors import EndpointError
 from swarm_autoscaler.localcloud.dockerapi import DockerApi
 from swarm_autoscaler.localcloud.memswarm import MemorySwarm
@@ -95,6 +98,7 @@ async def test_updates_out_of_sequence_are_retried_by_the_adapter(rate: float, s
                 await adapter.mark(node.id, NodeMarks(ready=True))
             assert not world.swarm.nodes[node.id].marks.ready
         assert world.api.conflicts >= 1
+        assert world.api.out_of_sequence >= world.api.conflicts  # each one refused
     finally:
         await adapter.close()
         await world.api.close()
@@ -117,3 +121,60 @@ async def test_node_list_filters_as_docker_does(served: tuple[Served, SwarmOrche
     assert await hostnames(**{"node.label": "swarm-autoscaler.cluster=c1"}) == ["ip-10-0-0-11"]
     assert await hostnames(**{"node.label": "swarm-autoscaler.cluster=c2"}) == []
     assert await hostnames(role=["manager", "worker"], name="ip-10-0-0-11") == ["ip-10-0-0-11"]
+
+
+async def test_the_adapter_reads_ownership_and_writes_marks_through_the_api() -> None:
+    swarm = MemorySwarm(cluster_name="c1")
+    ours = swarm.join("ip-10-0-0-1", swarm.join_token, {OWNERSHIP_LABEL: "c1"})
+    theirs = swarm.join("ip-10-0-0-2", swarm.join_token, {"instance-type": "m5.large"})
+    async with DockerApi(swarm) as api, SwarmOrchestrator(api.url, cluster_name="c1") as orch:
+        assert isinstance(orch, ports.Orchestrator)
+        listed = {n.hostname: n for n in await orch.list_nodes()}
+        assert listed["ip-10-0-0-1"].ours and not listed["ip-10-0-0-2"].ours
+        assert listed["ip-10-0-255-1"].is_manager and not listed["ip-10-0-255-1"].ours
+        await orch.mark(ours.id, NodeMarks(ready=True, empty_since=5.0))
+        await orch.set_availability(ours.id, Availability.DRAIN)
+        await orch.add_labels(theirs.id, {OWNERSHIP_LABEL: "c1"})  # what LabelNode does when a machine joins
+        listed = {n.hostname: n for n in await orch.list_nodes()}
+        assert listed["ip-10-0-0-1"].marks == NodeMarks(ready=True, empty_since=5.0)
+        assert listed["ip-10-0-0-1"].availability is Availability.DRAIN
+        assert listed["ip-10-0-0-1"].labels[OWNERSHIP_LABEL] == "c1"  # marks never clear the ownership label
+        assert listed["ip-10-0-0-2"].ours
+        assert swarm.nodes[theirs.id].ours  # the in-memory swarm reads ownership from the labels too
+        assert await orch.join_command() == (swarm.join_token, swarm.manager_address)
+        await orch.remove(ours.id)
+        await orch.remove(ours.id)  # already gone counts as success
+        assert [n.hostname for n in await orch.list_nodes() if not n.is_manager] == ["ip-10-0-0-2"]
+        with pytest.raises(EndpointError, match="node is a manager"):
+            await orch.remove(listed["ip-10-0-255-1"].id)
+
+
+async def test_concurrent_updates_of_one_node_are_retried_until_each_lands() -> None:
+    swarm = MemorySwarm(cluster_name="c1")
+    node = swarm.join("ip-10-0-0-1", swarm.join_token, {OWNERSHIP_LABEL: "c1"})
+    async with DockerApi(swarm, latency=0.01) as api, SwarmOrchestrator(api.url, cluster_name="c1") as orch:
+        # Six writers read the same version; docker-style, all but one are refused and re-read.
+        await asyncio.gather(*(orch.add_labels(node.id, {f"k{i}": "v"}) for i in range(6)))
+        (seen,) = [n for n in await orch.list_nodes() if not n.is_manager]
+        refused = api.out_of_sequence
+    assert {f"k{i}" for i in range(6)} <= set(seen.labels)
+    assert sum(1 for kind, _ in swarm.calls if kind == "update") == 6
+    assert refused > 0  # the race happened, and every loser re-read and retried
+    assert api.conflicts == 0  # no simulated writer: the refusals were the real race
+
+
+async def test_a_hung_write_is_seen_and_does_not_hold_the_shutdown() -> None:
+    swarm = MemorySwarm()
+    node = swarm.join("ip-10-0-0-13", swarm.join_token)
+    api = DockerApi(swarm, write_latency=3600.0)
+    async with api, SwarmOrchestrator(api.url, update_attempts=1) as orch:
+        assert api.url.startswith("http://127.0.0.1:")
+        assert await orch.list_nodes()  # reads are not delayed by write_latency
+        assert api.writes_started == 0 and not api.write_seen.is_set()
+        write = asyncio.create_task(orch.mark(node.id, NodeMarks(ready=True)))
+        await asyncio.wait_for(api.write_seen.wait(), 10)
+        assert api.writes_started == 1
+        await asyncio.wait_for(api.close(), 10)  # cut after its shutdown timeout, not aiohttp's 60 s
+        with pytest.raises(EndpointError):
+            await asyncio.wait_for(write, 10)
+    assert not swarm.nodes[node.id].marks.ready  # the hung update never landed

@@ -271,13 +271,13 @@ def test_status_names_each_machines_bucket() -> None:
 async def test_run_exits_within_seconds_of_sigterm_even_mid_act(tmp_path: Path) -> None:
     """The real process, its swarm adapter talking HTTP to the local cloud's in-memory swarm, whose node
     updates hang: SIGTERM arrives while an update is in flight, and the process exits at once."""
-    from swarm_autoscaler.localcloud.engine_api import EngineApi
+    from swarm_autoscaler.localcloud.dockerapi import DockerApi
     from swarm_autoscaler.localcloud.memswarm import MemorySwarm
 
     options = LocalCloudOptions(fast=True, cluster_name="stop-test")
     async with LocalCloud(options) as cloud:
         assert isinstance(cloud.orchestrator, MemorySwarm)
-        async with EngineApi(cloud.orchestrator, write_latency=3600.0) as engine:
+        async with DockerApi(cloud.orchestrator, write_latency=3600.0) as engine:
             extra = {"AUTOSCALER_DOCKER_URL": engine.url, "AUTOSCALER_EC2_MIN_INSTANCES": "1"}
             proc = await asyncio.create_subprocess_exec(
                 CLI,

@@ -1,7 +1,9 @@
 """A small imitation of the Docker Engine API over a `MemorySwarm`, on a loopback port.
 
-It serves exactly what the aiodocker-based adapter (`adapters/swarm.py`) calls, so that a real
-`swarm-autoscaler run` process can drive an in-memory swarm through its real adapter:
+It serves exactly what the aiodocker-based adapter (`adapters/swarm.py`) calls, so that the real adapter
+and a real `swarm-autoscaler run` process can drive an in-memory swarm of hundreds of nodes on one
+machine, where a real dockerd per node (about 130 MB each) cannot. Used by the chaos world
+(`localcloud/cloudhost.py`), the act benchmark (`bench/act_bench.py`) and the stop test:
 
 - `GET /version` (aiodocker negotiates the API version with it);
 - `GET /v*/nodes` (filters `id`, `name`, `role`, `membership` and `node.label`, `key` or `key=value`;
@@ -12,13 +14,21 @@ It serves exactly what the aiodocker-based adapter (`adapters/swarm.py`) calls, 
 - `GET /v*/swarm` (the join tokens).
 
 The swarm's nodes keep their lifecycle marks apart from their labels (`model.Node.marks`); here they are
-one set of labels, as on a real engine, written and read with the adapter's own label names. A manager
-node (the swarm's leader, `manager_hostname`) exists only in this API: machines never see it.
+one set of labels, as on a real engine, written and read with the adapter's own label names. A node's
+version moves whenever the node changes, whoever changed it (the machine emulator joins nodes directly).
+A manager node (the swarm's leader, `manager_hostname`, with the swarm's `manager_address`, which the
+adapter's join command reads) exists only in this API: machines never see it.
 
-For chaos tests: `latency()` seconds are slept before each request is answered (a slow, uneven
-manager); `conflict_rate` makes that share of updates meet a concurrent writer (the node's version moves
-and the update is refused out of sequence, as when two clients race); `guard(kind, node)` is awaited
-right before a node is drained (`kind` "drain") or removed ("remove"), while nothing else can change it.
+Use `url = await api.start()` ... `await api.close()`, or `async with DockerApi(swarm) as api:` and
+`api.url`. Requests still in flight at close (see `write_latency`) are cut after half a second.
+
+For chaos and stop tests: `latency` seconds (a number, or a callable drawn per request) are slept before
+each request but `/version` is answered (a slow, uneven manager); `write_latency` seconds more before each
+node update or removal (a manager that stopped answering them; `write_seen` is set and `writes_started`
+counts from the moment one arrives); `conflict_rate` makes that share of updates meet a concurrent writer
+(the node's version moves and the update is refused out of sequence, as when two clients race; counted
+in `conflicts`, and every refusal in `out_of_sequence`); `guard(kind, node)` is awaited right before a
+node is drained (`kind` "drain") or removed ("remove"), while nothing else can change it.
 """
 
 from __future__ import annotations
@@ -50,7 +60,8 @@ class DockerApi:
         swarm: MemorySwarm,
         *,
         guard: Guard | None = None,
-        latency: Callable[[], float] = lambda: 0.0,
+        latency: float | Callable[[], float] = 0.0,
+        write_latency: float = 0.0,
         conflict_rate: float = 0.0,
         seed: int = 0,
         prefix: str = DEFAULT_PREFIX,
@@ -58,7 +69,8 @@ class DockerApi:
     ) -> None:
         self.swarm = swarm
         self._guard = guard
-        self._latency = latency
+        self._latency = latency if callable(latency) else (lambda: float(latency))
+        self.write_latency = write_latency
         self._conflict_rate = conflict_rate
         self._rng = random.Random(seed)
         self._prefix = prefix
@@ -67,8 +79,12 @@ class DockerApi:
         self._index = itertools.count(10)
         self._versions: dict[str, tuple[Node, int]] = {}
         self._runner: web.AppRunner | None = None
-        self.requests = 0
-        self.conflicts = 0
+        self.url = ""
+        self.requests = 0  # every request but /version
+        self.conflicts = 0  # updates that met the concurrent writer of `conflict_rate`
+        self.out_of_sequence = 0  # updates refused for a stale version (conflicts included)
+        self.writes_started = 0  # node updates and removals received
+        self.write_seen = asyncio.Event()  # set by the first node update or removal
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -81,11 +97,24 @@ class DockerApi:
         app.router.add_post("/{api}/nodes/{id}/update", self._update)
         app.router.add_delete("/{api}/nodes/{id}", self._remove)
         app.router.add_get("/{api}/swarm", self._swarm)
-        self._runner = web.AppRunner(app, access_log=None)
+        # Hung requests (write_latency) must not hold the shutdown for aiohttp's default 60 s.
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
         await site.start()
-        return f"http://{host}:{self._runner.addresses[0][1]}"
+        self.url = f"http://{host}:{self._runner.addresses[0][1]}"
+        return self.url
+
+    async def __aenter__(self) -> DockerApi:
+        try:
+            await self.start()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
     async def close(self) -> None:
         if self._runner is not None:
@@ -107,7 +136,11 @@ class DockerApi:
         return {
             "ID": node.id,
             "Version": {"Index": self.version_of(node)},
-            "Spec": {"Labels": labels, "Role": "worker", "Availability": str(node.availability)},
+            "Spec": {
+                "Labels": labels,
+                "Role": "manager" if node.is_manager else "worker",
+                "Availability": str(node.availability),
+            },
             "Description": {"Hostname": node.hostname},
             "Status": {"State": str(node.status), "Addr": "127.0.0.1"},
         }
@@ -134,6 +167,12 @@ class DockerApi:
         if delay > 0:
             await asyncio.sleep(delay)
 
+    async def _write_arrives(self) -> None:
+        self.writes_started += 1
+        self.write_seen.set()
+        if self.write_latency > 0:
+            await asyncio.sleep(self.write_latency)
+
     async def _version(self, _: web.Request) -> web.Response:
         return web.json_response({"ApiVersion": API_VERSION, "Version": "imitation", "MinAPIVersion": "1.24"})
 
@@ -154,6 +193,7 @@ class DockerApi:
         return web.json_response(self.node_json(node))
 
     async def _update(self, request: web.Request) -> web.Response:
+        await self._write_arrives()
         spec = await request.json()
         await self._answer_later()
         node = self.swarm.nodes.get(request.match_info["id"])
@@ -163,21 +203,24 @@ class DockerApi:
             self.conflicts += 1  # someone else wrote the node just before us: its version moves on
             self.swarm.nodes[node.id] = node = dataclasses.replace(node)
         if int(request.query.get("version", "-1")) != self.version_of(node):
+            self.out_of_sequence += 1
             return _error(500, "rpc error: code = Unknown desc = update out of sequence")
         availability = Availability(spec.get("Availability", str(node.availability)))
         if availability == Availability.DRAIN and node.availability != Availability.DRAIN and self._guard:
             await self._guard("drain", node)
-            node = self.swarm.nodes.get(node.id, node)  # the guard only reads; re-read all the same
+            if node.id not in self.swarm.nodes:  # the guard only reads, but the machine may have left
+                return _error(404, f"node {node.id} not found")
         labels: Mapping[str, str] = spec.get("Labels") or {}
-        self.swarm.nodes[node.id] = dataclasses.replace(
-            node,
+        self.swarm.replace_node(  # recomputes `ours` from the labels, as the adapter reads it
+            node.id,
             availability=availability,
-            marks=labels_to_marks(labels, self._prefix),
             labels={k: v for k, v in labels.items() if k not in self._lifecycle},
+            marks=labels_to_marks(labels, self._prefix),
         )
         return web.Response(status=200)
 
     async def _remove(self, request: web.Request) -> web.Response:
+        await self._write_arrives()
         await self._answer_later()
         node_id = request.match_info["id"]
         if node_id == MANAGER_ID:

@@ -57,7 +57,7 @@ class MemorySwarm:
     def replace_node(
         self, node_id: str, *, availability: Availability, labels: Mapping[str, str], marks: NodeMarks
     ) -> None:
-        """A whole-spec update, as the engine API imitation receives it (`engine_api`)."""
+        """A whole-spec update, as the Docker Engine API imitation receives it (`dockerapi`)."""
         node = self._get(node_id)
         self.calls.append(("update", node.hostname))
         self.nodes[node_id] = dataclasses.replace(
