@@ -120,6 +120,8 @@ class Scheduler:
         self._max_exec: dict[Kind, float] = {}  # the longest finished run per prefix (`max_exec_time`)
         self._view: WorkloadView | None = None  # cached until anything changes
         self._balance_due: float | None = None  # the next stealing pass, when one is scheduled
+        self._durations: dict[Kind, float] | None = None  # `durations()` at `_durations_at`
+        self._durations_at = 0.0
         self.steals = 0
 
     # ------------------------------------------------------------------ queries
@@ -212,7 +214,11 @@ class Scheduler:
         return 2.0 * longest if longest > 0 else UNKNOWN_TASK_DURATION
 
     def durations(self, now: float) -> dict[Kind, float]:
-        return {kind: self.duration(kind, now) for kind in self._needs}
+        """Every prefix's duration at `now` (cached: a task starting at `now` changes none of them)."""
+        if self._durations_at != now or self._durations is None:
+            self._durations = {kind: self.duration(kind, now) for kind in self._needs}
+            self._durations_at = now
+        return self._durations
 
     def _changed(self, worker: SimWorker | None = None) -> None:
         self._view = None
@@ -259,6 +265,7 @@ class Scheduler:
         self._changed(worker)
         lost = [*worker.running, *worker.waiting]
         self.restarts += len(worker.running)
+        self._durations = None  # a lost run may have been a prefix's longest
         for key in lost:
             del self.where[key]
             self.started_at.pop(key, None)
@@ -282,6 +289,7 @@ class Scheduler:
         average = self.estimates.get(kind)
         self.estimates[kind] = took if average is None else 0.5 * took + 0.5 * average
         self._max_exec[kind] = max(self._max_exec.get(kind, 0.0), took)
+        self._durations = None
         self._start_ready(worker, end)
         self._poke(end)
 

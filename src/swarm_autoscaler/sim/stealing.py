@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from swarm_autoscaler.sim.scheduler import Scheduler, SimWorker
+    from swarm_autoscaler.sim.trace import Kind
 
 _VICTIMS_WITHOUT_SATURATION = 10  # `topk(10, ...)`
 
@@ -35,8 +36,8 @@ _VICTIMS_WITHOUT_SATURATION = 10  # `topk(10, ...)`
 def balance(s: Scheduler, now: float) -> int:
     """One stealing pass at `now`; returns how many tasks moved."""
     workers = list(s.workers.values())
-    if not workers:
-        return 0
+    if not any(w.waiting for w in workers):
+        return 0  # nothing can move: only tasks waiting on a worker are stolen (fast path, same result)
     durations = s.durations(now)
     occ = {w.address: w.occupancy(durations) for w in workers}
     threads = sum(w.nthreads for w in workers)
@@ -45,38 +46,42 @@ def balance(s: Scheduler, now: float) -> int:
     def unoccupied(w: SimWorker) -> bool:
         return w.nprocessing < w.nthreads or occ[w.address] < w.nthreads * average / 2
 
-    thieves = [w for w in workers if not w.cordoned and unoccupied(w)]
+    thieves = {w.address: w for w in workers if not w.cordoned and unoccupied(w)}
     if not thieves or len(thieves) == len(workers):
         return 0
     victims = _victims(workers, occ, average, thieves)
+    valid_for: dict[Kind, list[SimWorker]] = {}  # per prefix: the thieves that may run it
     moved = 0
     for victim in victims:
         for key in reversed(list(victim.waiting)):
             if not thieves:
                 return moved
-            valid = [t for t in thieves if s.valid(key, t)]
+            kind = s.jobs[key].kind
+            if kind not in valid_for:
+                valid_for[kind] = [t for t in thieves.values() if s.valid(key, t)]
+            valid = [t for t in valid_for[kind] if t.address in thieves]
             if not valid:
                 continue
             thief = min(valid, key=lambda t: occ[t.address] / t.nthreads)
-            d = durations[s.jobs[key].kind]
+            d = durations[kind]
             if occ[thief.address] + d <= occ[victim.address] - d / 2:
                 s.move(key, victim, thief, now)
                 moved += 1
                 occ[thief.address] += d
                 occ[victim.address] -= d
                 if not unoccupied(thief):
-                    thieves.remove(thief)
+                    del thieves[thief.address]
     return moved
 
 
 def _victims(
-    workers: list[SimWorker], occ: dict[str, float], average: float, thieves: list[SimWorker]
+    workers: list[SimWorker], occ: dict[str, float], average: float, thieves: dict[str, SimWorker]
 ) -> list[SimWorker]:
     """The saturated workers, or else the ten most occupied loaded ones; most occupied first."""
     saturated = []
     for w in workers:
         p, nc = w.nprocessing, w.nthreads
-        if w.cordoned or w in thieves or p <= nc:
+        if w.cordoned or w.address in thieves or p <= nc:
             continue
         pending = occ[w.address] * (p - nc) / (p * nc)
         if pending > 0.4 and pending > 1.9 * average:
@@ -84,6 +89,6 @@ def _victims(
     if not saturated:
         top = heapq.nlargest(_VICTIMS_WITHOUT_SATURATION, workers, key=lambda w: occ[w.address])
         saturated = [
-            w for w in top if occ[w.address] > 0.2 and w.nprocessing > w.nthreads and w not in thieves
+            w for w in top if occ[w.address] > 0.2 and w.nprocessing > w.nthreads and w.address not in thieves
         ]
     return sorted(saturated, key=lambda w: -occ[w.address])
