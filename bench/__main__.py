@@ -14,6 +14,7 @@ BENCHMARKS: dict[str, str] = {
     "plan": "bench.plan_bench",
     "sim": "bench.sim_bench",
     "daemon": "bench.daemon_bench",
+    "fidelity": "bench.fidelity_bench",
 }
 
 

@@ -53,6 +53,7 @@ class Options:
     restart_every: int = 0  # restart the daemon every N ticks (0 = never)
     deadline_s: float = 6 * 3600.0  # after the lower-bound makespan, give up
     linger_s: float = 0.0  # keep ticking this long after the run is finished (to check for leaks)
+    first_tick_s: float = 0.0  # when the first tick falls: an autoscaler's reaction to work at t=0
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +153,7 @@ async def simulate(
     ports, planner = daemon_ports(world), strategy.new_planner()
     tick_no, finished_at = 0, None
     while True:
-        now = EPOCH + tick_no * options.tick_s
+        now = EPOCH + options.first_tick_s + tick_no * options.tick_s
         world.advance(now)
         if tick_no and _restart_due(options, world.faults, tick_no):
             ports, planner = daemon_ports(world), strategy.new_planner()
