@@ -125,7 +125,8 @@ class MachineEmulator:
             if iid not in self.machines:
                 never = iid in self.never_join_ids or self._rng.random() < self.never_join_rate
                 machine = Machine(iid, hostname, type_name, now, never_joins=never)
-                machine.boot_at = now + self.boot_delay + self._rng.uniform(0.0, self.boot_jitter)
+                jitter = self._rng.uniform(0.0, self.boot_jitter) if self.boot_jitter else 0.0  # seeded draws
+                machine.boot_at = now + self.boot_delay + jitter  # as before when there is no jitter
                 self.machines[iid] = machine
         for iid in [i for i in self.machines if i not in live]:
             await self._shutdown(self.machines.pop(iid))
