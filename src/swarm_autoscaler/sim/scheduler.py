@@ -78,15 +78,14 @@ class SimWorker:
     cordoned: bool = False
     counts: dict[Kind, int] = field(default_factory=dict)  # processing tasks per prefix
     view: Worker | None = None  # cached model value, dropped on every change
+    nthreads: int = field(init=False, default=1)  # one per CPU, as the emulator and deployment start it
+
+    def __post_init__(self) -> None:
+        self.nthreads = max(1, math.ceil(self.capacity.cpus - 1e-9))
 
     @property
     def busy(self) -> bool:
         return bool(self.running or self.waiting)
-
-    @property
-    def nthreads(self) -> int:
-        """The worker's threads: one per CPU (the machine emulator and the deployment start it so)."""
-        return max(1, math.ceil(self.capacity.cpus - 1e-9))
 
     @property
     def nprocessing(self) -> int:
