@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,15 @@ def test_adaptive_target_follows_distributed_formula() -> None:
     assert a.target(empty) == 3  # min(ceil(3 * 60 / 5), 3 tasks), no workers yet
     w = Worker("a", "a", "h", Resources(4, GIB), processing=(task,) * 8)
     assert a.target(Snapshot(0.0, (), (), (), (w,), ())) == 2  # 8 threads wanted / 4 per worker
+    # dask's own estimates: unknown tasks cost 0.5 s, or twice the longest run of their shape so far
+    assert AdaptiveLike().target(empty) == 1  # ceil(3 x 0.5 s / 5 s): few machines for unknown work
+    running = Task("r", Resources(1, GIB), executing=True, started=0.0)
+    busy = Worker("a", "a", "h", Resources(4, GIB), processing=(running, task, task, task))
+    assert (
+        AdaptiveLike().target(Snapshot(10.0, (), (), (), (busy,), ())) == 1
+    )  # 4 x 20 s / 5 s = 16, min 4 tasks
+    known = replace(task, expected=30.0)
+    assert AdaptiveLike().target(Snapshot(0.0, (), (), (), (), (known,) * 3)) == 3  # min(18, 3 tasks)
     for cls, source in ((QueueRule, "seed 004"), (AdaptiveLike, "adaptive_target"), (Static, "maximum size")):
         assert source in (cls.__doc__ or "")
 

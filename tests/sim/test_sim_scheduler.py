@@ -27,6 +27,16 @@ def job(
     return Job(i, 0.0, d, cpus, ram, gpus, pin)
 
 
+def next_done(s: Scheduler, events: EventQueue) -> tuple[float, str, tuple[str, str, float]]:
+    """Pop events up to the next completion, running the stealing passes met on the way."""
+    while True:
+        time, kind, payload = events.pop()
+        if kind == "done":
+            return time, kind, payload
+        assert kind == "balance"
+        s.balance(time)
+
+
 def processing(s: Scheduler, address: str, now: float = 0.0) -> list[str]:
     return [t.key for w in s.view(now).workers if w.address == address for t in w.processing]
 
@@ -52,7 +62,7 @@ def test_restricted_tasks_wait_in_processing_on_a_busy_worker() -> None:
     # one runs (2 CPUs), two wait on the same worker: the scheduler lists all three as processing
     assert processing(s, "tcp://a:1") == [j.key for j in jobs]
     assert s.running_count() == 1 and s.waiting_count() == 2 and s.view(0.0).unrunnable == ()
-    time, kind, (address, key, end) = events.pop()
+    time, kind, (address, key, end) = next_done(s, events)
     assert (time, kind, key) == (100.0, "done", jobs[0].key)
     s.finish(address, key, end)
     assert s.completed_at == {jobs[0].key: 100.0} and s.started_at[jobs[1].key] == 100.0
@@ -69,7 +79,12 @@ def test_pinned_task_goes_only_to_its_type() -> None:
     assert processing(s, "tcp://c:1") == [pinned.key]
 
 
-def test_a_burst_piles_onto_the_first_worker_and_newcomers_steal_once_durations_are_known() -> None:
+def test_a_burst_piles_onto_the_first_worker_and_a_newcomer_steals_without_an_estimate() -> None:
+    """Live (distributed 2026.8, 40 x 8 s tasks with resources={"CPU": 1}, workers CPU: 2 and 2 threads
+    joining 1.5 s apart): the first worker took all 40, the second stole 10 at the next stealing pass
+    (under a second after joining, no task finished, no estimate). Here: 5 tasks of 2 CPUs on 2-CPU
+    workers; at b's pass the prefix costs twice the longest run so far (2 x 11 s); b steals while
+    `b + d <= a - d / 2` and it is idle (fewer tasks than threads, or below half the average): 2 tasks."""
     jobs = [job(i, cpus=2, d=100) for i in range(5)]
     s, events = make(*jobs)
     for j in jobs:
@@ -77,13 +92,14 @@ def test_a_burst_piles_onto_the_first_worker_and_newcomers_steal_once_durations_
     assert len(s.view(0.0).unrunnable) == 5
     s.add_worker(worker("a"), 10.0)
     assert len(processing(s, "tcp://a:1")) == 5  # the whole burst lands on the first worker
-    s.add_worker(worker("b"), 20.0)
-    assert processing(s, "tcp://b:1") == []  # no duration estimate yet: nothing is stolen
-    _, _, (address, key, end) = events.pop()
-    s.finish(address, key, end)  # the first task finishes at 110: the estimate is 100 s
-    assert s.estimate(key) == 100.0
-    assert len(processing(s, "tcp://b:1")) == 1  # now idle b steals what it can start at once
-    assert s.running_count() == 2 and s.waiting_count() == 2
+    assert events.pop() == (11.0, "balance", None)
+    assert s.balance(11.0) == 0  # a alone: no thief
+    s.add_worker(worker("b"), 20.3)
+    assert processing(s, "tcp://b:1") == []  # nothing until the next stealing pass
+    assert events.pop() == (21.0, "balance", None)
+    assert s.duration(jobs[0].kind, 21.0) == 22.0 and s.estimate(jobs[0].key) is None
+    assert s.balance(21.0) == 2  # stolen without an estimate
+    assert len(processing(s, "tcp://b:1")) == 2 and s.running_count() == 2 and s.waiting_count() == 3
 
 
 def test_a_task_running_past_twice_the_estimate_makes_it_unknown_again() -> None:
@@ -93,7 +109,7 @@ def test_a_task_running_past_twice_the_estimate_makes_it_unknown_again() -> None
     s.add_worker(worker("b"), 0.0)
     s.submit(jobs[0].key, 0.0)  # on a
     s.submit(jobs[1].key, 0.0)  # on b, runs 500 s
-    _, _, (address, key, end) = events.pop()
+    _, _, (address, key, end) = next_done(s, events)
     s.finish(address, key, end)  # job 0 done at 10: estimate 10 s
     assert [t.expected for w in s.view(15.0).workers for t in w.processing] == [10.0]  # b's task
     for j in jobs[2:]:
@@ -110,7 +126,7 @@ def test_each_kind_of_job_has_its_own_estimate() -> None:
     s.add_worker(worker("a", "m5.xlarge", cpus=4, ram_gib=16), 0.0)
     for j in (small, big, small2):
         s.submit(j.key, 0.0)
-    _, _, (address, key, end) = events.pop()
+    _, _, (address, key, end) = next_done(s, events)
     s.finish(address, key, end)  # the first small job: 10 s
     assert s.estimate(small2.key) == 10.0 and s.estimate(big.key) is None
     view = {t.key: t for w in s.view(end).workers for t in w.processing}
@@ -143,8 +159,8 @@ def test_cached_view_always_equals_a_fresh_one() -> None:
         if i == 9:
             s.remove_worker("tcp://a:1", 9.0)
         assert_fresh(s, float(i))
-    while events.next_time() is not None:
-        _, _, (address, key, end) = events.pop()
+    while s.running_count():
+        _, _, (address, key, end) = next_done(s, events)
         s.finish(address, key, end)
         b = s.workers["tcp://b:1"]
         assert [t.key for t in s.view(end).workers[0].processing] == [*b.running, *b.waiting]
@@ -180,7 +196,7 @@ def assert_fresh(s: Scheduler, now: float) -> None:
 
 
 def test_a_cordoned_worker_gets_no_new_task_and_finishes_its_running_ones() -> None:
-    jobs = [job(i, d=10) for i in range(4)]
+    jobs = [job(0, d=5), *(job(i, d=10) for i in range(1, 4))]
     s, events = make(*jobs)
     s.add_worker(worker("a"), 0.0)
     s.add_worker(worker("b"), 0.0)
@@ -191,9 +207,10 @@ def test_a_cordoned_worker_gets_no_new_task_and_finishes_its_running_ones() -> N
         s.submit(j.key, 1.0)
     assert processing(s, "tcp://a:1") == [jobs[0].key]  # nothing new for the cordoned worker
     assert sorted(processing(s, "tcp://b:1")) == sorted(j.key for j in jobs[1:])
-    _, _, (address, key, end) = events.pop()
+    _, _, (address, key, end) = next_done(s, events)
     s.finish(address, key, end)
     assert key == jobs[0].key and processing(s, "tcp://a:1") == []  # its running task finished
-    assert s.cordon("tcp://a:1", False, 11.0) and not s.view(0.0).workers[0].retiring
-    assert processing(s, "tcp://a:1")  # uncordoned, it steals what waits on b
+    assert s.cordon("tcp://a:1", False, 6.0) and not s.view(0.0).workers[0].retiring
+    assert processing(s, "tcp://a:1") == [] and events.pop() == (6.0, "balance", None)
+    assert s.balance(6.0) == 1 and processing(s, "tcp://a:1") == [jobs[3].key]  # it steals b's waiting
     assert not s.cordon("tcp://gone:1", True, 12.0)

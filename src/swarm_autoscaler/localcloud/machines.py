@@ -7,9 +7,12 @@ node in its own UTS namespace). While its node is active and ready it runs a das
 its hostname, with the instance type's resources, as a swarm global service would; draining the node
 stops the worker; terminating the instance makes the machine leave.
 
-Faults for tests: `never_join` (instance ids or a probability) makes a machine boot but never join;
-`boot_jitter` adds to each machine's boot delay a seeded random share of up to that many seconds, so that
-joins are uneven as on a loaded cloud.
+Machines boot concurrently, as EC2's do: each one seen gets its own task that sleeps until its boot
+time (`boot_delay` plus a uniform draw in `[0, boot_jitter)`, from when the emulator first saw it), then
+joins and starts its worker at once, whatever the other machines are doing. `step()` only finds new and
+gone instances and keeps each booted machine's worker in line with its node (drain, activate).
+
+Faults for tests: `never_join` (instance ids or a probability) makes a machine boot but never join.
 """
 
 from __future__ import annotations
@@ -66,11 +69,14 @@ class Machine:
     hostname: str
     type_name: str
     seen_at: float
-    boot_delay: float = 0.0
     joined: bool = False
     joined_at: float | None = None
     never_joins: bool = False
     worker: Worker | None = None
+    boot_at: float = 0.0  # when it boots (emulator clock)
+    booting: asyncio.Task[None] | None = None  # its boot, while under way
+    committed: bool = False  # the boot got past its sleep: joining or starting its worker
+    worker_up_at: float | None = None  # when its worker first registered (emulator clock)
 
 
 @dataclass
@@ -85,7 +91,7 @@ class MachineEmulator:
     scheduler_address: str
     catalogue: Mapping[str, InstanceType]
     boot_delay: float = 3.0
-    boot_jitter: float = 0.0
+    boot_jitter: float = 0.0  # each machine boots within [boot_delay, boot_delay + boot_jitter)
     never_join_rate: float = 0.0
     never_join_ids: set[str] = field(default_factory=set)
     worker_resources: Callable[[InstanceType], dict[str, float]] = dask_resources
@@ -119,19 +125,24 @@ class MachineEmulator:
         for iid, (hostname, type_name) in live.items():
             if iid not in self.machines:
                 never = iid in self.never_join_ids or self._rng.random() < self.never_join_rate
-                # drawn only when asked for, so seeded runs without jitter replay as before
-                delay = self.boot_delay + (
-                    self._rng.uniform(0.0, self.boot_jitter) if self.boot_jitter else 0.0
-                )
-                self.machines[iid] = Machine(iid, hostname, type_name, now, delay, never_joins=never)
+                machine = Machine(iid, hostname, type_name, now, never_joins=never)
+                jitter = self._rng.uniform(0.0, self.boot_jitter) if self.boot_jitter else 0.0  # seeded draws
+                machine.boot_at = now + self.boot_delay + jitter  # as before when there is no jitter
+                self.machines[iid] = machine
         for iid in [i for i in self.machines if i not in live]:
             await self._shutdown(self.machines.pop(iid))
         active: set[str] | None = None  # listed once per step, and only once a machine has joined
         for machine in self.machines.values():
-            if await self._boot(machine, now):
-                if active is None:
-                    active = await self._active_hostnames()
-                await self._run_worker(machine, machine.hostname in active)
+            if machine.booting is not None and machine.booting.done():
+                machine.booting = None  # a failed boot is tried again below
+            if machine.booting is not None or machine.never_joins:
+                continue
+            if not machine.joined:
+                machine.booting = asyncio.create_task(self._boot_and_start(machine))
+                continue
+            if active is None:
+                active = await self._active_hostnames()
+            await self._run_worker(machine, machine.hostname in active)
 
     async def close(self) -> None:
         for machine in list(self.machines.values()):
@@ -140,23 +151,38 @@ class MachineEmulator:
 
     # --- one machine ---------------------------------------------------------------------------
 
-    async def _boot(self, machine: Machine, now: float) -> bool:
-        """Join the swarm once booted; True when the machine is a node."""
+    async def _boot_and_start(self, machine: Machine) -> None:
+        """One machine's boot: sleep until its boot time, join, and start its worker if its node is
+        active. Cancelled only during the sleep (see `_shutdown`)."""
+        try:
+            await asyncio.sleep(max(0.0, machine.boot_at - self.clock()))
+            machine.committed = True
+            await self._boot(machine)
+            active = await self._active_hostnames()
+            await self._run_worker(machine, machine.hostname in active)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the next step tries again, like a machine's retrying cloud-init
+            log.warning("machine boot failed", hostname=machine.hostname, error=str(exc))
+        finally:
+            machine.committed = False
+
+    async def _boot(self, machine: Machine) -> None:
+        """Join the swarm (once)."""
         if not machine.joined:
-            if machine.never_joins or now - machine.seen_at < machine.boot_delay:
-                return False
             token, address = await asyncio.to_thread(self._join_line, machine.instance_id)
             await self.joiner.join(machine.hostname, token, address)
             machine.joined = True
             machine.joined_at = self.clock()
             self.joined_total += 1
             log.info("machine joined the swarm", hostname=machine.hostname, instance=machine.instance_id)
-        return True
 
     async def _run_worker(self, machine: Machine, node_active: bool) -> None:
         """A worker runs exactly while the machine's node is active and ready (a global service)."""
         if node_active and machine.worker is None:
             machine.worker = await self._start_worker(machine)
+            if machine.worker_up_at is None:
+                machine.worker_up_at = self.clock()
         elif not node_active and machine.worker is not None:
             await self._stop_worker(machine)
 
@@ -189,6 +215,15 @@ class MachineEmulator:
                 await worker.close(timeout=5)
 
     async def _shutdown(self, machine: Machine) -> None:
+        booting, machine.booting = machine.booting, None
+        if booting is not None and not booting.done():
+            if machine.committed:  # joining or starting its worker: let that finish, then leave
+                with contextlib.suppress(Exception):
+                    await booting
+            else:
+                booting.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await booting
         await self._stop_worker(machine)
         if machine.joined:
             with contextlib.suppress(Exception):

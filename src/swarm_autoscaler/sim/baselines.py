@@ -34,6 +34,7 @@ from swarm_autoscaler.core.model import (
     Terminate,
     Worker,
 )
+from swarm_autoscaler.sim.scheduler import UNKNOWN_TASK_DURATION
 from swarm_autoscaler.sim.trace import Job
 
 Planner = Callable[[Snapshot, Policy], Plan]
@@ -222,15 +223,18 @@ class AdaptiveLike:
         target = ceil(cpu / total worker threads * number of workers) if workers else cpu
         if unrunnable and no workers: target = max(1, target)
 
-    where a task's occupancy is its expected duration: dask's running average for the task prefix; here
-    every job shares one prefix, so it is the mean job duration of the trace. A worker's threads are its
-    CPUs. Recommendations (`Adaptive.recommendations`): above the current number of machines, launch
+    where a task's occupancy is what dask expects of its prefix (`_get_prefix_duration`): the running
+    average when known (`Task.expected`), else twice the longest run of a task of the same shape now
+    executing, else `unknown-task-duration` (0.5 s); only the first 100 unrunnable tasks are priced, the
+    rest scaled from them. Live, on a burst of unknown tasks this asks for few machines at first, as real
+    Adaptive does. With `mean_duration` set, every task costs that instead (an oracle on the trace). A
+    worker's threads are its CPUs. Recommendations (`Adaptive.recommendations`): above the current number of machines, launch
     up to the target (within `max_instances`); below it, the idle workers the scheduler would close are
     closed only after being recommended `wait_count` = 3 times in a row, never below `min_instances`.
     New machines take the launch types of queued tasks in turn (the cheapest allowed type otherwise).
     """
 
-    mean_duration: float
+    mean_duration: float | None = None
     target_duration: float = 5.0
     wait_count: int = 3
     name: str = "adaptive"
@@ -243,7 +247,10 @@ class AdaptiveLike:
     def target(self, snapshot: Snapshot) -> int:
         processing = sum(len(w.processing) for w in snapshot.workers)
         tasks = processing + len(snapshot.unrunnable)
-        cpu = math.ceil(tasks * self.mean_duration / self.target_duration)
+        if self.mean_duration is not None:
+            cpu = math.ceil(tasks * self.mean_duration / self.target_duration)
+        else:
+            cpu = math.ceil(self._occupancy(snapshot) / self.target_duration)
         cpu = min(cpu, tasks)
         if snapshot.workers:
             threads = sum(max(1.0, w.resources.cpus) for w in snapshot.workers)
@@ -251,6 +258,27 @@ class AdaptiveLike:
         if snapshot.unrunnable and not snapshot.workers:
             cpu = max(1, cpu)
         return cpu
+
+    def _occupancy(self, snapshot: Snapshot) -> float:
+        """`total_occupancy` plus the unrunnable tasks' occupancy, priced as dask prices them."""
+        longest: dict[tuple[Resources, str | None], float] = {}
+        for w in snapshot.workers:
+            for t in w.processing:
+                if t.executing and t.started is not None:
+                    shape = (t.needs, t.pinned_type)
+                    longest[shape] = max(longest.get(shape, 0.0), snapshot.now - t.started)
+
+        def duration(t: Task) -> float:
+            if t.expected is not None:
+                return t.expected
+            run = longest.get((t.needs, t.pinned_type), 0.0)
+            return 2.0 * run if run > 0 else UNKNOWN_TASK_DURATION
+
+        queued = snapshot.unrunnable
+        queued_occupancy = sum(duration(t) for t in queued[:100])
+        if len(queued) > 100:
+            queued_occupancy *= len(queued) / 100
+        return queued_occupancy + sum(duration(t) for w in snapshot.workers for t in w.processing)
 
     def __call__(self, snapshot: Snapshot, policy: Policy) -> Plan:
         fl = fleet(snapshot, policy)

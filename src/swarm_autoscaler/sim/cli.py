@@ -19,7 +19,7 @@ from typing import Any
 from swarm_autoscaler.config.settings import InvalidSettingsError
 from swarm_autoscaler.extras import require_extras
 from swarm_autoscaler.sim.config import SimSettings, load_sim_settings
-from swarm_autoscaler.sim.engine import Options
+from swarm_autoscaler.sim.engine import Options, start_time_warnings
 from swarm_autoscaler.sim.faults import RandomFaults
 from swarm_autoscaler.sim.runner import POLICIES, default_options, run_trace
 from swarm_autoscaler.sim.trace import TraceError, read_trace
@@ -104,7 +104,10 @@ def main(args: argparse.Namespace) -> int:
             print(f"configuration error: {problem}", file=sys.stderr)
         return EXIT_INPUT
     faults = RandomFaults(args.seed, default, per_type, args.never_join_rate)
-    run, summary = run_trace(jobs, settings, args.policy, _options(args, settings), faults)
+    options = _options(args, settings)
+    for warning in start_time_warnings(options.knobs, settings.policy):
+        print(f"simulate: warning: {warning}", file=sys.stderr)  # before a run that may take a while
+    run, summary = run_trace(jobs, settings, args.policy, options, faults)
     if args.plot:
         from swarm_autoscaler.sim.plot import plot_run
 

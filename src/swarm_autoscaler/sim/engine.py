@@ -56,6 +56,7 @@ class Options:
     restart_every: int = 0  # restart the daemon every N ticks (0 = never)
     deadline_s: float = 6 * 3600.0  # after the lower-bound makespan, give up
     linger_s: float = 0.0  # keep ticking this long after the run is finished (to check for leaks)
+    first_tick_s: float = 0.0  # when the first tick falls: an autoscaler's reaction to work at t=0
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,7 @@ class Run:
     samples: list[Sample] = field(default_factory=list)
     excess: list[Violation] = field(default_factory=list)
     finished: bool = False  # False when the deadline stopped the run
+    warnings: list[str] = field(default_factory=list)  # about the setup: see `start_time_warnings`
 
     @property
     def busy_terminations(self) -> int:
@@ -107,6 +109,20 @@ class Ours:
         from swarm_autoscaler.core.plan import plan
 
         return plan
+
+
+def start_time_warnings(knobs: Knobs, policy: Policy) -> list[str]:
+    """Why machines would be taken for broken: a worker comes up at most `join_s + join_jitter_s +
+    worker_start_s` after its launch, and the planner treats an instance whose worker is not up after
+    `max_start_time` as broken (it terminates and replaces it). Empty when every machine is in time."""
+    latest = knobs.join_s + knobs.join_jitter_s + knobs.worker_start_s
+    if latest <= policy.max_start_time:
+        return []
+    return [
+        f"join {knobs.join_s:g} s + jitter {knobs.join_jitter_s:g} s + worker start {knobs.worker_start_s:g} s"
+        f" = {latest:g} s exceeds the maximum start time of {policy.max_start_time:g} s: machines that"
+        " start late are terminated as broken and relaunched; raise MAX_START_TIME or lower the knobs"
+    ]
 
 
 def settled_fleet(policy: Policy) -> int:
@@ -135,11 +151,12 @@ async def simulate(
     for job in jobs:
         world.events.push(EPOCH + job.submit_s, "submit", job.key)
     run = Run(strategy.name, jobs, policy, world)
+    run.warnings.extend(start_time_warnings(options.knobs, policy))
     deadline = EPOCH + max((j.submit_s + j.duration_s for j in jobs), default=0.0) + options.deadline_s
     ports, planner = daemon_ports(world, policy.subnets), strategy.new_planner()
     tick_no, finished_at = 0, None
     while True:
-        now = EPOCH + tick_no * options.tick_s
+        now = EPOCH + options.first_tick_s + tick_no * options.tick_s
         world.advance(now)
         if tick_no and _restart_due(options, world.faults, tick_no):
             ports, planner = daemon_ports(world, policy.subnets), strategy.new_planner()

@@ -24,8 +24,7 @@ def make_strategy(name: str, jobs: Sequence[Job], settings: SimSettings) -> Stra
     if name == "queue-rule":
         return QueueRule()
     if name == "adaptive":
-        mean = sum(j.duration_s for j in jobs) / len(jobs) if jobs else 1.0
-        return AdaptiveLike(mean_duration=mean)
+        return AdaptiveLike()  # prices tasks with dask's own estimates, as the real Adaptive does
     if name == "static":
         types = usable_types(settings.catalogue.values(), settings.policy)
         return Static(static_fleet(jobs, settings.policy, types))

@@ -4,22 +4,26 @@ It follows distributed's rules closely enough for the planner to face the same s
 
 - A task goes to a *valid* worker: one whose total resources fit the task's needs (dask resource
   restrictions) and, for a pinned task, one running on the pinned instance type. Among valid workers
-  it picks the least occupied (queued work divided by the worker's CPUs), like `decide_worker`.
+  not cordoned it picks the least occupied (`worker_objective`: occupancy / nthreads), where a worker's
+  occupancy is the sum of its processing tasks' prefix durations (`_get_prefix_duration`: the average
+  when known, else twice the longest run seen so far, else `unknown-task-duration`, 0.5 s). Tasks with
+  resource restrictions are never root-ish, so the scheduler's own queue (`queued`) is not involved.
 - A task with no valid worker is *unrunnable* (dask's `no-worker` state). When a worker joins, every
-  unrunnable task it can run is decided again; as the new worker is the only valid one they all pile
-  onto it, which is the "first worker takes the whole burst" effect described in seed 000.
-- A worker runs its tasks FIFO while their resources fit in what it has free (the worker's
-  `constrained` queue: the head blocks the rest). The scheduler lists running *and* waiting tasks as
-  `processing`; it cannot tell them apart.
-- Work stealing, simplified: a worker with free resources and nothing waiting steals waiting tasks it
-  can start at once from the most loaded valid workers, but only tasks whose prefix has a duration
-  estimate, as distributed's stealing needs one. A trace names no functions, so the jobs with the same
-  requests and pin form one task prefix (`Job.kind`); its estimate is unknown until a task of it
-  finishes, then `0.5 x last + 0.5 x previous` (`TaskPrefix.add_duration`), and unknown again once a
-  running task of it has run for more than twice the estimate (`add_exec_time`) until the next one
-  finishes. Checked against distributed 2026.8: a task queued behind a busy worker was not moved to a
-  new idle worker without an estimate, and was within 3 s with one. The view reports each task's
-  estimate (`Task.expected`) and each running task's start, as the daemon's dask adapter does.
+  unrunnable task it can run goes to processing on it at once
+  (`bulk_schedule_unrunnable_after_adding_worker`): the first worker to join takes a whole burst.
+- A worker runs its tasks in submission order (priority) while a thread is free and their resources fit
+  in what it has free (the worker's `constrained` queue: the head blocks the rest). The scheduler lists
+  running *and* waiting tasks as `processing`; it cannot tell them apart.
+- Work stealing (`sim.stealing`, after distributed's `WorkStealing.balance`, every 1 s): idle workers
+  steal waiting tasks from the most occupied ones, *with or without* a duration estimate (an unknown
+  prefix costs its default duration, so the occupancies still compare task counts), until they are no
+  longer idle (fewer than half the cluster's average occupancy per thread). So a worker that joins a
+  burst takes about half the average share within a second. A trace names no functions, so the jobs
+  with the same requests and pin form one task prefix (`Job.kind`); its estimate is unknown until a
+  task of it finishes, then `0.5 x last + 0.5 x previous` (`TaskPrefix.add_duration`), and unknown
+  again once a running task of it has run for more than twice the estimate (`add_exec_time`) until the
+  next one finishes. The view reports each task's estimate (`Task.expected`) and each running task's
+  start, as the daemon's dask adapter does. Measured on distributed 2026.8 (tests/sim pin the figures).
 - A worker that leaves (drain, termination, retirement) releases its tasks: they are decided again from
   scratch, losing the progress of the running ones.
 - A cordoned worker (dask's `closing_gracefully` status) gets no new task, steals none and starts none
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +42,9 @@ from typing import Any
 from swarm_autoscaler.core.model import Resources, Task, Worker
 from swarm_autoscaler.core.ports import WorkloadView
 from swarm_autoscaler.sim.trace import Job, Kind
+
+UNKNOWN_TASK_DURATION = 0.5  # distributed.scheduler.unknown-task-duration
+BALANCE_INTERVAL = 1.0  # distributed.scheduler.work-stealing-interval
 
 
 class EventQueue:
@@ -68,12 +76,24 @@ class SimWorker:
     running: dict[str, float] = field(default_factory=dict)  # key -> end time
     waiting: list[str] = field(default_factory=list)
     cordoned: bool = False
-    load: float = 0.0  # seconds of work assigned and not finished
+    counts: dict[Kind, int] = field(default_factory=dict)  # processing tasks per prefix
     view: Worker | None = None  # cached model value, dropped on every change
+    nthreads: int = field(init=False, default=1)  # one per CPU, as the emulator and deployment start it
+
+    def __post_init__(self) -> None:
+        self.nthreads = max(1, math.ceil(self.capacity.cpus - 1e-9))
 
     @property
     def busy(self) -> bool:
         return bool(self.running or self.waiting)
+
+    @property
+    def nprocessing(self) -> int:
+        return len(self.running) + len(self.waiting)
+
+    def occupancy(self, durations: Mapping[Kind, float]) -> float:
+        """distributed's `WorkerState.occupancy`: the expected seconds of its processing tasks."""
+        return sum(n * durations[kind] for kind, n in self.counts.items())
 
 
 class Scheduler:
@@ -96,7 +116,12 @@ class Scheduler:
         # Per prefix, a heap of (start, key) of its running tasks (entries of ended runs pruned lazily).
         self._starts: dict[Kind, list[tuple[float, str]]] = {}
         self._needs: dict[Kind, Resources] = {j.kind: j.needs for j in jobs.values()}
+        self._max_exec: dict[Kind, float] = {}  # the longest finished run per prefix (`max_exec_time`)
         self._view: WorkloadView | None = None  # cached until anything changes
+        self._balance_due: float | None = None  # the next stealing pass, when one is scheduled
+        self._durations: dict[Kind, float] | None = None  # `durations()` at `_durations_at`
+        self._durations_at = 0.0
+        self.steals = 0
 
     # ------------------------------------------------------------------ queries
 
@@ -178,6 +203,22 @@ class Scheduler:
         """The duration estimate of the prefix of task `key` (None: unknown)."""
         return self.estimates.get(self.jobs[key].kind)
 
+    def duration(self, kind: Kind, now: float) -> float:
+        """distributed's `_get_prefix_duration`: the average when known, else twice the longest run
+        seen so far (running ones included), else the unknown-task default."""
+        if self._estimate_known(kind, now):
+            return self.estimates[kind]
+        starts = self._starts.get(kind)
+        longest = max(self._max_exec.get(kind, 0.0), now - starts[0][0] if starts else 0.0)
+        return 2.0 * longest if longest > 0 else UNKNOWN_TASK_DURATION
+
+    def durations(self, now: float) -> dict[Kind, float]:
+        """Every prefix's duration at `now` (cached: a task starting at `now` changes none of them)."""
+        if self._durations_at != now or self._durations is None:
+            self._durations = {kind: self.duration(kind, now) for kind in self._needs}
+            self._durations_at = now
+        return self._durations
+
     def _changed(self, worker: SimWorker | None = None) -> None:
         self._view = None
         if worker is not None:
@@ -213,7 +254,7 @@ class Scheduler:
             del self.unrunnable[key]
             self._changed()
             self._decide(key, now)
-        self._steal_for(worker, now)
+        self._poke(now)
 
     def remove_worker(self, address: str, now: float) -> int:
         """Drop a worker; its tasks are decided again. Returns how many tasks it held."""
@@ -223,11 +264,14 @@ class Scheduler:
         self._changed(worker)
         lost = [*worker.running, *worker.waiting]
         self.restarts += len(worker.running)
+        self._durations = None  # a lost run may have been a prefix's longest
         for key in lost:
             del self.where[key]
             self.started_at.pop(key, None)
+        durations = self.durations(now)
         for key in lost:
-            self._decide(key, now)
+            self._decide(key, now, durations)
+        self._poke(now)
         return len(lost)
 
     def finish(self, address: str, key: str, end: float) -> None:
@@ -238,28 +282,52 @@ class Scheduler:
         del worker.running[key]
         del self.where[key]
         worker.free = worker.free + self.tasks[key].needs
-        worker.load -= self.jobs[key].duration_s
         self.completed_at[key] = end
         kind, took = self.jobs[key].kind, self.jobs[key].duration_s
+        worker.counts[kind] -= 1
         average = self.estimates.get(kind)
-        was_known = average is not None
         self.estimates[kind] = took if average is None else 0.5 * took + 0.5 * average
+        self._max_exec[kind] = max(self._max_exec.get(kind, 0.0), took)
+        self._durations = None
         self._start_ready(worker, end)
-        if not worker.waiting:
-            self._steal_for(worker, end)
-        if not was_known:  # stealing can start: every idle worker looks for work (distributed's balance)
-            for idle in sorted((w for w in self.workers.values() if not w.waiting), key=lambda w: w.address):
-                self._steal_for(idle, end)
+        self._poke(end)
+
+    def balance(self, now: float) -> int:
+        """The periodic stealing pass (a "balance" event); returns how many tasks moved."""
+        from swarm_autoscaler.sim.stealing import balance
+
+        self._balance_due = None
+        moved = balance(self, now)
+        self.steals += moved
+        return moved
+
+    def move(self, key: str, victim: SimWorker, thief: SimWorker, now: float) -> None:
+        """A confirmed steal: `key`, waiting on `victim`, now waits on (or starts on) `thief`."""
+        self._changed(victim)
+        victim.waiting.remove(key)
+        victim.counts[self.jobs[key].kind] -= 1
+        self._enqueue(thief, key)
+        self._start_ready(thief, now)
+
+    def _poke(self, now: float) -> None:
+        """Something changed: make sure a stealing pass runs at the next tick of its period."""
+        if self._balance_due is None and self.workers:
+            self._balance_due = (math.floor(now / BALANCE_INTERVAL) + 1) * BALANCE_INTERVAL
+            self.events.push(self._balance_due, "balance", None)
 
     # ------------------------------------------------------------------ internals
 
-    def _decide(self, key: str, now: float) -> None:
+    def _decide(self, key: str, now: float, durations: Mapping[Kind, float] | None = None) -> None:
+        """Send `key` to the valid, uncordoned worker of least occupancy per thread (the first on
+        ties), or mark it unrunnable."""
         best: SimWorker | None = None
         best_score = 0.0
+        if durations is None:
+            durations = self.durations(now) if self.workers else {}
         for worker in self.workers.values():
             if worker.cordoned or not self.valid(key, worker):
                 continue
-            score = worker.load / max(worker.capacity.cpus, 1.0)
+            score = worker.occupancy(durations) / worker.nthreads
             if best is None or score < best_score:
                 best, best_score = worker, score
         if best is None:
@@ -268,15 +336,23 @@ class Scheduler:
             return
         self._enqueue(best, key)
         self._start_ready(best, now)
+        self._poke(now)
 
     def _enqueue(self, worker: SimWorker, key: str) -> None:
+        """Queue `key` on `worker` in priority (submission) order."""
         self._changed(worker)
-        worker.waiting.append(key)
-        worker.load += self.jobs[key].duration_s
+        index = self.jobs[key].index
+        jobs, waiting = self.jobs, worker.waiting
+        at = len(waiting)
+        while at > 0 and jobs[waiting[at - 1]].index > index:
+            at -= 1
+        waiting.insert(at, key)
+        kind = jobs[key].kind
+        worker.counts[kind] = worker.counts.get(kind, 0) + 1
         self.where[key] = worker.address
 
     def _start_ready(self, worker: SimWorker, now: float) -> None:
-        while worker.waiting and not worker.cordoned:
+        while worker.waiting and not worker.cordoned and len(worker.running) < worker.nthreads:
             key = worker.waiting[0]
             needs = self.tasks[key].needs
             if not needs.fits_in(worker.free):
@@ -290,14 +366,6 @@ class Scheduler:
             self._executing.pop(key, None)  # a restarted task: its view carries the new start
             heapq.heappush(self._starts.setdefault(self.jobs[key].kind, []), (now, key))
             self.events.push(end, "done", (worker.address, key, end))
-
-    def _can_steal(self, kind: Kind, thief: SimWorker, now: float) -> bool:
-        """Whether `thief` may take tasks of `kind` now: an estimate exists, and the kind's pin and
-        needs suit the worker and fit what it has free."""
-        pinned = kind[3]
-        if pinned is not None and pinned != thief.type_name:
-            return False
-        return self._needs[kind].fits_in(thief.free) and self._estimate_known(kind, now)
 
     def _estimate_known(self, kind: Kind, now: float) -> bool:
         """Whether the prefix has a duration estimate; a task of it running past twice it makes it
@@ -314,28 +382,3 @@ class Scheduler:
             del self.estimates[kind]
             return False
         return True
-
-    def _steal_for(self, thief: SimWorker, now: float) -> None:
-        """Move waiting tasks the idle `thief` can start right now from the most loaded workers (only
-        tasks whose prefix has a duration estimate)."""
-        if thief.cordoned or not self.estimates:
-            return
-        # A kind decides everything per task here (estimate, pin, needs), so decide per kind once.
-        takes = {kind for kind in list(self.estimates) if self._can_steal(kind, thief, now)}
-        if not takes:
-            return
-        jobs = self.jobs
-        victims = sorted(
-            (w for w in self.workers.values() if w.waiting and w is not thief),
-            key=lambda w: (-len(w.waiting), w.address),
-        )
-        for victim in victims:
-            for key in [k for k in reversed(victim.waiting) if jobs[k].kind in takes]:
-                if thief.waiting:
-                    return
-                if self.tasks[key].needs.fits_in(thief.free):
-                    self._changed(victim)
-                    victim.waiting.remove(key)
-                    victim.load -= jobs[key].duration_s
-                    self._enqueue(thief, key)
-                    self._start_ready(thief, now)

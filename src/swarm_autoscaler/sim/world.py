@@ -189,6 +189,8 @@ class World:
             self._start_worker(node_id, generation)
         elif kind == "gone":
             self.instances.pop(payload, None)
+        elif kind == "balance":
+            self.scheduler.balance(self.now)
 
     # ------------------------------------------------------------------ EC2
 
