@@ -31,7 +31,13 @@ from swarm_autoscaler.core.plan import plan, plan_traced
 from swarm_autoscaler.core.recheck import Fresh, violations
 from swarm_autoscaler.core.vectors import fits, plus
 
-FAST = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 80 examples, or fewer when the loaded profile asks for fewer (`make mutation` runs every property once
+# per mutant: see tests/conftest.py).
+FAST = settings(
+    max_examples=min(80, settings.default.max_examples),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 def launched(result: Plan) -> int:
