@@ -158,7 +158,7 @@ def test_the_properties_reach_every_rule_and_guard() -> None:
 
     sample()
     rows = [(name, counts[name] / total, floor) for name, (_, floor) in CASES.items()]
-    table = "\n".join(f"  {name:<48} {share:6.1%}  (floor {floor:.0%})" for name, share, floor in rows)
+    table = "\n".join(f"  {name:<48} {share:6.1%}  (floor {floor:.1%})" for name, share, floor in rows)
     print(f"\nshare of {total} samples reaching each case:\n{table}")
     low = [name for name, share, floor in rows if share < floor]
     assert not low, f"strategies no longer reach: {low}\n{table}"

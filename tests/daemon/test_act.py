@@ -7,7 +7,7 @@ or removing a terminated machine's node by the wrong id, left every loop test gr
 
 from __future__ import annotations
 
-from tests.fakes import CATALOGUE, FakeCloud, FakeWorkload, SteppedClock
+from tests.fakes import CATALOGUE, FakeCloud, FakeWorkload, SteppedClock, small_policy
 
 from swarm_autoscaler.core.model import (
     GIB,
@@ -23,12 +23,13 @@ from swarm_autoscaler.core.model import (
     Resources,
     RetireWorkers,
     Snapshot,
+    Task,
     Terminate,
     Unavailable,
     Worker,
 )
 from swarm_autoscaler.core.ports import LaunchResult
-from swarm_autoscaler.daemon.tick import ObserveError, Ports, act, observe
+from swarm_autoscaler.daemon.tick import ObserveError, Ports, act, observe, run_tick
 from swarm_autoscaler.errors import LockLostError
 from swarm_autoscaler.localcloud.memswarm import MemorySwarm
 
@@ -155,9 +156,42 @@ async def test_an_observe_failure_names_each_source_and_its_error() -> None:
         message = str(exc)
     else:
         raise AssertionError("observe should have failed")
-    assert message.startswith("observe failed, acting on nothing this tick: ")
-    assert "RuntimeError: ec2 down" in message and "ValueError: scheduler gone" in message
-    assert "; " in message
+    prefix = "observe failed, acting on nothing this tick: "
+    assert message.startswith(prefix)
+    assert set(message.removeprefix(prefix).split("; ")) == {
+        "RuntimeError: ec2 down",
+        "ValueError: scheduler gone",
+    }
+
+
+async def test_observe_carries_capacity_refusals_and_the_scheduler_queue_into_the_snapshot() -> None:
+    """Without them the plan would relaunch a refused type every tick, and buy nothing for tasks the
+    scheduler holds back."""
+    world = World()
+    world.cloud.refuse_types = {"m5.xlarge"}
+    await world.cloud.launch("m5.xlarge", 1, {})
+    world.workload.queued.append(Task("q", Resources(1, GIB)))
+    snapshot = await world.snapshot()
+    assert snapshot.unavailable == (Unavailable("m5.xlarge", world.clock() + 30.0),)
+    assert snapshot.queued == (Task("q", Resources(1, GIB)),)
+
+
+async def test_an_action_act_does_not_know_is_an_error_outcome_not_a_crash() -> None:
+    world = World()
+    stranger = object()
+    [outcome] = await act(Plan((stranger,)), await world.snapshot(), world.ports)  # type: ignore[arg-type]
+    assert (outcome.ok, outcome.kind, outcome.detail) == (False, "error", f"unknown action {stranger!r}")
+
+
+async def test_a_tick_acts_by_default_and_a_follower_only_plans() -> None:
+    world = World()
+    world.workload.unrunnable.append(Task("t", Resources(1, GIB)))
+    follower = await run_tick(world.ports, small_policy(3), CATALOGUE, world.clock(), leader=False)
+    assert (follower.acted, follower.outcomes, follower.policy) == (False, (), small_policy(3))
+    assert follower.snapshot.unrunnable == (Task("t", Resources(1, GIB)),)
+    assert follower.plan.of_kind(Launch) and not world.cloud.instances
+    leader = await run_tick(world.ports, small_policy(3), CATALOGUE, world.clock())
+    assert leader.acted and [o.ok for o in leader.outcomes] == [True] and len(world.cloud.instances) == 1
 
 
 async def test_once_leadership_is_lost_every_remaining_action_is_cancelled_and_reported() -> None:
