@@ -3,8 +3,8 @@
 A mutant is *killed* when a test failed on it (or the type checker rejected it, or it made the tests
 time out: an infinite loop is caught too); it *survives* when every selected test passed; it has *no
 tests* when no selected test runs its function. The rate is killed / (killed + survived + no tests):
-a mutant no test reaches counts against the tests. `--survivors` lists the surviving mutants' names
-(show one with `.venv/bin/mutmut show NAME`).
+a mutant no test reaches counts against the tests. `--survivors` lists the surviving mutants, each with
+the line it changes.
 
 Exit status 0 always: the rate is a figure to read and act on, not a gate (a run is too slow for one).
 """
@@ -12,6 +12,8 @@ Exit status 0 always: the rate is a figure to read and act on, not a gate (a run
 from __future__ import annotations
 
 import argparse
+import ast
+import difflib
 import json
 from collections import Counter
 from pathlib import Path
@@ -47,7 +49,7 @@ def main() -> None:
             kind = "killed" if code in KILLED else "survived" if code in SURVIVED else "other"
             count[kind if code is not None else "not run"] += 1
             if code in SURVIVED:
-                survivors.append(f"{name}  ({SURVIVED[code]})")
+                survivors.append(f"{name}  ({SURVIVED[code]})\n{_change(meta, name)}")
         totals.update(count)
         module = str(meta.relative_to(args.root)).removesuffix(".meta").removeprefix("src/")
         rows.append((module, count))
@@ -63,6 +65,22 @@ def main() -> None:
     if args.survivors:
         print("\nsurviving mutants:")
         print("\n".join(f"  {s}" for s in survivors))
+
+
+def _change(meta: Path, name: str) -> str:
+    """The lines mutant `name` changes, from mutmut's mutated copy of the module beside `meta`."""
+    tree = ast.parse(meta.with_suffix("").read_text())
+    functions = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+    mutant = name.rsplit(".", 1)[-1]
+    original = functions.get(mutant.rsplit("__mutmut_", 1)[0] + "__mutmut_orig")
+    changed = functions.get(mutant)
+    if original is None or changed is None:
+        return "      (source not found)"
+    before, after = ast.unparse(original).splitlines()[1:], ast.unparse(changed).splitlines()[1:]
+    diff = difflib.unified_diff(before, after, lineterm="", n=0)
+    return "\n".join(
+        f"      {line.strip()}" for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---")
+    )
 
 
 if __name__ == "__main__":
