@@ -32,6 +32,7 @@ from swarm_autoscaler.core.model import (
     HostIdle,
     Instance,
     InstanceState,
+    LabelNode,
     Launch,
     MarkNode,
     Node,
@@ -375,3 +376,50 @@ def test_idle_machines_make_room_even_when_one_task_alone_cannot_get_capacity() 
 def test_the_trace_records_each_placement_on_an_existing_worker() -> None:
     _, trace = plan_traced(assemble(machine(1), unrunnable=[make_task("t")]), make_policy())
     assert [(key, n) for key, _, n in trace.placements] == [("tcp://10.0.0.1:8786", 1)]
+
+
+# ------------------------------------------------------------------------------------------ odds and ends
+
+
+def test_a_stale_ready_entry_of_a_node_that_joined_again_is_left_alone() -> None:
+    """Swarm lists a node that left and joined again twice: the entry not picked is unowned when ready
+    (nothing to remove: it may be the live one), disconnected when down."""
+    inst = make_instance(1)
+    picked, stale = make_node(1), dataclasses.replace(make_node(2, host=hostname(1)), id="node-9")
+    cluster = classify(make_snapshot(instances=[inst], nodes=[picked, stale]), make_policy())
+    assert [m.node.id for m in cluster.unowned if m.node] == ["node-9"]
+    assert not any(
+        a
+        for a in plan(make_snapshot(instances=[inst], nodes=[picked, stale]), make_policy()).actions
+        if getattr(a, "node_id", "") == "node-9"
+    )
+
+
+def test_workers_of_a_type_missing_from_the_catalogue_are_neither_cordoned_nor_a_crash() -> None:
+    light = [dataclasses.replace(make_task(f"l{i}", cpus=0.5), executing=True) for i in range(2)]
+    fleet = [machine(n, processing=light[n - 1 : n]) for n in (1, 2)]
+    snapshot = dataclasses.replace(assemble(*fleet), instance_types=())
+    assert not plan(snapshot, make_policy()).of_kind(Cordon)
+
+
+def test_no_cordon_in_a_plan_that_launches() -> None:
+    """Consolidating while the same plan adds a machine (here for min_instances) would undo itself."""
+    fleet = [_running(n, "m5.xlarge", 0.5) for n in (1, 2, 3)]
+    assert _cordoned(*fleet) and not plan(assemble(*fleet), make_policy(min_instances=4)).of_kind(Cordon)
+
+
+def test_every_joined_node_missing_its_launch_labels_gets_them() -> None:
+    """A machine launched without labels does not stop the ones after it from being labelled."""
+    bare = machine(1)
+    inst, node, worker = machine(2)
+    labelled = (dataclasses.replace(inst, labels={"instance-type": "m5.large"}), node, worker)
+    result = plan(assemble(bare, labelled), make_policy())
+    assert [(a.node_id, a.labels) for a in result.of_kind(LabelNode)] == [
+        ("node-2", (("instance-type", "m5.large"),))
+    ]  # type: ignore[union-attr]
+
+
+def test_the_trace_records_the_new_machines_and_their_capacity() -> None:
+    _, trace = plan_traced(make_snapshot(unrunnable=[make_task("t")]), make_policy(("m5.large",)))
+    assert [(b.type_name, b.count) for b in trace.new] == [("m5.large", 1)]
+    assert set(trace.capacity) >= {"m5.large"}
