@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lint format test test-fast bench demo run image services-up services-down clean
+.PHONY: install lint format test test-fast bench mutation demo run image services-up services-down clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,17 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
+# Mutation testing (mutmut, configured in pyproject.toml) of the safety-relevant modules against the fast
+# planner and loop tests, then the kill rate per module. Not part of `make test`: a run takes long (the
+# README says how long). MUTATE narrows it to some mutants, e.g. MUTATE='swarm_autoscaler.core.plan.*';
+# MUTATION_JOBS sets the parallel workers. Each run starts afresh (mutants/ is rebuilt).
+MUTATE ?=
+MUTATION_JOBS ?= 2
+mutation: $(STAMP)
+	rm -rf mutants
+	HYPOTHESIS_PROFILE=mutation nice -n 19 $(BIN)/mutmut run --max-children $(MUTATION_JOBS) $(MUTATE)
+	$(BIN)/python scripts/mutation_report.py --survivors
+
 demo: $(STAMP)
 	$(BIN)/swarm-autoscaler demo
 
@@ -46,7 +57,7 @@ run: $(STAMP)
 	$(BIN)/swarm-autoscaler run
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build mutants
 
 # The daemon's image without a registry: a Debian base from mmdebstrap, wheels from the host, built on a
 # dockerd the project starts and saved under build/image/ (DEBUG=1 adds debugpy). See README, Deployment.

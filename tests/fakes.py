@@ -133,6 +133,7 @@ class FakeCloud:
 class FakeWorkload:
     workers: list[Worker] = field(default_factory=list)
     unrunnable: list[Task] = field(default_factory=list)
+    queued: list[Task] = field(default_factory=list)  # held in the scheduler's own queue
     fail_observe: Exception | None = None
     fail_retire: Exception | None = None
     keep_on_retire: set[str] = field(default_factory=set)
@@ -145,7 +146,7 @@ class FakeWorkload:
     async def observe(self) -> WorkloadView:
         if self.fail_observe is not None:
             raise self.fail_observe
-        return WorkloadView(tuple(self.workers), tuple(self.unrunnable))
+        return WorkloadView(tuple(self.workers), tuple(self.unrunnable), tuple(self.queued))
 
     async def list_workers(self) -> tuple[Worker, ...]:
         self.worker_reads += 1

@@ -4,11 +4,13 @@ out a plan's actions at once, to see which bucket every machine lands in next.""
 from __future__ import annotations
 
 import dataclasses
+from types import MappingProxyType
 
 from hypothesis import strategies as st
 from tests.builders import CATALOGUE, NOW, hostname, make_task
 
 from swarm_autoscaler.core.model import (
+    OWNERSHIP_LABEL,
     ActivateNode,
     Availability,
     Cordon,
@@ -47,6 +49,24 @@ SHAPES = (
     {"cpus": 0, "ram_gib": 0},  # no restrictions at all
 )
 TIMES = st.sampled_from((None, NOW - 1000, NOW - 200, NOW - 90, NOW - 10, NOW))
+# Marks written by a replica whose clock was off, or left from long ago: in the future, or far past.
+STALE = st.sampled_from((NOW + 300, NOW + 3600, NOW - 30 * 86400))
+# Instance ages; negative ones are launch times in the future (EC2's clock ahead of the daemon's).
+AGES = st.sampled_from((-3600.0, -300.0, 5.0, 300.0, 700.0, 5000.0))
+SUBNETS = ("subnet-a", "subnet-b")
+
+# The labels an owned instance is listed with: its launch labels and, always, the ownership label (the
+# EC2 adapter adds it for every instance its tags prove ours), which the planner copies onto its node.
+CLUSTER = "test"
+
+
+def _launch_labels(type_name: str) -> MappingProxyType[str, str]:
+    return MappingProxyType({"instance-type": type_name, OWNERSHIP_LABEL: CLUSTER})
+
+
+def when(draw: st.DrawFn) -> float | None:
+    """A mark's time: usually a sane one, one time in six stale."""
+    return draw(STALE) if not draw(st.integers(0, 5)) else draw(TIMES)
 
 
 @st.composite
@@ -67,56 +87,80 @@ def timed(draw: st.DrawFn, task: Task, executing: bool) -> Task:
 
 @st.composite
 def machines(draw: st.DrawFn, n: int) -> tuple[Instance | None, Node | None, Worker | None]:
-    """Machine `n` in any state: instance (or none), node (or none), worker (or none)."""
+    """Machine `n` in any state: instance (or none), node (or none), worker (or none). Marks may be
+    stale, launch times in the future, and a node may lack our ownership label (`ours`): always when it
+    has no instance of ours, sometimes when it just joined and is not labelled yet."""
     type_name = draw(st.sampled_from(TYPES))
     host = hostname(n)
     instance = None
     if draw(st.integers(0, 9)):
         state = draw(st.sampled_from([InstanceState.RUNNING] * 5 + list(InstanceState)))
-        age = draw(st.sampled_from((5.0, 300.0, 700.0, 5000.0)))
-        instance = Instance(f"i-{n:04d}", type_name, state, NOW - age, host)
+        subnet = draw(st.sampled_from(SUBNETS))
+        instance = Instance(
+            f"i-{n:04d}",
+            type_name,
+            state,
+            NOW - draw(AGES),
+            host,
+            subnet_id=subnet,
+            labels=_launch_labels(type_name),
+        )
     node = None
     if draw(st.integers(0, 3)):
         marks = NodeMarks(
             draw(st.booleans()),
-            draw(TIMES),
-            draw(TIMES),
-            draw(TIMES) if not draw(st.integers(0, 4)) else None,
-            draw(TIMES),
-            draw(TIMES) if not draw(st.integers(0, 2)) else None,
+            when(draw),
+            when(draw),
+            when(draw) if not draw(st.integers(0, 4)) else None,
+            when(draw),
+            when(draw) if not draw(st.integers(0, 2)) else None,
         )
+        manager = not draw(st.integers(0, 15))
         node = Node(
             f"node-{n}",
             host,
             draw(st.sampled_from([Availability.ACTIVE] * 3 + list(Availability))),
             draw(st.sampled_from([NodeStatus.READY] * 4 + list(NodeStatus))),
-            is_manager=not draw(st.integers(0, 15)),
+            is_manager=manager,
             marks=marks,
             labels={"instance-type": type_name} if draw(st.booleans()) else {},
+            ours=not manager and (draw(st.integers(0, 7)) > 0 if instance else draw(st.booleans())),
         )
     worker = None
     if node is not None and draw(st.integers(0, 3)):
-        res = next(t.resources for t in CATALOGUE if t.name == type_name)
-        worker = Worker(
-            f"tcp://{host}:8786",
-            host,
-            host,
-            res,
+        worker = make_worker_of(
+            draw,
+            n,
+            type_name,
             processing=draw(tasks(f"w{n}-", 6, executing=True)) if draw(st.booleans()) else (),
-            has_unique_data=not draw(st.integers(0, 5)),
+            unique=not draw(st.integers(0, 5)),
             retiring=not draw(st.integers(0, 8)),
         )
     return instance, node, worker
 
 
+def make_worker_of(
+    draw: st.DrawFn, n: int, type_name: str, processing: tuple[Task, ...], unique: bool, retiring: bool
+) -> Worker:
+    """The worker of machine `n`, with its type's resources."""
+    host = hostname(n)
+    res = next(t.resources for t in CATALOGUE if t.name == type_name)
+    return Worker(f"tcp://{host}:8786", host, host, res, processing, unique, retiring)
+
+
+REFUSALS = st.builds(
+    Unavailable,
+    st.sampled_from(TYPES),
+    st.sampled_from((NOW + 30, NOW + 300, NOW - 5)),
+    st.sampled_from((*SUBNETS, "")),  # "": a refusal the adapter could not tie to one subnet
+)
+
+
 @st.composite
 def snapshots(draw: st.DrawFn) -> Snapshot:
+    """Anything at all: machines in every state, pending work (unrunnable and queued in the scheduler),
+    capacity refusals per type and subnet."""
     parts = [draw(machines(n)) for n in range(1, draw(st.integers(0, 8)) + 1)]
-    unavailable = draw(
-        st.lists(
-            st.builds(Unavailable, st.sampled_from(TYPES), st.sampled_from((NOW - 5, NOW + 30))), max_size=2
-        )
-    )
     return Snapshot(
         now=NOW,
         instance_types=CATALOGUE,
@@ -124,7 +168,110 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         nodes=tuple(n for _, n, _ in parts if n is not None),
         workers=tuple(w for _, _, w in parts if w is not None),
         unrunnable=draw(tasks("u", 12)) if draw(st.booleans()) else (),
-        unavailable=tuple(unavailable),
+        unavailable=tuple(draw(st.lists(REFUSALS, max_size=3))),
+        queued=draw(tasks("q", 8)) if not draw(st.integers(0, 2)) else (),
+    )
+
+
+PHASES = (
+    "idle",
+    "busy",
+    "drained",
+    "kept",
+    "busy-drained",
+    "retiring",
+    "broken",
+    "down",
+    "orphan",
+    "terminating",
+)
+
+
+@st.composite
+def scaling_down(draw: st.DrawFn) -> Snapshot:
+    """What scale-down and repair act on: a fleet of one or two types whose machines are each in one
+    phase of their way out (idle for a while, drained, retiring, broken, down, terminating), beside
+    busy ones, drained ones whose worker holds work or that the scheduler kept (it holds the only copy
+    of a result), nodes of other owners, stale marks and launch times in the future. Work is pending
+    one time in three."""
+    parts = [draw(leaving(n)) for n in range(1, draw(st.integers(1, 7)) + 1)]
+    return Snapshot(
+        now=NOW,
+        instance_types=CATALOGUE,
+        instances=tuple(i for i, _, _ in parts if i is not None),
+        nodes=tuple(n for _, n, _ in parts if n is not None),
+        workers=tuple(w for _, _, w in parts if w is not None),
+        unrunnable=draw(tasks("u", 3)) if not draw(st.integers(0, 4)) else (),
+        unavailable=tuple(draw(st.lists(REFUSALS, max_size=2))),
+        queued=draw(tasks("q", 3)) if not draw(st.integers(0, 4)) else (),
+    )
+
+
+@st.composite
+def leaving(draw: st.DrawFn, n: int) -> tuple[Instance | None, Node | None, Worker | None]:
+    """Machine `n` in one of PHASES."""
+    phase = draw(
+        st.sampled_from((*PHASES, "idle", "idle", "drained", "drained", "drained", "broken", "kept"))
+    )
+    type_name = draw(st.sampled_from(("m5.large", "m5.xlarge")))
+    host = hostname(n)
+    age = 5000.0 if phase != "broken" else draw(AGES)
+    instance = Instance(
+        f"i-{n:04d}",
+        type_name,
+        InstanceState.RUNNING,
+        NOW - age,
+        host,
+        subnet_id="subnet-a",
+        labels=_launch_labels(type_name),
+    )
+    old = st.sampled_from((NOW - 1000, NOW - 1000, NOW - 1000, None, NOW - 10, NOW + 3600, NOW - 30 * 86400))
+    marks = NodeMarks(ready=True)
+    availability, status = Availability.ACTIVE, NodeStatus.READY
+    work: tuple[Task, ...] = ()
+    unique = retiring = False
+    if phase == "idle":
+        marks = NodeMarks(ready=True, empty_since=draw(old))
+    elif phase == "busy":
+        work = draw(tasks(f"w{n}-", 3, executing=True))
+        unique = not work or draw(st.booleans())
+    elif phase in ("drained", "kept", "busy-drained"):
+        availability = Availability.DRAIN
+        marks = NodeMarks(ready=True, drained_since=draw(old))
+        unique = phase == "kept"
+        retiring = phase == "drained" and draw(st.booleans())
+        work = draw(tasks(f"w{n}-", 2, executing=True)) if phase == "busy-drained" else ()
+    elif phase == "retiring":
+        retiring = True
+        marks = NodeMarks(ready=True, empty_since=draw(old))
+    elif phase == "down":
+        status = NodeStatus.DOWN
+        marks = NodeMarks(ready=True, down_since=draw(old))
+    elif phase == "terminating":
+        marks = NodeMarks(ready=True, termination_started=draw(old))
+    elif phase == "broken":  # never accepted, and never a worker
+        marks = NodeMarks()
+    if phase == "broken" and draw(st.booleans()):
+        return instance, None, None
+    ours = draw(st.integers(0, 7)) > 0 if phase != "orphan" else draw(st.booleans())
+    labels = {"instance-type": type_name} if phase != "orphan" or draw(st.booleans()) else {}
+    if phase == "orphan":
+        instance = None
+        status = draw(st.sampled_from((NodeStatus.DOWN, NodeStatus.READY)))
+        marks = NodeMarks(ready=draw(st.booleans()))
+    node = Node(f"node-{n}", host, availability, status, marks=marks, labels=labels, ours=ours)
+    if phase == "broken" or (phase in ("down", "orphan", "terminating") and draw(st.booleans())):
+        return instance, node, None
+    return instance, node, make_worker_of(draw, n, type_name, work, unique, retiring)
+
+
+@st.composite
+def worlds(draw: st.DrawFn) -> Snapshot:
+    """What the properties run on: anything at all (one sample in five), quiet fleets (consolidation)
+    or fleets on their way down (scale-down and repair), two in five each. The shares each rule is
+    reached with are measured by tests/core/test_strategy_reach.py."""
+    return draw(
+        draw(st.sampled_from((scaling_down(), quiet_fleets(), snapshots(), scaling_down(), quiet_fleets())))
     )
 
 
@@ -134,9 +281,10 @@ def policies(draw: st.DrawFn) -> Policy:
     overhead = draw(st.sampled_from((Resources(), Resources(0.25, 512 * 1024**2))))
     return Policy(
         allowed_types=tuple(
-            TypePolicy(name, reserve=draw(st.integers(0, 2)), overhead=overhead) for name in allowed
+            TypePolicy(name, reserve=draw(st.sampled_from((0, 0, 0, 1, 2))), overhead=overhead)
+            for name in allowed
         ),
-        min_instances=draw(st.integers(0, 3)),
+        min_instances=draw(st.sampled_from((0, 0, 1, 3))),
         max_instances=draw(st.integers(0, 12)),
         max_start_time=600.0,
         drain_delay=60.0,
@@ -224,6 +372,7 @@ def clone(snapshot: Snapshot) -> Snapshot:
         fresh(snapshot.workers),  # type: ignore[arg-type]
         fresh(snapshot.unrunnable),  # type: ignore[arg-type]
         fresh(snapshot.unavailable),  # type: ignore[arg-type]
+        fresh(snapshot.queued),  # type: ignore[arg-type]
     )
 
 
@@ -232,13 +381,15 @@ def quiet_fleets(draw: st.DrawFn) -> Snapshot:
     """What consolidation acts on: joined machines of one or two types whose workers run a few tasks
     (some may wait, some workers may be cordoned), often with nothing pending."""
     parts = []
+    kinds = draw(st.sampled_from((("m5.xlarge",), ("c5.2xlarge",), ("m5.xlarge", "c5.2xlarge"))))
+    load = draw(st.sampled_from((1, 2, 4)))  # most tasks a worker runs: light fleets are the ones to shrink
     for n in range(1, draw(st.integers(2, 7)) + 1):
-        type_name = draw(st.sampled_from(("m5.xlarge", "c5.2xlarge")))
+        type_name = draw(st.sampled_from(kinds))
         host = hostname(n)
         res = next(t.resources for t in CATALOGUE if t.name == type_name)
         cordoned = not draw(st.integers(0, 4))
         marks = NodeMarks(ready=True, cordoned_since=NOW - 30 if cordoned else None)
-        shapes = draw(st.lists(st.sampled_from(SHAPES[:4]), max_size=4))
+        shapes = draw(st.lists(st.sampled_from(SHAPES[:4]), max_size=load))
         work = tuple(
             timed(draw, make_task(f"w{n}-{i}", **shape), draw(st.integers(0, 5)) > 0)  # type: ignore[arg-type]
             for i, shape in enumerate(shapes)
@@ -246,7 +397,7 @@ def quiet_fleets(draw: st.DrawFn) -> Snapshot:
         parts.append(
             (
                 Instance(f"i-{n:04d}", type_name, InstanceState.RUNNING, NOW - 1000, host),
-                Node(f"node-{n}", host, Availability.ACTIVE, NodeStatus.READY, marks=marks),
+                Node(f"node-{n}", host, Availability.ACTIVE, NodeStatus.READY, marks=marks, ours=True),
                 Worker(f"tcp://{host}:8786", host, host, res, processing=work, retiring=cordoned),
             )
         )

@@ -31,11 +31,13 @@ TIME_MARKS = ("empty_since", "drained_since", "termination_started", "down_since
 
 
 def future_marks(snapshot: Snapshot) -> Iterator[tuple[str, dict[str, float]]]:
-    """(node id, {mark: now}) for every node carrying time marks stamped beyond now + FUTURE_TOLERANCE,
-    in node order. Managers carry no marks of ours and are skipped."""
+    """(node id, {mark: now}) for every node of ours carrying time marks stamped beyond now +
+    FUTURE_TOLERANCE, in node order. Managers, and nodes that are neither labelled ours nor matched by
+    hostname to one of our instances, are never touched."""
     limit = snapshot.now + FUTURE_TOLERANCE
+    owned_hosts = {i.hostname for i in snapshot.instances}
     for node in snapshot.nodes:
-        if node.is_manager:
+        if node.is_manager or not (node.ours or node.hostname in owned_hosts):
             continue
         ahead = {name: snapshot.now for name in TIME_MARKS if (getattr(node.marks, name) or 0.0) > limit}
         if ahead:
