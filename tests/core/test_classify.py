@@ -114,3 +114,32 @@ def test_the_transition_table_covers_every_bucket_and_is_closed() -> None:
     assert not allowed(Bucket.ACTIVE, Bucket.LAUNCHED)
     assert not allowed(Bucket.GONE, Bucket.ACTIVE)
     assert not allowed(Bucket.UNOWNED, Bucket.TERMINATING)
+
+
+def test_a_terminated_instance_counts_only_while_a_node_of_its_lingers() -> None:
+    """EC2 lists terminated instances for about an hour. One whose machine joined as it was terminated
+    keeps its node ours (terminating: removed once down); one without a node, or whose hostname a live
+    instance took over, is left out."""
+    gone = make_instance(1, state=InstanceState.TERMINATED)
+    lingering = make_instance(2, state=InstanceState.TERMINATED)
+    down = make_node(2, status=NodeStatus.DOWN, marks=NodeMarks(), ours=False)  # joined, never labelled
+    reused_old = make_instance(3, state=InstanceState.TERMINATED)
+    reused_new = replace(make_instance(4), hostname=reused_old.hostname)
+    new_node = make_node(4, host=reused_old.hostname)
+    snapshot = make_snapshot([gone, lingering, reused_old, reused_new], [down, new_node])
+    cluster = classify(snapshot, POLICY)
+    buckets = cluster.bucket_of()
+    assert buckets == {"i-0002": Bucket.TERMINATING, "i-0004": Bucket.ACTIVE}
+    assert [m.node for m in cluster.terminating] == [down]
+
+
+def test_the_lingering_node_of_a_terminated_machine_is_labelled_ours_and_removed_once_down() -> None:
+    from swarm_autoscaler.core.model import OWNERSHIP_LABEL, LabelNode, RemoveNode
+    from swarm_autoscaler.core.plan import plan
+
+    labels = {OWNERSHIP_LABEL: "c", TYPE_LABEL: "m5.large"}
+    inst = replace(make_instance(2, state=InstanceState.TERMINATED), labels=labels)
+    down = make_node(2, status=NodeStatus.DOWN, marks=NodeMarks(), ours=False)
+    actions = plan(make_snapshot([inst], [down]), POLICY).actions
+    assert [type(a) for a in actions] == [LabelNode, RemoveNode], actions
+    assert dict(actions[0].labels)[OWNERSHIP_LABEL] == "c"  # type: ignore[union-attr]

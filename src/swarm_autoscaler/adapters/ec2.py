@@ -40,6 +40,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 from swarm_autoscaler.adapters.ec2_clock import Ec2Clock
 from swarm_autoscaler.adapters.ec2_support import (
     GONE_CODES,
+    HOSTNAME_TAG,
     LABEL_TAG_PREFIX,
     UNKNOWN_TYPE_CODES,
     USER_DATA_LIMIT,
@@ -65,7 +66,9 @@ OWNER_VALUE = "swarm-autoscaler"
 CLUSTER_TAG = "swarm-autoscaler/cluster"
 NAME_TAG = "Name"
 
-LISTED_STATES = tuple(state.value for state in InstanceState)  # terminated is not among them
+# Terminated instances included: EC2 lists them for about an hour, and a node that joined as its machine was
+# terminated is recognised by its hostname (kept in a tag, as EC2 drops a terminated one's private DNS name).
+LISTED_STATES = tuple(state.value for state in InstanceState)
 TERMINATE_BATCH = 50
 DESCRIBE_IDS_BATCH = 200  # EC2's limit on values in one filter
 MAX_TAGS = 50  # EC2's limit per resource
@@ -85,6 +88,7 @@ class Ec2Stats:
     instances_requested: int = 0
     instances_launched: int = 0
     capacity_refusals: int = 0
+    hostname_tag_failures: int = 0
     api_calls: Counter[str] = field(default_factory=Counter)
 
     @property
@@ -426,7 +430,21 @@ class Ec2Cloud:
         result = await self._call("run_instances", **call)
         instances = [i for i in (to_instance(raw) for raw in result.get("Instances", ())) if i]
         self.stats.instances_launched += len(instances)
+        for instance in instances:
+            await self._tag_hostname(instance)
         return instances
+
+    async def _tag_hostname(self, instance: Instance) -> None:
+        """Keep the hostname in a tag (one call per instance: the values differ). Best effort: without it
+        only a node that joins as its machine is being terminated could be missed once EC2 drops the
+        terminated instance's DNS name."""
+        if not instance.hostname:
+            return
+        tag = [{"Key": HOSTNAME_TAG, "Value": instance.hostname}]
+        try:
+            await self._call("create_tags", Resources=[instance.id], Tags=tag)
+        except (ClientError, BotoCoreError):
+            self.stats.hostname_tag_failures += 1
 
     # ----------------------------------------------------------------------------------- terminating
 

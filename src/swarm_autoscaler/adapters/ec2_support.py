@@ -133,6 +133,9 @@ def render_user_data(boot_script: str, token: str, manager_address: str) -> str:
 
 # Node labels travel as instance tags with this prefix; the planner gives them to the node once it joins.
 LABEL_TAG_PREFIX = "swarm-autoscaler/label/"
+# The instance's hostname, tagged right after launch: EC2 drops a terminated instance's private DNS name,
+# and the daemon still needs it to recognise that machine's swarm node.
+HOSTNAME_TAG = "swarm-autoscaler/hostname"
 
 
 def node_labels(tags: Mapping[str, str]) -> dict[str, str]:
@@ -144,14 +147,14 @@ def to_instance(raw: Mapping[str, Any]) -> Instance | None:
     try:
         state = InstanceState(raw["State"]["Name"])
     except ValueError:
-        return None  # terminated: filtered server-side, skipped here for safety
+        return None  # a state this daemon does not know
     tags = {t["Key"]: t["Value"] for t in raw.get("Tags", ())}
     return Instance(
         id=raw["InstanceId"],
         type_name=raw["InstanceType"],
         state=state,
         launched_at=raw["LaunchTime"].timestamp(),
-        hostname=(raw.get("PrivateDnsName") or "").split(".", 1)[0],
+        hostname=(raw.get("PrivateDnsName") or tags.get(HOSTNAME_TAG, "")).split(".", 1)[0],
         zone=raw.get("Placement", {}).get("AvailabilityZone", ""),
         subnet_id=raw.get("SubnetId", ""),
         tags=tags,

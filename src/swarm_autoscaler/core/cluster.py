@@ -25,7 +25,10 @@ when the node is ready again, or is removed after `node_down_timeout`. `manager`
 are observed and never touched. An owned instance whose node is a manager is put in `manager` too:
 the daemon never scales a manager.
 
-Classification rules, first match wins (age = now - instance.launched_at):
+Classification rules, first match wins (age = now - instance.launched_at). A terminated instance (EC2
+lists them for about an hour) is considered only while a swarm node with its hostname exists and no live
+instance has that hostname: its node, if it joined as the machine was terminated, is then ours and is
+removed once down (rule 4); otherwise it is left out.
 
 1. node is a manager                                   -> manager
 2. no owned instance with the node's hostname          -> disconnected if the node is ours (`Node.ours`:
@@ -230,7 +233,12 @@ def classify(snapshot: Snapshot, policy: Policy) -> Cluster:
         nodes[node.hostname].append(node)
     out: dict[Bucket, list[Member]] = {b: [] for b in OBSERVED}
     owned_hosts: set[str] = set()
+    live_hosts = {i.hostname for i in snapshot.instances if i.state != InstanceState.TERMINATED}
     for inst in snapshot.instances:
+        if inst.state == InstanceState.TERMINATED and (
+            inst.hostname in live_hosts or inst.hostname not in nodes
+        ):
+            continue  # gone: it matters only while a node of its lingers (and a reused hostname is the new one's)
         owned_hosts.add(inst.hostname)
         picked, extra = _pick_node(nodes.get(inst.hostname, ()))
         member = Member(inst, picked, tuple(workers.get(inst.hostname, ())), types.get(inst.type_name))

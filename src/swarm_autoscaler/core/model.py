@@ -106,13 +106,16 @@ class InstanceType:
 
 
 class InstanceState(enum.StrEnum):
-    """EC2's instance states that the daemon can see (terminated instances are never listed)."""
+    """EC2's instance states. EC2 still lists a terminated instance for about an hour: the daemon sees
+    it so that a node that joined as its machine was being terminated is still recognised as ours (by
+    hostname) and removed once down."""
 
     PENDING = "pending"
     RUNNING = "running"
     SHUTTING_DOWN = "shutting-down"
     STOPPING = "stopping"
     STOPPED = "stopped"
+    TERMINATED = "terminated"
 
 
 @dataclass(frozen=True, slots=True)

@@ -129,12 +129,14 @@ def print_plan(result: TickResult, console: Console) -> None:
 def print_status(result: TickResult, console: Console) -> None:
     snap = result.snapshot
     bucket_of = result.cluster.bucket_of()  # member key (instance id, or node id) -> bucket
+    # terminated instances EC2 still lists matter only while a node of theirs lingers (then in a bucket)
+    shown = [i for i in snap.instances if i.alive or i.id in bucket_of]
     by_host = {n.hostname: bucket_of.get(n.id, "") for n in snap.nodes}
-    by_host.update({i.hostname: bucket_of.get(i.id, "") for i in snap.instances})
-    instances = Table(title=f"instances ({len(snap.instances)})")
+    by_host.update({i.hostname: bucket_of.get(i.id, "") for i in shown})
+    instances = Table(title=f"instances ({len(shown)})")
     for col in ("id", "type", "state", "bucket", "hostname", "age"):
         instances.add_column(col)
-    for inst in sorted(snap.instances, key=lambda i: i.id):
+    for inst in sorted(shown, key=lambda i: i.id):
         instances.add_row(
             inst.id,
             inst.type_name,

@@ -9,7 +9,7 @@ import pytest
 from tests.adapters.ec2.ec2_helpers import BOOT_SCRIPT, MANAGER, TOKEN, CloudFactory
 
 from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, OWNER_TAG, OWNER_VALUE
-from swarm_autoscaler.adapters.ec2_support import node_labels
+from swarm_autoscaler.adapters.ec2_support import HOSTNAME_TAG, node_labels, to_instance
 from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.model import OWNERSHIP_LABEL, InstanceState
 from swarm_autoscaler.core.ports import Cloud
@@ -119,7 +119,7 @@ async def test_terminate_is_idempotent_and_gone_ids_succeed(make_cloud: CloudFac
 
     await cloud.terminate(ids)
 
-    assert await cloud.list_instances() == ()
+    assert not [i for i in await cloud.list_instances() if i.alive]
     for instance_id in ids:
         assert (await _describe(raw_ec2, instance_id))["State"]["Name"] in ("shutting-down", "terminated")
     calls = cloud.stats.api_calls["TerminateInstances"]
@@ -136,7 +136,7 @@ async def test_terminate_goes_in_batches(make_cloud: CloudFactory) -> None:
     await cloud.terminate([i.id for i in launched.instances])
 
     assert cloud.stats.api_calls["TerminateInstances"] == 2  # 50 + 5
-    assert await cloud.list_instances() == ()
+    assert not [i for i in await cloud.list_instances() if i.alive]
 
 
 async def test_instance_types_are_described_once_and_priced(make_cloud: CloudFactory) -> None:
@@ -230,3 +230,23 @@ async def test_an_owned_instance_launched_without_the_ownership_label_gets_it_fo
     (listed,) = [i for i in await cloud.list_instances() if i.id == older_id]
     assert dict(listed.labels) == {"instance-type": "t3.micro", OWNERSHIP_LABEL: cluster}
     await cloud.terminate([older_id])
+
+
+async def test_a_terminated_instance_is_listed_with_its_hostname_from_its_tag(
+    make_cloud: CloudFactory, raw_ec2: Any
+) -> None:
+    """EC2 lists a terminated instance for about an hour, without its private DNS name: the hostname
+    tagged at launch still names its machine, so a node that joined as it was terminated is recognised."""
+    cloud = await make_cloud()
+    (launched,) = (await cloud.launch("t3.micro", 1, {})).instances
+    assert launched.hostname and cloud.stats.hostname_tag_failures == 0
+    raw = await _describe(raw_ec2, launched.id)
+    assert {t["Key"]: t["Value"] for t in raw["Tags"]}[HOSTNAME_TAG] == launched.hostname
+    await cloud.terminate([launched.id])
+    (listed,) = await cloud.list_instances()
+    assert listed.state in (InstanceState.SHUTTING_DOWN, InstanceState.TERMINATED)
+    assert not listed.alive and listed.hostname == launched.hostname
+    # the hostname from the tag alone, as EC2 describes a terminated instance
+    raw["PrivateDnsName"] = ""
+    raw["Tags"] = [*raw["Tags"]]
+    assert to_instance(raw).hostname == launched.hostname  # type: ignore[union-attr]
