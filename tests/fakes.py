@@ -160,6 +160,11 @@ class FakeWorkload:
         gone = tuple(a for a in addresses if a not in self.keep_on_retire)
         self.workers = [w for w in self.workers if w.address not in gone]
         self.retired.extend(gone)
+        # as dask may: a worker it refused to retire is left closing_gracefully
+        kept = {a for a in addresses if a in self.keep_on_retire}
+        self.workers = [
+            dataclasses.replace(w, retiring=True) if w.address in kept else w for w in self.workers
+        ]
         return gone
 
     async def cordon(self, addresses: Sequence[str]) -> tuple[str, ...]:

@@ -175,6 +175,9 @@ async def test_a_retirement_the_scheduler_refuses_cancels_that_nodes_drain_and_t
         ("Terminate", "skipped"),
     ]
     assert "the scheduler kept worker tcp://10.0.0.1:1" in outcomes[2].detail
+    # the kept worker is set running again, or it would take no task and never be retired again
+    assert ("tcp://10.0.0.1:1", False) in w.workload.cordoned
+    assert not next(x for x in w.workload.workers if x.address == "tcp://10.0.0.1:1").retiring
     assert w.swarm.nodes[node_a].availability == "active"
     assert w.swarm.nodes[node_b].availability == "drain"
     assert terminated(w) == []

@@ -109,10 +109,10 @@ async def test_a_worker_the_scheduler_kept_is_named_in_the_outcome() -> None:
     addresses = tuple(w.address for w in world.workload.workers)
     world.workload.keep_on_retire = {addresses[1]}
     [outcome] = await act(Plan((RetireWorkers(addresses, "idle"),)), await world.snapshot(), world.ports)
-    assert outcome.ok and outcome.detail == f"retired 1; scheduler kept {addresses[1]}"
+    assert outcome.ok and outcome.detail == f"retired 1; scheduler kept {addresses[1]} (set running again)"
     world.workload.keep_on_retire = set(addresses)
     [outcome] = await act(Plan((RetireWorkers(addresses, "idle"),)), await world.snapshot(), world.ports)
-    assert outcome.detail == f"retired 0; scheduler kept {', '.join(sorted(addresses))}"
+    assert outcome.detail == f"retired 0; scheduler kept {', '.join(sorted(addresses))} (set running again)"
 
 
 async def test_launch_failures_are_outcomes_of_their_kind() -> None:

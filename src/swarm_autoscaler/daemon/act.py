@@ -353,7 +353,10 @@ class _Doer:
                 kept = sorted(set(addresses) - set(retired))
                 self.kept.update(kept)
                 if kept:
-                    return f"retired {len(retired)}; scheduler kept {', '.join(kept)}"
+                    # dask may leave a worker it refused to retire closing_gracefully: it would take no
+                    # task and never be retired again. Set it running; a later plan retires it once idle.
+                    await self.ports.workload.uncordon(kept)
+                    return f"retired {len(retired)}; scheduler kept {', '.join(kept)} (set running again)"
                 return f"retired {len(retired)}"
             case Cordon(node_id=node_id, addresses=addresses):
                 await self._mark(node_id, cordoned_since=self.now)  # first: a restart must see it
