@@ -10,6 +10,10 @@ disruptive action against a fresh read right before it runs.
 3. **Read again if a retirement ran, then drains, cordons, terminations and removals**, each re-checked
    on the latest read. Terminations are batched into ONE `Cloud.terminate` call; node updates run
    concurrently (one node's actions always run one after another, in plan order).
+4. **Terminations are fenced first** (`fencing`): their hosts are fenced in one scheduler call (no
+   worker there, connected now or later, gets a task any more), each Terminate is re-checked on the
+   workers the fence saw, and only then does the batch go to EC2. A skipped or failed termination lifts
+   its host's fence.
 
 An action is skipped (outcome kind "skipped", with every reason) when its precondition no longer holds
 or when the fresh read failed (fail closed). Outcomes come back in plan order.
@@ -53,6 +57,7 @@ from swarm_autoscaler.core.model import (
 )
 from swarm_autoscaler.core.ports import Cloud, Orchestrator, Workload
 from swarm_autoscaler.core.recheck import Fresh, violations
+from swarm_autoscaler.daemon.fencing import fence_terminations, lifted, unfence
 from swarm_autoscaler.errors import AutoscalerError, LockLostError
 
 DISRUPTIVE = (DrainNode, Cordon, Terminate, RemoveNode)
@@ -235,9 +240,17 @@ async def _disrupt(
     outcomes += checked
     terminations = [a for a in runnable if isinstance(a, Terminate)]
     jobs = [doer.job(a) for a in runnable if not isinstance(a, Terminate)]
+    if terminations and not isinstance(fresh, str):
+        skipped, terminations = await fence_terminations(
+            doer.ports.workload, terminations, fresh, doer.hosts_of, pool.time_left()
+        )
+        outcomes += [Outcome(a, False, "skipped: " + why, kind="skipped") for a, why in skipped]
     if terminations:
         jobs.append(doer.terminate_batch(terminations))
-    return outcomes + await pool.run(jobs)
+    done = await pool.run(jobs)
+    failed = [o.action for o in done if isinstance(o.action, Terminate) and not o.ok]
+    await unfence(doer.ports.workload, lifted(failed, (), doer.hosts_of))  # it did not happen: lift its fence
+    return outcomes + done
 
 
 def _recheck(
