@@ -33,9 +33,10 @@ async def fence_terminations(
     fresh: Fresh,
     hosts_of: HostsOf,
     within: float | None,
-) -> tuple[list[tuple[Terminate, str]], list[Terminate]]:
+) -> tuple[list[tuple[Terminate, str]], list[Terminate], str]:
     """Fence the hosts of `terminations` in one call, then re-check each on that call's workers (the
-    nodes come from `fresh`). Returns (skipped, each with its reasons; those to carry out). Fails
+    nodes come from `fresh`). Returns (skipped, each with its reasons; those to carry out; a note on
+    the fence for the log). Fails
     closed: when the fence cannot be confirmed (error, or no time left), every termination is skipped
     and the hosts are unfenced (best effort: the call may have taken effect)."""
     hosts = sorted({h for a in terminations for h in hosts_of(a)})
@@ -47,7 +48,7 @@ async def fence_terminations(
             "the tick's deadline passed" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
         )
         await unfence(workload, hosts)
-        return [(a, f"could not fence its host before terminating ({why})") for a in terminations], []
+        return [(a, f"could not fence its host before terminating ({why})") for a in terminations], [], ""
     seen = Fresh(fresh.nodes, fence.workers)
     refused = set(fence.refused)
     skipped: list[tuple[Terminate, str]] = []
@@ -62,7 +63,11 @@ async def fence_terminations(
         else:
             runnable.append(action)
     await unfence(workload, lifted([a for a, _ in skipped], runnable, hosts_of))
-    return skipped, runnable
+    kept = {h for a in runnable for h in hosts_of(a)}
+    note = (
+        f"{len(kept)} host(s) fenced first, {sum(w.hostname in kept for w in fence.workers)} worker(s) there"
+    )
+    return skipped, runnable, note
 
 
 def lifted(dropped: Iterable[Action], kept: Iterable[Action], hosts_of: HostsOf) -> list[str]:
