@@ -35,6 +35,10 @@ seconds the heartbeat says it has run). Every task carries `expected`, its prefi
 (`TaskPrefix.duration_average`; None while dask has none: before a task of the prefix finished, or once
 one runs past twice the estimate).
 
+Fencing a host (`fence`, before a termination) cordons its idle workers and, through a second plugin
+(`swarm-autoscaler-fence-v1`, installed by the first fence call itself), every worker that connects later
+from that host, before the scheduler can give it a task; fences expire after `fence_ttl` seconds.
+
 **Scheduler version.** Cordoning calls scheduler internals (`Scheduler.handle_worker_status_change` and
 the `worker-status-change` stream op), and `observe()` reads scheduler state (`unrunnable`, `queued`, each
 worker's `processing` and `executing`). `check_scheduler()`, run once at start, reads the scheduler's
@@ -539,10 +543,15 @@ class DaskWorkload:
 
     async def fence(self, hostnames: Sequence[str]) -> Fence:
         """Fence these hosts in one scheduler call (see the module's notes and `ports.Workload.fence`);
-        the workers there, as they are once fenced, and the hosts refused for a busy worker."""
+        the workers there, as they are once fenced, and the hosts refused for a busy worker. On a
+        scheduler that cannot cordon (`SchedulerCheck.cordon`) nothing is fenced: the same answer comes
+        from a plain read of the workers, so terminations are re-checked as before, not blocked."""
         wanted = [h for h in dict.fromkeys(hostnames) if h]
         if not wanted:
             return Fence()
+        if not self._can_fence:
+            on_hosts = tuple(w for w in await self.list_workers() if w.hostname in wanted)
+            return Fence(on_hosts, tuple(sorted({w.hostname for w in on_hosts if w.busy})))
         state = await self._fence_call(wanted, lift=False)
         now = self._clock()
         return Fence(tuple(self._worker(raw, now) for raw in state["workers"]), tuple(state["refused"]))
@@ -550,12 +559,14 @@ class DaskWorkload:
     async def unfence(self, hostnames: Sequence[str]) -> None:
         """Lift these hosts' fences; the workers they cordoned run again."""
         wanted = [h for h in dict.fromkeys(hostnames) if h]
-        if wanted:
+        if wanted and self._can_fence:
             await self._fence_call(wanted, lift=True)
 
+    @property
+    def _can_fence(self) -> bool:
+        return self.checked is None or self.checked.cordon is None
+
     async def _fence_call(self, hostnames: list[str], lift: bool) -> dict[str, Any]:
-        if self.checked is not None and self.checked.cordon is not None:
-            raise EndpointError(self._endpoint, f"cannot fence: {self.checked.cordon}")
         client = await self._connected()
         call = client.run_on_scheduler(
             _FENCE,

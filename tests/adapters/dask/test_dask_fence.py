@@ -13,6 +13,7 @@ import pytest
 from distributed import Client, Scheduler, Worker
 
 from swarm_autoscaler.adapters.dask import DaskWorkload
+from swarm_autoscaler.adapters.dask_check import SchedulerCheck
 from swarm_autoscaler.core.ports import Fence
 
 StartWorker = Callable[..., Awaitable[Worker]]
@@ -132,3 +133,20 @@ async def test_a_fence_expires_and_lets_its_workers_go(
 async def test_fencing_nothing_asks_the_scheduler_nothing(workload: DaskWorkload) -> None:
     assert await workload.fence(["", ""]) == Fence()
     await workload.unfence([])
+
+
+async def test_a_scheduler_that_cannot_cordon_is_read_not_fenced(
+    workload: DaskWorkload, start_worker: StartWorker, client: Client, gate: threading.Event
+) -> None:
+    workload.checked = SchedulerCheck("2022.1.0", "distributed 2022.1.0 is older than needed")
+    idle = await start_worker("ip-10-0-0-5", cpus=2)
+    busy = await start_worker("ip-10-0-0-6", cpus=2)
+    running = client.submit(held, "done", key="running", resources={"CPU": 1}, workers=[busy.address])
+    await until(lambda: bool(busy.state.executing))
+    fence = await workload.fence(["ip-10-0-0-5", "ip-10-0-0-6"])
+    assert fence.refused == ("ip-10-0-0-6",)  # the re-check still sees the busy host
+    assert sorted(w.name for w in fence.workers) == ["ip-10-0-0-5", "ip-10-0-0-6"]
+    assert idle.status.name == "running" and not any(w.retiring for w in fence.workers)  # nothing fenced
+    await workload.unfence(["ip-10-0-0-5"])
+    gate.set()
+    assert await running == "done"
