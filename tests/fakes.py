@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -23,7 +23,7 @@ from swarm_autoscaler.core.model import (
     Unavailable,
     Worker,
 )
-from swarm_autoscaler.core.ports import LaunchResult, WorkloadView
+from swarm_autoscaler.core.ports import Fence, LaunchResult, WorkloadView
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
 
 # A small fleet for the loop-level tests: two general-purpose types, no reserve, no minimum.
@@ -65,6 +65,7 @@ class FakeCloud:
     calls: list[tuple[str, object]] = field(default_factory=list)
     fail_list: Exception | None = None
     fail_launch: Exception | None = None
+    fail_terminate: Exception | None = None
     refuse_types: set[str] = field(default_factory=set)
     refusals: list[Unavailable] = field(default_factory=list)
     list_delay: float = 0.0  # seconds each listing takes (a slow EC2)
@@ -122,6 +123,8 @@ class FakeCloud:
 
     async def terminate(self, instance_ids: Sequence[str]) -> None:
         self.calls.append(("terminate", tuple(instance_ids)))
+        if self.fail_terminate is not None:
+            raise self.fail_terminate
         for iid in instance_ids:
             self.instances.pop(iid, None)
 
@@ -142,6 +145,13 @@ class FakeWorkload:
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     waits: int = 0
     worker_reads: int = 0
+    # Fences, as the scheduler keeps them: host -> the addresses the fence cordoned.
+    fences: dict[str, set[str]] = field(default_factory=dict)
+    fence_calls: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)  # ("fence"/"unfence", hosts)
+    fail_fence: Exception | None = None
+    # The world moving on: run after each read of the workers (after it was taken) and after each fence.
+    after_read: list[Callable[[], None]] = field(default_factory=list)
+    after_fence: list[Callable[[], None]] = field(default_factory=list)
 
     async def observe(self) -> WorkloadView:
         if self.fail_observe is not None:
@@ -152,7 +162,48 @@ class FakeWorkload:
         self.worker_reads += 1
         if self.fail_observe is not None:
             raise self.fail_observe
-        return tuple(self.workers)
+        read = tuple(self.workers)
+        for event in self.after_read:
+            event()
+        return read
+
+    async def fence(self, hostnames: Sequence[str]) -> Fence:
+        """As the dask adapter: idle workers on the hosts are cordoned, busy hosts refused, the workers
+        there returned as they are once fenced; later workers on a fenced host join cordoned."""
+        self.fence_calls.append(("fence", tuple(hostnames)))
+        if self.fail_fence is not None:
+            raise self.fail_fence
+        wanted = set(hostnames) - {""}
+        refused = {w.hostname for w in self.workers if w.hostname in wanted and w.busy}
+        for host in wanted - refused:
+            cordoned = self.fences.setdefault(host, set())
+            fresh = {w.address for w in self.workers if w.hostname == host and not w.retiring}
+            cordoned |= set(self._flag(tuple(fresh), True))
+        fence = Fence(tuple(w for w in self.workers if w.hostname in wanted), tuple(sorted(refused)))
+        for event in self.after_fence:
+            event()
+        return fence
+
+    async def unfence(self, hostnames: Sequence[str]) -> None:
+        self.fence_calls.append(("unfence", tuple(hostnames)))
+        for host in hostnames:
+            self._flag(tuple(self.fences.pop(host, set())), False)
+
+    def connect(self, worker: Worker) -> Worker:
+        """A worker joins; on a fenced host it is cordoned as it is added (before any task)."""
+        if worker.hostname in self.fences:
+            worker = dataclasses.replace(worker, retiring=True)
+            self.fences[worker.hostname].add(worker.address)
+        self.workers.append(worker)
+        return worker
+
+    def give(self, address: str, task: Task) -> bool:
+        """The scheduler hands `task` to the worker at `address`, unless it is cordoned (or gone)."""
+        for i, w in enumerate(self.workers):
+            if w.address == address and not w.retiring:
+                self.workers[i] = dataclasses.replace(w, processing=(*w.processing, task))
+                return True
+        return False
 
     async def retire(self, addresses: Sequence[str]) -> tuple[str, ...]:
         if self.fail_retire is not None:
@@ -174,10 +225,15 @@ class FakeWorkload:
         return self._set_retiring(addresses, False)
 
     def _set_retiring(self, addresses: Sequence[str], on: bool) -> tuple[str, ...]:
+        """A cordon or uncordon (recorded in `cordoned`)."""
+        done = self._flag(addresses, on)
+        self.cordoned.extend((a, on) for a in done)
+        return done
+
+    def _flag(self, addresses: Sequence[str], on: bool) -> tuple[str, ...]:
         """The scheduler's view of a cordoned worker: `retiring` (closing_gracefully)."""
         done = tuple(w.address for w in self.workers if w.address in addresses)
         self.workers = [dataclasses.replace(w, retiring=on) if w.address in done else w for w in self.workers]
-        self.cordoned.extend((a, on) for a in done)
         return done
 
     async def wait_for_change(self, timeout: float) -> bool:

@@ -35,6 +35,10 @@ seconds the heartbeat says it has run). Every task carries `expected`, its prefi
 (`TaskPrefix.duration_average`; None while dask has none: before a task of the prefix finished, or once
 one runs past twice the estimate).
 
+Fencing a host (`fence`, before a termination) cordons its idle workers and, through a second plugin
+(`swarm-autoscaler-fence-v1`, installed by the first fence call itself), every worker that connects later
+from that host, before the scheduler can give it a task; fences expire after `fence_ttl` seconds.
+
 **Scheduler version.** Cordoning calls scheduler internals (`Scheduler.handle_worker_status_change` and
 the `worker-status-change` stream op), and `observe()` reads scheduler state (`unrunnable`, `queued`, each
 worker's `processing` and `executing`). `check_scheduler()`, run once at start, reads the scheduler's
@@ -63,8 +67,9 @@ from typing import Any, Self, TypeVar
 from distributed import Client as _Client
 
 from swarm_autoscaler.adapters.dask_check import MIN_DISTRIBUTED, PROBE, SchedulerCheck, cordon_problem
+from swarm_autoscaler.adapters.dask_fence import _FENCE, DEFAULT_FENCE_TTL, FENCE_PLUGIN, _make_recorders
 from swarm_autoscaler.core.model import Resources, Task, Worker
-from swarm_autoscaler.core.ports import WorkloadView
+from swarm_autoscaler.core.ports import Fence, WorkloadView
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
 
 PIN_PREFIX = "instance-type:"
@@ -85,27 +90,10 @@ Client: Any = _Client
 
 def _make_state_reader() -> Callable[..., dict[str, Any]]:
     """The function `observe()` runs on the scheduler. Nested so cloudpickle sends it by value."""
+    task, record = _make_recorders()
 
     def read_state(dask_scheduler: Any, plugin_name: str, workers_only: bool = False) -> dict[str, Any]:
-        def task(ts: Any, executing: Any = None) -> list[Any]:
-            elapsed = executing.get(ts) if executing is not None else None
-            prefix = getattr(ts, "prefix", None)
-            average = getattr(prefix, "duration_average", -1)  # -1 while unknown
-            expected = float(average) if average is not None and average >= 0 else None
-            return [str(ts.key), dict(ts.resource_restrictions or {}), elapsed, expected]
-
-        workers = [
-            {
-                "address": ws.address,
-                "name": str(ws.name),
-                "status": ws.status.name,
-                "resources": dict(ws.resources),
-                "nthreads": ws.nthreads,
-                "processing": [task(ts, ws.executing) for ts in ws.processing],
-                "unique": any(len(ts.who_has or ()) <= 1 for ts in ws.has_what),
-            }
-            for ws in dask_scheduler.workers.values()
-        ]
+        workers = [record(ws) for ws in dask_scheduler.workers.values()]
         if workers_only:  # the cheap re-read before a disruptive action: thousands of tasks skipped
             return {"workers": workers}
         return {
@@ -296,9 +284,12 @@ class DaskWorkload:
         *,
         timeout: float = 10.0,
         retire_timeout: float = 300.0,
+        fence_ttl: float = DEFAULT_FENCE_TTL,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.address = scheduler_address
+        self._pattern = worker_hostname_pattern
+        self._fence_ttl = fence_ttl
         self._clock = clock
         self._hostname = _HostnameMatcher(worker_hostname_pattern)
         self._timeout = timeout
@@ -371,6 +362,44 @@ class DaskWorkload:
         wanted = list(dict.fromkeys(addresses))
         done = await self._call(client.run_on_scheduler(_SET_STATUS, addresses=wanted, status=status))
         return tuple(done)
+
+    async def fence(self, hostnames: Sequence[str]) -> Fence:
+        """Fence these hosts in one scheduler call (see the module's notes and `ports.Workload.fence`);
+        the workers there, as they are once fenced, and the hosts refused for a busy worker. On a
+        scheduler that cannot cordon (`SchedulerCheck.cordon`) nothing is fenced: the same answer comes
+        from a plain read of the workers, so terminations are re-checked as before, not blocked."""
+        wanted = [h for h in dict.fromkeys(hostnames) if h]
+        if not wanted:
+            return Fence()
+        if not self._can_fence:
+            on_hosts = tuple(w for w in await self.list_workers() if w.hostname in wanted)
+            return Fence(on_hosts, tuple(sorted({w.hostname for w in on_hosts if w.busy})))
+        state = await self._fence_call(wanted, lift=False)
+        now = self._clock()
+        return Fence(tuple(self._worker(raw, now) for raw in state["workers"]), tuple(state["refused"]))
+
+    async def unfence(self, hostnames: Sequence[str]) -> None:
+        """Lift these hosts' fences; the workers they cordoned run again."""
+        wanted = [h for h in dict.fromkeys(hostnames) if h]
+        if wanted and self._can_fence:
+            await self._fence_call(wanted, lift=True)
+
+    @property
+    def _can_fence(self) -> bool:
+        return self.checked is None or self.checked.cordon is None
+
+    async def _fence_call(self, hostnames: list[str], lift: bool) -> dict[str, Any]:
+        client = await self._connected()
+        call = client.run_on_scheduler(
+            _FENCE,
+            plugin_name=FENCE_PLUGIN,
+            hostnames=hostnames,
+            pattern=self._pattern,
+            ttl=self._fence_ttl,
+            lift=lift,
+        )
+        result: dict[str, Any] = await self._call(call)
+        return result
 
     async def wait_for_change(self, timeout: float) -> bool:
         """True as soon as the scheduler reports a change not yet seen by `observe()`; False on timeout.

@@ -54,6 +54,16 @@ class WorkloadView:
     queued: tuple[Task, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """What `Workload.fence` did, read atomically with it: `workers` are the workers on the hosts asked
+    about, as they are once fenced (a fenced worker reports `retiring`); `refused` are the hosts left
+    unfenced because a worker there is busy (processing a task or holding a result no other worker has)."""
+
+    workers: tuple[Worker, ...] = ()
+    refused: tuple[str, ...] = ()
+
+
 @runtime_checkable
 class Cloud(Protocol):
     """Machines. Only instances carrying this daemon's ownership tags are ever listed or changed.
@@ -157,6 +167,21 @@ class Workload(Protocol):
 
     async def uncordon(self, addresses: Sequence[str]) -> tuple[str, ...]:
         """Let cordoned workers take and start tasks again. Returns the addresses that were uncordoned."""
+        ...
+
+    async def fence(self, hostnames: Sequence[str]) -> Fence:
+        """In ONE atomic step on the scheduler, stop every worker on these hosts from getting a task:
+        idle workers connected there are cordoned, and any worker that connects later from a fenced host
+        is cordoned as it is added. A host with a busy worker is refused (not fenced). Returns the
+        workers on those hosts as they are at that instant. A fence lasts until `unfence` or until it
+        expires (minutes; a host name may be reused later), when the workers it cordoned are let go.
+        Fencing a fenced host renews it. This is how `act` closes the window between its last re-check
+        and a termination: once fenced, nothing new can land on the machine."""
+        ...
+
+    async def unfence(self, hostnames: Sequence[str]) -> None:
+        """Lift these hosts' fences: the workers a fence cordoned take tasks again. Unknown or unfenced
+        hosts are ignored."""
         ...
 
     async def wait_for_change(self, timeout: float) -> bool:

@@ -10,6 +10,10 @@ disruptive action against a fresh read right before it runs.
 3. **Read again if a retirement ran, then drains, cordons, terminations and removals**, each re-checked
    on the latest read. Terminations are batched into ONE `Cloud.terminate` call; node updates run
    concurrently (one node's actions always run one after another, in plan order).
+4. **Terminations are fenced first** (`fencing`): their hosts are fenced in one scheduler call (no
+   worker there, connected now or later, gets a task any more), each Terminate is re-checked on the
+   workers the fence saw, and only then does the batch go to EC2. A skipped or failed termination lifts
+   its host's fence.
 
 An action is skipped (outcome kind "skipped", with every reason) when its precondition no longer holds
 or when the fresh read failed (fail closed). Outcomes come back in plan order.
@@ -53,6 +57,7 @@ from swarm_autoscaler.core.model import (
 )
 from swarm_autoscaler.core.ports import Cloud, Orchestrator, Workload
 from swarm_autoscaler.core.recheck import Fresh, violations
+from swarm_autoscaler.daemon.fencing import fence_terminations, lifted, unfence
 from swarm_autoscaler.errors import AutoscalerError, LockLostError
 
 DISRUPTIVE = (DrainNode, Cordon, Terminate, RemoveNode)
@@ -235,9 +240,18 @@ async def _disrupt(
     outcomes += checked
     terminations = [a for a in runnable if isinstance(a, Terminate)]
     jobs = [doer.job(a) for a in runnable if not isinstance(a, Terminate)]
+    note = ""
+    if terminations and not isinstance(fresh, str):
+        skipped, terminations, note = await fence_terminations(
+            doer.ports.workload, terminations, fresh, doer.hosts_of, pool.time_left()
+        )
+        outcomes += [Outcome(a, False, "skipped: " + why, kind="skipped") for a, why in skipped]
     if terminations:
-        jobs.append(doer.terminate_batch(terminations))
-    return outcomes + await pool.run(jobs)
+        jobs.append(doer.terminate_batch(terminations, note))
+    done = await pool.run(jobs)
+    failed = [o.action for o in done if isinstance(o.action, Terminate) and not o.ok]
+    await unfence(doer.ports.workload, lifted(failed, (), doer.hosts_of))  # it did not happen: lift its fence
+    return outcomes + done
 
 
 def _recheck(
@@ -328,8 +342,9 @@ class _Doer:
         node_id: str | None = getattr(action, "node_id", None)
         return _Job((action,), lambda: self.perform(action), node_id, isinstance(action, Launch))
 
-    def terminate_batch(self, actions: Sequence[Terminate]) -> _Job:
-        """Every Terminate of the act in ONE `Cloud.terminate` call, then their nodes removed."""
+    def terminate_batch(self, actions: Sequence[Terminate], note: str = "") -> _Job:
+        """Every Terminate of the act in ONE `Cloud.terminate` call, then their nodes removed. `note`
+        (how their hosts were fenced) goes in the result."""
 
         async def perform() -> str:
             ids = list(dict.fromkeys(i for a in actions for i in a.instance_ids))
@@ -338,7 +353,8 @@ class _Doer:
             async with asyncio.TaskGroup() as tg:
                 for node_id in nodes:
                     tg.create_task(self.ports.orchestrator.remove(node_id))
-            return f"terminated (one call for {len(ids)} instance(s)); removed {len(nodes)} node(s)"
+            done = f"terminated (one call for {len(ids)} instance(s)); removed {len(nodes)} node(s)"
+            return f"{done}; {note}" if note else done
 
         # Once TerminateInstances went out the step runs to its end, even past the deadline: it was
         # re-checked, and cut short it would leave nodes behind and report as undone what was done.

@@ -36,8 +36,9 @@ from swarm_autoscaler.core.model import (
     Unavailable,
     Worker,
 )
-from swarm_autoscaler.core.ports import LaunchResult, WorkloadView, is_ours
+from swarm_autoscaler.core.ports import Fence, LaunchResult, WorkloadView, is_ours
 from swarm_autoscaler.errors import ConfigurationError, NotFoundError
+from swarm_autoscaler.sim.fences import SimFences
 from swarm_autoscaler.sim.scheduler import EventQueue, Scheduler, SimWorker
 from swarm_autoscaler.sim.trace import Job
 
@@ -163,6 +164,7 @@ class World:
 
     def __post_init__(self) -> None:
         self.scheduler = Scheduler(self.jobs, self.events)
+        self.fences = SimFences(self.scheduler, self.events)
 
     # ------------------------------------------------------------------ time
 
@@ -191,6 +193,8 @@ class World:
             self.instances.pop(payload, None)
         elif kind == "balance":
             self.scheduler.balance(self.now)
+        elif kind == "fence-expired":
+            self.fences.expire(payload, self.now)
 
     # ------------------------------------------------------------------ EC2
 
@@ -293,6 +297,7 @@ class World:
         worker = SimWorker(
             address, f"dask-worker-{node.hostname}", node.hostname, node.type_name, capacity, capacity
         )
+        worker.cordoned = self.fences.admitted(address, node.hostname, self.now)  # before any task
         node.worker = address
         self.scheduler.add_worker(worker, self.now)
 
@@ -463,6 +468,12 @@ class SimWorkload:
 
     async def uncordon(self, addresses: Sequence[str]) -> tuple[str, ...]:
         return self.world.cordon(addresses, False)
+
+    async def fence(self, hostnames: Sequence[str]) -> Fence:
+        return self.world.fences.fence(hostnames, self.world.now)
+
+    async def unfence(self, hostnames: Sequence[str]) -> None:
+        self.world.fences.unfence(hostnames, self.world.now)
 
     async def wait_for_change(self, timeout: float) -> bool:
         return False  # the engine ticks on the virtual clock

@@ -502,7 +502,8 @@ for blob in sys.stdin.buffer.read().split(b"<END>")[:-1]:
 def test_scheduler_side_code_is_shipped_by_value() -> None:
     """The scheduler needs only `distributed`, not this package: what runs there must unpickle without it."""
     plugin = dask_adapter._make_watch_plugin("name", "topic", 0.1)
-    blobs = [dask_dumps(obj) for obj in (dask_adapter._READ_STATE, dask_adapter._READ_ADDRESSES, plugin)]
+    shipped = (dask_adapter._READ_STATE, dask_adapter._READ_ADDRESSES, dask_adapter._FENCE, plugin)
+    blobs = [dask_dumps(obj) for obj in shipped]
     done = subprocess.run(
         [sys.executable, "-c", _LOAD_WITHOUT_PACKAGE],
         input=b"".join(blob + b"<END>" for blob in blobs),
@@ -511,7 +512,7 @@ def test_scheduler_side_code_is_shipped_by_value() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr.decode()
-    assert done.stdout.decode().split() == ["function", "function", "ChangeWatch"]
+    assert done.stdout.decode().split() == ["function", "function", "function", "ChangeWatch"]
 
 
 def test_split_resources_conventions() -> None:
