@@ -97,7 +97,10 @@ async def test_remove_and_terminate_take_away_exactly_the_named_node_and_instanc
     outcomes = await act(plan, snapshot, world.ports)
     assert [(o.ok, o.detail) for o in outcomes] == [
         (True, "removed"),
-        (True, "terminated (one call for 1 instance(s)); removed 1 node(s)"),
+        (
+            True,
+            "terminated (one call for 1 instance(s)); removed 1 node(s); 1 host(s) fenced first, 1 worker(s) there",
+        ),
     ]
     assert set(world.swarm.nodes) == {third}
     assert victim not in world.cloud.instances and len(world.cloud.instances) == 2
