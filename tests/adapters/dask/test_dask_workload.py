@@ -313,7 +313,11 @@ async def test_list_workers_is_the_workers_of_observe_without_the_task_lists(
     await start_worker("ip-10-0-0-5", cpus=2, ram=4 * GIB)
     running = [client.submit(held, i, key=f"held-{i}", resources={"CPU": 1}) for i in range(3)]
     stuck = client.submit(held, key="too-big", resources={"CPU": 64})  # unrunnable
-    view = await _observe_until(workload, lambda v: sum(len(w.processing) for w in v.workers) == 3)
+    # both submissions must have reached the scheduler: the held tasks can be processing before the
+    # unrunnable one arrives (a race that failed this test once in a full run)
+    view = await _observe_until(
+        workload, lambda v: sum(len(w.processing) for w in v.workers) == 3 and len(v.unrunnable) == 1
+    )
     assert [t.key for t in view.unrunnable] == ["too-big"]
     workers = await workload.list_workers()
     assert [(w.address, w.hostname, w.busy) for w in workers] == [
