@@ -208,6 +208,11 @@ async def test_the_stack_deploys_scales_a_burst_rolls_and_logs_json(
     # Step 7: the logs are JSON lines, and no secret is in them.
     lines = _service_logs(manager)
     assert len(lines) > 10
+    # A replica whose start-up check could not reach an endpoint in time (a loaded machine) exits 3 with
+    # the one documented plain line, and swarm starts it again: that line is the only non-JSON one allowed.
+    startup_errors = [line for line in lines if line.startswith("error: cannot use ")]
+    lines = [line for line in lines if line not in startup_errors]
+    print(f"{len(startup_errors)} start-up error line(s) from restarted replicas")
     for line in lines:
         record = json.loads(line)  # raises on a line that is not JSON
         assert "event" in record and "level" in record, line
