@@ -59,6 +59,26 @@ def _password_of(url: str) -> str | None:
     return str(password) if password else None
 
 
+def open_client(url: str, timeout: float) -> aioredis.Redis:
+    """A redis client for `url` that connects lazily, bounds every call by `timeout` and retries once,
+    quickly (a leader must learn fast that it cannot reach redis). A malformed URL raises
+    `ConfigurationError` without the password."""
+    try:
+        client: aioredis.Redis = aioredis.Redis.from_url(
+            url,
+            socket_connect_timeout=timeout,
+            socket_timeout=timeout,
+            retry=Retry(ExponentialBackoff(cap=0.2, base=0.05), 1),
+        )
+    except (ValueError, RedisError) as exc:
+        detail = f"{type(exc).__name__}: {exc}"
+        password = _password_of(url)
+        if password:
+            detail = detail.replace(password, REDACTED)
+        raise ConfigurationError(f"invalid redis URL {redact_url(url)}: {detail}") from None
+    return client
+
+
 def default_token() -> str:
     """A token unique to this replica and this process start: host, pid and a random part."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
@@ -92,17 +112,7 @@ class RedisLock:
         self.key = KEY_PREFIX + cluster_name
         self.token = token or default_token()
         self._ttl_ms = max(1, round(ttl * 1000))
-        call_timeout = min(timeout, ttl / 3)
-        try:
-            self._redis: aioredis.Redis = aioredis.Redis.from_url(
-                url,
-                socket_connect_timeout=call_timeout,
-                socket_timeout=call_timeout,
-                # One quick retry: a leader must learn fast that it cannot reach redis.
-                retry=Retry(ExponentialBackoff(cap=0.2, base=0.05), 1),
-            )
-        except (ValueError, RedisError) as exc:
-            raise ConfigurationError(f"invalid redis URL {redact_url(url)}: {self._clean(exc)}") from None
+        self._redis = open_client(url, min(timeout, ttl / 3))
         self._pexpire = self._redis.register_script(_COMPARE_AND_PEXPIRE)
         self._delete = self._redis.register_script(_COMPARE_AND_DELETE)
 

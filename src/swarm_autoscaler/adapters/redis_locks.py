@@ -15,9 +15,6 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
 from swarm_autoscaler.adapters.redis_lock import (
@@ -25,10 +22,11 @@ from swarm_autoscaler.adapters.redis_lock import (
     _COMPARE_AND_PEXPIRE,
     _password_of,
     default_token,
+    open_client,
     redact_url,
 )
 from swarm_autoscaler.daemon.logs import REDACTED
-from swarm_autoscaler.errors import ConfigurationError, EndpointError
+from swarm_autoscaler.errors import EndpointError
 
 KEY_PREFIX = "swarm-autoscaler:keeper:"
 _POLL = 0.05  # how often a waiting `exclusive` retries
@@ -44,15 +42,7 @@ class RedisLocks:
         self.prefix = f"{KEY_PREFIX}{keeper_name}:"
         self.token = default_token()
         self._hold_ms = max(1, round(hold_ttl * 1000))
-        try:
-            self._redis: aioredis.Redis = aioredis.Redis.from_url(
-                url,
-                socket_connect_timeout=timeout,
-                socket_timeout=timeout,
-                retry=Retry(ExponentialBackoff(cap=0.2, base=0.05), 1),
-            )
-        except (ValueError, RedisError) as exc:
-            raise ConfigurationError(f"invalid redis URL {redact_url(url)}: {self._clean(exc)}") from None
+        self._redis = open_client(url, timeout)
         self._pexpire = self._redis.register_script(_COMPARE_AND_PEXPIRE)
         self._delete = self._redis.register_script(_COMPARE_AND_DELETE)
 
