@@ -9,28 +9,16 @@ from __future__ import annotations
 
 import io
 import json
-import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
-import structlog
 from distributed import Scheduler
 from tests.adapters.dask.test_scheduler_version import SchedulerWithoutStatusChange
 
 from swarm_autoscaler.daemon.logs import configure_logging
 from swarm_autoscaler.localcloud.cloud import LocalCloud, LocalCloudOptions
 
-pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    structlog.reset_defaults()
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("restore_logging")]
 
 
 @pytest.fixture(scope="module")

@@ -8,33 +8,21 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import logging
 import shutil
 import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import structlog
 
 from swarm_autoscaler.daemon.logs import configure_logging
 from swarm_autoscaler.localcloud.cloud import LocalCloud, LocalCloudOptions
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("restore_logging")]
 
 PASSWORD = "transient-Secret-pw"
-
-
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    structlog.reset_defaults()
 
 
 @pytest.fixture

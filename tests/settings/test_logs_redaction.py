@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator
 
 import pytest
 import structlog
@@ -13,15 +12,7 @@ from pydantic import SecretStr
 
 from swarm_autoscaler.daemon.logs import REDACTED, configure_logging, redact_secrets, redact_text
 
-
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    structlog.reset_defaults()
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 @pytest.mark.parametrize(
