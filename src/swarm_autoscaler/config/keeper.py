@@ -51,6 +51,7 @@ from swarm_autoscaler.core.catalogue import known_type
 
 KEEPER_PREFIX = f"{PREFIX}KEEPER_"
 EXAMPLE_TOKEN = "replace-me-with-a-long-random-token"
+KEEPER_HTTP_PORT = 8080
 PLACEHOLDERS = ("cluster_id", "user_id", "wallet_id", "scheduler_port", "dashboard_port", "autoscaler_env")
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 TEMPLATE_LIMIT = USER_DATA_LIMIT - 4096  # room for the rendered values (the worker types' JSON above all)
@@ -150,7 +151,9 @@ class KeeperSettings(BaseSettings):
         le=65535,
         description="HTTP port of each primary's dask scheduler (health, metrics).",
     )
-    http_port: int = Field(default=8080, ge=1, le=65535, description="TCP port of the keeper's API.")
+    http_port: int = Field(
+        default=KEEPER_HTTP_PORT, ge=1, le=65535, description="TCP port of the keeper's API."
+    )
     lock_ttl: Duration = Field(
         default=15.0,
         gt=0,
