@@ -12,7 +12,6 @@ from swarm_autoscaler.config.keeper import (
     DEFAULT_PRIMARY_BOOT,
     EXAMPLE_TOKEN,
     cluster_env,
-    env_lines,
     load_keeper_settings,
     render_boot,
 )
@@ -138,7 +137,7 @@ def test_each_clusters_autoscaler_settings_derive_from_the_keepers(keeper_env: p
     keeper_env.setenv("AUTOSCALER_EC2_CUSTOM_TAGS", '{"team": "science"}')
     config = load_keeper_settings()
 
-    env = cluster_env(config, "kc-0123456789abcdef")
+    env = cluster_env(config, "kc-0123456789abcdef", {"swarm-autoscaler-keeper": "keeper"})
 
     assert env["AUTOSCALER_CLUSTER_NAME"] == "kc-0123456789abcdef"
     assert env["AUTOSCALER_EC2_MAX_INSTANCES"] == "7"
@@ -146,10 +145,23 @@ def test_each_clusters_autoscaler_settings_derive_from_the_keepers(keeper_env: p
     assert json.loads(env["AUTOSCALER_EC2_ALLOWED_TYPES"])["m5.large"]["reserve"] == 1
     assert env["AUTOSCALER_EC2_ENDPOINT"] == "http://ec2.local:5000"
     assert env["AUTOSCALER_EC2_SUBNET_IDS"] == "subnet-1,subnet-2"
-    assert env["AUTOSCALER_EC2_CUSTOM_TAGS"] == '{"team": "science"}'
+    assert json.loads(env["AUTOSCALER_EC2_CUSTOM_TAGS"]) == {
+        "team": "science",
+        "swarm-autoscaler-keeper": "keeper",
+    }
     script = user_data_of(config)(ClusterKey("alice", "none"), "kc-0123456789abcdef")
     assert "AKIAKEEPER" not in script and "never-in-user-data" not in script  # credentials stay out
-    assert env_lines(env) in script and "{{" not in script
+    assert "{{" not in script
+    (tags_line,) = [line for line in script.splitlines() if line.startswith("AUTOSCALER_EC2_CUSTOM_TAGS=")]
+    assert json.loads(
+        tags_line.partition("=")[2]
+    ) == {  # the workers' tags: the keeper's, then whose they are
+        "team": "science",
+        "swarm-autoscaler-keeper": "keeper",
+        "swarm-autoscaler-keeper-user": "alice",
+        "swarm-autoscaler-keeper-wallet": "none",
+    }
+    assert "AUTOSCALER_CLUSTER_NAME=kc-0123456789abcdef\n" in script
     assert "Primary of on-demand cluster kc-0123456789abcdef (user alice, wallet none)" in script
 
 

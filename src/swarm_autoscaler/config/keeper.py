@@ -253,11 +253,15 @@ def load_keeper_settings(env_file: str | os.PathLike[str] | None = None) -> Keep
 # ------------------------------------------------------------------------------------------ per cluster
 
 
-def cluster_env(config: KeeperConfig, cluster_id: str) -> dict[str, str]:
+def cluster_env(
+    config: KeeperConfig, cluster_id: str, worker_tags: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The settings of cluster `cluster_id`'s own autoscaler, derived from the keeper's: its cluster name
     is the cluster id (its workers' ownership tag), its allowed types and fleet limit are the keeper's
-    worker types and max instances per cluster, and it launches where the keeper does. No credentials."""
+    worker types and max instances per cluster, and it launches where the keeper does, with the keeper's
+    custom tags and `worker_tags` on its workers. No credentials."""
     ec2, keeper = config.ec2, config.keeper
+    tags = {**ec2.custom_tags, **(worker_tags or {})}
     types = {name: spec.model_dump(mode="json") for name, spec in keeper.worker_types.items()}
     env = {
         f"{PREFIX}CLUSTER_NAME": cluster_id,
@@ -272,7 +276,7 @@ def cluster_env(config: KeeperConfig, cluster_id: str) -> dict[str, str]:
         f"{PREFIX}EC2_SECURITY_GROUP_IDS": ",".join(ec2.security_group_ids),
         f"{PREFIX}EC2_KEY_NAME": ec2.key_name,
         f"{PREFIX}EC2_IAM_INSTANCE_PROFILE": ec2.iam_instance_profile,
-        f"{PREFIX}EC2_CUSTOM_TAGS": json.dumps(ec2.custom_tags) if ec2.custom_tags else None,
+        f"{PREFIX}EC2_CUSTOM_TAGS": json.dumps(tags, separators=(",", ":")) if tags else None,
     }
     env.update({name: value for name, value in optional.items() if value})
     return env

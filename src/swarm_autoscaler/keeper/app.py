@@ -25,6 +25,7 @@ from aiohttp import web
 
 from swarm_autoscaler.adapters.dask_probe import HttpSchedulerProbe
 from swarm_autoscaler.adapters.ec2_primaries import Ec2Primaries, UserData
+from swarm_autoscaler.adapters.keeper_tags import worker_tags
 from swarm_autoscaler.adapters.redis_locks import RedisLocks
 from swarm_autoscaler.config.keeper import KeeperConfig, cluster_env, env_lines, render_boot
 from swarm_autoscaler.daemon.metrics import start_http
@@ -55,7 +56,7 @@ def user_data_of(config: KeeperConfig) -> UserData:
             "wallet_id": key.wallet_id,
             "scheduler_port": str(keeper.scheduler_port),
             "dashboard_port": str(keeper.dashboard_port),
-            "autoscaler_env": env_lines(cluster_env(config, cluster_id)),
+            "autoscaler_env": env_lines(cluster_env(config, cluster_id, worker_tags(keeper.name, key))),
         }
         return render_boot(template, values)
 
