@@ -114,9 +114,9 @@ async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
             expected_start_s=min(EXPECTED_START_S, keeper_settings.max_start_time),
             healthy=lambda: _unhealthy(keeper),
         )
-        await _listen(stack, app, config)
         where = "AUTOSCALER_EC2_ENDPOINT" if config.ec2.endpoint else "AUTOSCALER_EC2_REGION"
-        await stack.enter_async_context(hosts)
+        await _checked(where, stack.enter_async_context(hosts))  # the client only: no request yet
+        await _listen(stack, app, config)  # before any request: a busy port is found first
         types = [keeper_settings.primary_type, *keeper_settings.worker_types]
         await _checked(where, hosts.check(types))  # also syncs EC2's clock
         await _checked("AUTOSCALER_REDIS_URL", locks.check())
