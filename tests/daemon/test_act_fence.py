@@ -65,7 +65,8 @@ async def test_a_worker_that_got_a_task_between_the_fresh_read_and_the_fence_kee
     w.workload.after_read.append(lambda: joins(w, True, gave))  # after the last read, before the fence
     (outcome,) = await w.act(broken)
     assert gave == [True]
-    assert outcome.kind == "skipped" and terminated(w) == []
+    assert outcome.kind == "skipped" and outcome.ok is False and terminated(w) == []
+    assert outcome.detail.startswith("skipped: ")  # as every skip, whichever re-check made it
     assert f"the fence refused {HOST}: a worker there is busy" in outcome.detail
     assert f"a worker connected on {HOST}" in outcome.detail
     assert not w.workload.workers[0].retiring  # a refused host is left alone

@@ -240,14 +240,13 @@ async def _disrupt(
     outcomes += checked
     terminations = [a for a in runnable if isinstance(a, Terminate)]
     jobs = [doer.job(a) for a in runnable if not isinstance(a, Terminate)]
-    note = ""
-    if terminations and not isinstance(fresh, str):
-        skipped, terminations, note = await fence_terminations(
+    if terminations and not isinstance(fresh, str):  # (runnable at all only on a fresh read)
+        skipped, fenced, note = await fence_terminations(
             doer.ports.workload, terminations, fresh, doer.hosts_of, pool.time_left()
         )
         outcomes += [Outcome(a, False, "skipped: " + why, kind="skipped") for a, why in skipped]
-    if terminations:
-        jobs.append(doer.terminate_batch(terminations, note))
+        if fenced:
+            jobs.append(doer.terminate_batch(fenced, note))
     done = await pool.run(jobs)
     failed = [o.action for o in done if isinstance(o.action, Terminate) and not o.ok]
     await unfence(doer.ports.workload, lifted(failed, (), doer.hosts_of))  # it did not happen: lift its fence
@@ -342,9 +341,9 @@ class _Doer:
         node_id: str | None = getattr(action, "node_id", None)
         return _Job((action,), lambda: self.perform(action), node_id, isinstance(action, Launch))
 
-    def terminate_batch(self, actions: Sequence[Terminate], note: str = "") -> _Job:
+    def terminate_batch(self, actions: Sequence[Terminate], note: str) -> _Job:
         """Every Terminate of the act in ONE `Cloud.terminate` call, then their nodes removed. `note`
-        (how their hosts were fenced) goes in the result."""
+        (how their hosts were fenced) goes in the result. The only way a Terminate is carried out."""
 
         async def perform() -> str:
             ids = list(dict.fromkeys(i for a in actions for i in a.instance_ids))
@@ -354,7 +353,7 @@ class _Doer:
                 for node_id in nodes:
                     tg.create_task(self.ports.orchestrator.remove(node_id))
             done = f"terminated (one call for {len(ids)} instance(s)); removed {len(nodes)} node(s)"
-            return f"{done}; {note}" if note else done
+            return f"{done}; {note}"
 
         # Once TerminateInstances went out the step runs to its end, even past the deadline: it was
         # re-checked, and cut short it would leave nodes behind and report as undone what was done.
@@ -381,8 +380,6 @@ class _Doer:
                 done = await self.ports.workload.uncordon(addresses)
                 await self._mark(node_id, cordoned_since=None)
                 return f"uncordoned {len(done)}"
-            case Terminate():
-                return await self.terminate_batch([action]).perform()
         return await self._perform_on_node(action)
 
     async def _perform_on_node(self, action: Action) -> str:
