@@ -8,11 +8,13 @@ The mutation run (`make mutation`) found these paths without a test that would f
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 from tests.daemon.test_act import CLUSTER, SlowSwarm, World
-from tests.fakes import CATALOGUE, FakeCloud, FakeWorkload
+from tests.fakes import CATALOGUE, FakeCloud, FakeWorkload, small_policy
 
+from swarm_autoscaler.core.cluster import classify
 from swarm_autoscaler.core.model import (
     ActivateNode,
     DrainNode,
@@ -33,6 +35,7 @@ from swarm_autoscaler.core.model import (
     Terminate,
     Worker,
 )
+from swarm_autoscaler.core.plan import plan
 from swarm_autoscaler.core.ports import Fence, LaunchResult
 from swarm_autoscaler.daemon.act import ActConfig, Ports, act
 from swarm_autoscaler.errors import EndpointError
@@ -284,3 +287,36 @@ async def test_without_a_fresh_read_every_failure_is_named() -> None:
     assert outcome.detail.startswith("skipped: no fresh read to re-check against (EndpointError: ")
     assert "engine gone" in outcome.detail and "connection refused" in outcome.detail
     assert "; EndpointError: " in outcome.detail  # both failures, each with its type
+
+
+async def test_a_cordoned_worker_whose_retirement_was_cut_short_is_retired_again_next_time() -> None:
+    """The chaos test's liveness failure (seed 20607): the plan retires a cordoned idle worker and drains
+    its node, with a mark that clears the cordon mark; the deadline cuts the retirement short. Had the
+    mark been written first, the worker (still closing_gracefully from its cordon) would look retiring
+    to every later plan, which waits on a retirement no one is doing: the fleet never settles."""
+    w = World()
+    node, host = w.machine(1)
+    address = "tcp://10.0.0.1:1"
+    cordoned = NodeMarks(ready=True, empty_since=w.clock.now - 100, cordoned_since=w.clock.now - 200)
+    await w.swarm.mark(node, cordoned)
+    workload = SlowRetire(workers=[dataclasses.replace(World.worker(1), retiring=True)])
+    workload.delay = 0.6
+    w.workload = workload
+    w.ports = Ports(w.cloud, w.swarm, workload)
+    policy = small_policy(5)
+    first = plan(w.snapshot(), policy)
+    assert [type(a) for a in first.actions] == [MarkNode, RetireWorkers, DrainNode]
+    outcomes = await asyncio.wait_for(
+        act(first, w.snapshot(), w.ports, config=ActConfig(CLUSTER, deadline=0.2)), BOUND
+    )
+    w.clock.step(policy.drain_delay)
+    snapshot = w.snapshot()
+    assert classify(snapshot, policy).active  # not "retiring": a later plan acts on it
+    assert w.swarm.nodes[node].marks == cordoned  # the cordon mark stays with its worker
+    assert [o.kind for o in outcomes] == ["deadline"] * 3
+    again = plan(snapshot, policy).actions
+    assert (
+        RetireWorkers((address,), f"idle for at least drain_delay={policy.drain_delay:g}s", (HostIdle(host),))
+        in again
+    )
+    assert any(isinstance(a, DrainNode) and a.node_id == node for a in again)
