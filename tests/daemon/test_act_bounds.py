@@ -37,7 +37,7 @@ from swarm_autoscaler.core.model import (
 )
 from swarm_autoscaler.core.plan import plan
 from swarm_autoscaler.core.ports import Fence, LaunchResult
-from swarm_autoscaler.daemon.act import ActConfig, Ports, act
+from swarm_autoscaler.daemon.act import ActConfig, Outcome, Ports, act
 from swarm_autoscaler.errors import EndpointError
 from swarm_autoscaler.localcloud.memswarm import MemorySwarm
 
@@ -320,3 +320,19 @@ async def test_a_cordoned_worker_whose_retirement_was_cut_short_is_retired_again
         in again
     )
     assert any(isinstance(a, DrainNode) and a.node_id == node for a in again)
+
+
+async def test_the_marks_of_a_node_whose_drain_is_skipped_are_skipped_with_it() -> None:
+    w = World()
+    theirs, host = w.machine(1, labels={}, worker=False)  # not ours: its drain is skipped
+    before = w.swarm.nodes[theirs].marks
+    drained_mark = MarkNode(theirs, NodeMarks(drained_since=w.clock.now), "drained")
+    outcomes = await w.act(drained_mark, DrainNode(theirs, host, "empty", expect=(NodeOurs(theirs),)))
+    assert outcomes[0] == Outcome(
+        drained_mark,
+        False,
+        "skipped: its node's drain does not go ahead (the next plan marks it again)",
+        kind="skipped",
+    )
+    assert outcomes[1].kind == "skipped" and "ownership label" in outcomes[1].detail
+    assert w.swarm.nodes[theirs].marks == before
