@@ -194,28 +194,64 @@ def scaling_down(draw: st.DrawFn) -> Snapshot:
     busy ones, drained ones whose worker holds work or that the scheduler kept (it holds the only copy
     of a result), nodes of other owners, stale marks and launch times in the future. Work is pending
     one time in three."""
-    parts = [draw(leaving(n)) for n in range(1, draw(st.integers(1, 7)) + 1)]
+    parts = [draw(leaving(n)) for n in range(1, draw(st.integers(2, 8)) + 1)]
     return Snapshot(
         now=NOW,
         instance_types=CATALOGUE,
         instances=tuple(i for i, _, _ in parts if i is not None),
         nodes=tuple(n for _, n, _ in parts if n is not None),
         workers=tuple(w for _, _, w in parts if w is not None),
-        unrunnable=draw(tasks("u", 3)) if not draw(st.integers(0, 4)) else (),
+        unrunnable=_regrowth(draw) if not draw(st.integers(0, 3)) else (),
         unavailable=tuple(draw(st.lists(REFUSALS, max_size=2))),
         queued=draw(tasks("q", 3)) if not draw(st.integers(0, 4)) else (),
     )
+
+
+def _running(draw: st.DrawFn, work: tuple[Task, ...]) -> tuple[Task, ...]:
+    """`work` as drawn (some tasks waiting) one time in four, else all of it executing: a task waiting on
+    a worker is pending work, and pending work holds back scale-down, the rules this fleet is for."""
+    return (
+        work if not draw(st.integers(0, 3)) else tuple(dataclasses.replace(t, executing=True) for t in work)
+    )
+
+
+def _regrowth(draw: st.DrawFn) -> tuple[Task, ...]:
+    """Work arriving on a shrinking fleet: any tasks, or (one time in two) a batch of the shapes its
+    machines run, often more than its idle workers take, so that drained machines are activated."""
+    if draw(st.booleans()):
+        return draw(tasks("u", 3))
+    shapes = draw(st.lists(st.sampled_from(SHAPES[1:3]), min_size=2, max_size=8))
+    return tuple(make_task(f"u{i}", **s) for i, s in enumerate(shapes))  # type: ignore[arg-type]
 
 
 @st.composite
 def leaving(draw: st.DrawFn, n: int) -> tuple[Instance | None, Node | None, Worker | None]:
     """Machine `n` in one of PHASES."""
     phase = draw(
-        st.sampled_from((*PHASES, "idle", "idle", "drained", "drained", "drained", "broken", "kept"))
+        st.sampled_from(
+            (
+                *PHASES,
+                "idle",
+                "idle",
+                "idle",
+                "drained",
+                "drained",
+                "drained",
+                "drained",
+                "drained",
+                "broken",
+                "kept",
+            )
+        )
     )
     type_name = draw(st.sampled_from(("m5.large", "m5.xlarge")))
     host = hostname(n)
-    age = 5000.0 if phase != "broken" else draw(AGES)
+    # A broken machine past its start time more often than not: the termination of one is a rule to
+    # reach. Any other machine was launched long ago, by EC2's clock one time in eight ahead of ours.
+    if phase == "broken":
+        age = draw(st.sampled_from((700.0, 5000.0)) if draw(st.booleans()) else AGES)
+    else:
+        age = 5000.0 if draw(st.integers(0, 7)) else -300.0
     instance = Instance(
         f"i-{n:04d}",
         type_name,
@@ -233,14 +269,14 @@ def leaving(draw: st.DrawFn, n: int) -> tuple[Instance | None, Node | None, Work
     if phase == "idle":
         marks = NodeMarks(ready=True, empty_since=draw(old))
     elif phase == "busy":
-        work = draw(tasks(f"w{n}-", 3, executing=True))
+        work = _running(draw, draw(tasks(f"w{n}-", 3, executing=True)))
         unique = not work or draw(st.booleans())
     elif phase in ("drained", "kept", "busy-drained"):
         availability = Availability.DRAIN
         marks = NodeMarks(ready=True, drained_since=draw(old))
         unique = phase == "kept"
         retiring = phase == "drained" and draw(st.booleans())
-        work = draw(tasks(f"w{n}-", 2, executing=True)) if phase == "busy-drained" else ()
+        work = _running(draw, draw(tasks(f"w{n}-", 2, executing=True))) if phase == "busy-drained" else ()
     elif phase == "retiring":
         retiring = True
         marks = NodeMarks(ready=True, empty_since=draw(old))
@@ -267,12 +303,12 @@ def leaving(draw: st.DrawFn, n: int) -> tuple[Instance | None, Node | None, Work
 
 @st.composite
 def worlds(draw: st.DrawFn) -> Snapshot:
-    """What the properties run on: anything at all (one sample in five), quiet fleets (consolidation)
-    or fleets on their way down (scale-down and repair), two in five each. The shares each rule is
-    reached with are measured by tests/core/test_strategy_reach.py."""
-    return draw(
-        draw(st.sampled_from((scaling_down(), quiet_fleets(), snapshots(), scaling_down(), quiet_fleets())))
-    )
+    """What the properties run on: anything at all (one sample in seven), quiet fleets (consolidation)
+    or fleets on their way down (scale-down and repair), three in seven each: the shrinking and the
+    quiet fleets each carry rules the others do not reach. The shares each rule is reached with are
+    measured by tests/core/test_strategy_reach.py."""
+    kinds = (scaling_down, quiet_fleets, scaling_down, quiet_fleets, snapshots, scaling_down, quiet_fleets)
+    return draw(draw(st.sampled_from(kinds))())
 
 
 @st.composite
@@ -291,7 +327,7 @@ def policies(draw: st.DrawFn) -> Policy:
         termination_delay=120.0,
         node_down_timeout=300.0,
         max_launch_per_tick=draw(st.sampled_from((0, 0, 2))),
-        consolidate_below=draw(st.sampled_from((0.0, 0.5, 0.5, 1.0))),
+        consolidate_below=draw(st.sampled_from((0.5, 0.5, 1.0, 0.5, 0.0))),  # the default, 0.5, mostly
         tolerated_wait=draw(st.sampled_from((0.0, 120.0, 600.0))),
     )
 
@@ -376,36 +412,103 @@ def clone(snapshot: Snapshot) -> Snapshot:
     )
 
 
+# What a quiet fleet is drawn for: cordons ("consolidating": nothing pending, light workers),
+# uncordons ("recovering": cordoned workers that a task waits on or pending work fits), or any mix.
+QUIET = ("consolidating", "recovering", "consolidating", "recovering", "consolidating", "mixed")
+
+
 @st.composite
 def quiet_fleets(draw: st.DrawFn) -> Snapshot:
     """What consolidation acts on: joined machines of one or two types whose workers run a few tasks
-    (some may wait, some workers may be cordoned), often with nothing pending."""
+    (some may wait, some workers may be cordoned), often with nothing pending. Drawn for one of QUIET:
+    a mixed fleet alone rarely reaches a cordon or an uncordon (one needs nothing pending, the other
+    pending work or a waiting task)."""
+    flavour = draw(st.sampled_from(QUIET))
     parts = []
-    kinds = draw(st.sampled_from((("m5.xlarge",), ("c5.2xlarge",), ("m5.xlarge", "c5.2xlarge"))))
+    kinds = draw(st.sampled_from(FLEET_TYPES))
     load = draw(st.sampled_from((1, 2, 4)))  # most tasks a worker runs: light fleets are the ones to shrink
-    for n in range(1, draw(st.integers(2, 7)) + 1):
+    for n in range(1, draw(st.integers(2 if flavour == "mixed" else 3, 7)) + 1):
         type_name = draw(st.sampled_from(kinds))
         host = hostname(n)
         res = next(t.resources for t in CATALOGUE if t.name == type_name)
-        cordoned = not draw(st.integers(0, 4))
-        marks = NodeMarks(ready=True, cordoned_since=NOW - 30 if cordoned else None)
-        shapes = draw(st.lists(st.sampled_from(SHAPES[:4]), max_size=load))
-        work = tuple(
-            timed(draw, make_task(f"w{n}-{i}", **shape), draw(st.integers(0, 5)) > 0)  # type: ignore[arg-type]
-            for i, shape in enumerate(shapes)
+        cordoned = _cordoned(draw, flavour)
+        # Recovering fleets keep some drained machines too: the work that fits no worker activates one.
+        drained = flavour == "recovering" and not cordoned and not draw(st.integers(0, 2))
+        marks = NodeMarks(
+            ready=True,
+            cordoned_since=NOW - 30 if cordoned else None,
+            drained_since=NOW - 30 if drained else None,
         )
+        if drained:
+            work: tuple[Task, ...] = ()
+        elif flavour == "recovering" and not cordoned:
+            work = _full(n, type_name)  # the work that comes goes to cordoned or drained machines
+        else:
+            work = _quiet_work(draw, n, flavour, cordoned, load, type_name)
+        availability = Availability.DRAIN if drained else Availability.ACTIVE
         parts.append(
             (
                 Instance(f"i-{n:04d}", type_name, InstanceState.RUNNING, NOW - 1000, host),
-                Node(f"node-{n}", host, Availability.ACTIVE, NodeStatus.READY, marks=marks, ours=True),
+                Node(f"node-{n}", host, availability, NodeStatus.READY, marks=marks, ours=True),
                 Worker(f"tcp://{host}:8786", host, host, res, processing=work, retiring=cordoned),
             )
         )
+    if flavour == "recovering":  # more work than the active workers have room for, now and then
+        shapes = draw(st.lists(st.sampled_from(SHAPES[:4]), min_size=2, max_size=6))
+        pending = tuple(timed(draw, make_task(f"u{i}", **s), False) for i, s in enumerate(shapes))  # type: ignore[arg-type]
+    else:
+        pending = draw(tasks("u", 2)) if flavour == "mixed" and not draw(st.integers(0, 3)) else ()
+    # The work that comes has no worker yet, or (recovering, one time in two) waits in the scheduler's queue.
+    queued = flavour == "recovering" and draw(st.booleans())
     return Snapshot(
         now=NOW,
         instance_types=CATALOGUE,
         instances=tuple(i for i, _, _ in parts),
         nodes=tuple(n for _, n, _ in parts),
         workers=tuple(w for _, _, w in parts),
-        unrunnable=draw(tasks("u", 2)) if not draw(st.integers(0, 3)) else (),
+        unrunnable=() if queued else pending,
+        queued=pending if queued else (),
     )
+
+
+# The types of a quiet fleet. A plan cordons or activates only machines of a type the policy allows, so
+# m5.large, the type policies() allows most often, is among them.
+FLEET_TYPES = (
+    ("m5.large",),
+    ("m5.xlarge",),
+    ("c5.2xlarge",),
+    ("m5.large", "m5.xlarge"),
+    ("m5.xlarge", "c5.2xlarge"),
+    ("m5.large", "c5.2xlarge"),
+)
+
+
+def _cordoned(draw: st.DrawFn, flavour: str) -> bool:
+    if flavour == "consolidating":
+        return False
+    return not draw(st.integers(0, 1 if flavour == "recovering" else 4))
+
+
+def _quiet_work(
+    draw: st.DrawFn, n: int, flavour: str, cordoned: bool, load: int, type_name: str
+) -> tuple[Task, ...]:
+    """A quiet worker's tasks, each executing (five times in six) or waiting on it; when consolidating,
+    one or two executing small ones; when recovering, a cordoned worker has one waiting half the time."""
+    if flavour == "consolidating":
+        shapes = draw(st.lists(st.sampled_from(SHAPES[:3]), min_size=1, max_size=2))
+        return tuple(timed(draw, make_task(f"w{n}-{i}", **s), True) for i, s in enumerate(shapes))  # type: ignore[arg-type]
+    fitting = SHAPES[:3] if type_name == "m5.large" else SHAPES[:4]  # 3 CPUs do not fit an m5.large
+    shapes = draw(st.lists(st.sampled_from(fitting), max_size=load))
+    work = tuple(
+        timed(draw, make_task(f"w{n}-{i}", **shape), draw(st.integers(0, 5)) > 0)  # type: ignore[arg-type]
+        for i, shape in enumerate(shapes)
+    )
+    if flavour == "recovering" and cordoned and draw(st.booleans()):
+        work += (timed(draw, make_task(f"w{n}-wait", **SHAPES[1]), False),)  # type: ignore[arg-type]
+    return work
+
+
+def _full(n: int, type_name: str) -> tuple[Task, ...]:
+    """One executing task that takes the whole of a `type_name` machine: pending work must go elsewhere."""
+    res = next(t.resources for t in CATALOGUE if t.name == type_name)
+    return (Task(f"w{n}-full", Resources(res.cpus, res.ram), executing=True),)

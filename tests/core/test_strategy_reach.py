@@ -32,7 +32,7 @@ from swarm_autoscaler.core.model import (
 )
 from swarm_autoscaler.core.plan import plan
 
-SAMPLES = 400
+SAMPLES = 1000
 
 Case = Callable[[Snapshot, Policy, Plan, Cluster], bool]
 
@@ -98,18 +98,20 @@ def _min_holds(snapshot: Snapshot, policy: Policy, result: Plan, cluster: Cluste
 
 # name -> (predicate, floor: the least share of samples that must reach it). The floors sit about a
 # quarter below the shares measured when they were set (the table in the test's output), so that a
-# strategy change that stops reaching a case fails while reshuffled samples do not.
+# strategy change that stops reaching a case fails while reshuffled samples do not. Hypothesis draws its
+# samples in runs of similar ones, so a share moves by a few points whenever the strategies change
+# (any edit re-rolls the fixed sample): 1,000 samples keep that to about +-2 points (400 gave +-5).
 CASES: dict[str, tuple[Case, float]] = {
     # rules: each action the planner takes
-    "rule: terminate drained": (_terminates("drained"), 0.08),
-    "rule: terminate broken": (_terminates("broken"), 0.07),
-    "rule: drain": (_does(DrainNode), 0.09),
-    "rule: retire": (_does(RetireWorkers), 0.09),
-    "rule: cordon": (_does(Cordon), 0.05),
-    "rule: uncordon": (_does(Uncordon), 0.04),
-    "rule: remove node": (_removes_a_node, 0.07),
-    "rule: activate": (_does(ActivateNode), 0.015),
-    "rule: launch": (_does(Launch), 0.10),
+    "rule: terminate drained": (_terminates("drained"), 0.11),
+    "rule: terminate broken": (_terminates("broken"), 0.11),
+    "rule: drain": (_does(DrainNode), 0.10),
+    "rule: retire": (_does(RetireWorkers), 0.10),
+    "rule: cordon": (_does(Cordon), 0.10),
+    "rule: uncordon": (_does(Uncordon), 0.11),
+    "rule: remove node": (_removes_a_node, 0.24),
+    "rule: activate": (_does(ActivateNode), 0.075),
+    "rule: launch": (_does(Launch), 0.13),
     # inputs: the situations the issue found unprotected
     "input: subnet refusal": (
         lambda s, p, r, c: any(u.subnet_id and u.until > s.now for u in s.unavailable),
@@ -136,9 +138,9 @@ CASES: dict[str, tuple[Case, float]] = {
     ),
     "input: node not ours": (lambda s, p, r, c: any(not n.ours and not n.is_manager for n in s.nodes), 0.10),
     # guards: a sample where the guard alone decides
-    "guard: max_instances binds": (_at_max, 0.07),
-    "guard: busy drained node due for termination": (_busy_drained_due, 0.08),
-    "guard: min_instances keeps a drained node": (_min_holds, 0.005),
+    "guard: max_instances binds": (_at_max, 0.10),
+    "guard: busy drained node due for termination": (_busy_drained_due, 0.13),
+    "guard: min_instances keeps a drained node": (_min_holds, 0.02),
 }
 
 

@@ -133,9 +133,9 @@ async def test_a_worker_that_connects_after_the_snapshot_saves_its_machine_from_
     w.swarm.join("ip-10-0-0-9", w.swarm.join_token)
     w.workload.workers.append(World.worker(9, tasks=45, unique=True))
     (outcome,) = await act(Plan(actions=(broken,)), snapshot, w.ports, config=ActConfig(CLUSTER))
-    assert outcome.kind == "skipped" and not outcome.ok
-    assert "ip-10-0-0-9 joined the swarm since the plan" in outcome.detail
-    assert "a worker connected on ip-10-0-0-9" in outcome.detail
+    assert outcome.kind == "skipped" and outcome.ok is False
+    assert outcome.detail.startswith("skipped: ip-10-0-0-9 joined the swarm since the plan")
+    assert "since the plan; a worker connected on ip-10-0-0-9" in outcome.detail  # every reason
     assert terminated(w) == [] and "i-late" in w.cloud.instances
     metrics = Metrics(CLUSTER)
     metrics.observe_tick(TickResult(snapshot, small_policy(5), Plan((broken,)), (outcome,), True), 0.1, None)
@@ -233,14 +233,17 @@ async def test_a_node_that_came_back_is_not_removed() -> None:
 async def test_without_a_fresh_read_no_disruptive_action_runs() -> None:
     w = World()
     node, host = w.machine(1)
+    other, _ = w.machine(2)
     w.workload.fail_observe = EndpointError("tcp://scheduler", "connection refused")
     outcomes = await w.act(
-        MarkNode(node, NodeMarks(empty_since=w.clock.now), "empty"),
+        MarkNode(other, NodeMarks(empty_since=w.clock.now), "empty"),
+        MarkNode(node, NodeMarks(drained_since=w.clock.now), "drained"),  # goes with the drain
         DrainNode(node, host, "empty", expect=(NodeOurs(node),)),
     )
-    assert [o.kind or "ok" for o in outcomes] == ["ok", "skipped"]
-    assert "no fresh read" in outcomes[1].detail and "connection refused" in outcomes[1].detail
+    assert [o.kind or "ok" for o in outcomes] == ["ok", "skipped", "skipped"]
+    assert "no fresh read" in outcomes[2].detail and "connection refused" in outcomes[2].detail
     assert w.swarm.nodes[node].availability == "active"
+    assert w.swarm.nodes[node].marks.drained_since is None  # no mark of a drain that did not happen
 
 
 async def test_gentle_actions_run_before_the_fresh_read_and_the_disruptive_ones() -> None:

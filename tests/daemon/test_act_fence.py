@@ -4,11 +4,14 @@ can no longer get a task, so a termination goes ahead only on an idle machine.""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tests.daemon.test_act import World, terminated
 from tests.fakes import FakeWorkload
 
 from swarm_autoscaler.core.model import (
     GIB,
+    DrainNode,
     HostIdle,
     Instance,
     InstanceState,
@@ -16,9 +19,11 @@ from swarm_autoscaler.core.model import (
     NotJoined,
     NoWorker,
     Resources,
+    RetireWorkers,
     Task,
     Terminate,
 )
+from swarm_autoscaler.daemon.act import Ports
 from swarm_autoscaler.errors import EndpointError
 
 HOST = "ip-10-0-0-9"
@@ -65,9 +70,10 @@ async def test_a_worker_that_got_a_task_between_the_fresh_read_and_the_fence_kee
     w.workload.after_read.append(lambda: joins(w, True, gave))  # after the last read, before the fence
     (outcome,) = await w.act(broken)
     assert gave == [True]
-    assert outcome.kind == "skipped" and terminated(w) == []
-    assert f"the fence refused {HOST}: a worker there is busy" in outcome.detail
+    assert outcome.kind == "skipped" and outcome.ok is False and terminated(w) == []
+    assert outcome.detail.startswith("skipped: ")  # as every skip, whichever re-check made it
     assert f"a worker connected on {HOST}" in outcome.detail
+    assert f"; the fence refused {HOST}: a worker there is busy" in outcome.detail  # every reason
     assert not w.workload.workers[0].retiring  # a refused host is left alone
 
 
@@ -126,5 +132,52 @@ async def test_without_a_fence_no_termination_goes_out() -> None:
     w.workload.fail_fence = EndpointError("dask scheduler", "connection refused")
     (outcome,) = await w.act(broken)
     assert outcome.kind == "skipped" and terminated(w) == []
-    assert "could not fence its host before terminating" in outcome.detail
+    assert outcome.detail == (
+        "skipped: could not fence its host before terminating (EndpointError: dask scheduler: connection refused)"
+    )
     assert fences(w.workload)[-1] == ("unfence", (HOST,))  # best effort: the call may have landed
+
+
+async def test_a_fence_that_cannot_be_lifted_does_not_fail_the_act() -> None:
+    """Lifting a fence is best effort (it expires on the scheduler): a failing unfence call changes no
+    outcome and raises nothing."""
+
+    class StuckFence(FakeWorkload):
+        async def unfence(self, hostnames: Sequence[str]) -> None:
+            await super().unfence(hostnames)
+            raise EndpointError("dask scheduler", "connection reset")
+
+    w = World()
+    node, host = w.machine(3)
+    workload = StuckFence(workers=list(w.workload.workers))
+    w.workload = workload
+    w.ports = Ports(w.cloud, w.swarm, workload)
+    w.cloud.fail_terminate = EndpointError("ec2", "throttled")
+    end = Terminate(("i-0003",), "beyond the reserve", (node,), expect=(HostIdle(host), NodeOurs(node)))
+    (outcome,) = await w.act(end)
+    assert not outcome.ok and outcome.kind == "error" and "throttled" in outcome.detail
+    assert fences(workload) == [("fence", (host,)), ("unfence", (host,))]
+
+
+async def test_a_refused_fence_keeps_the_outcomes_of_the_retirements_before_it() -> None:
+    w = World()
+    _, idle_host = w.machine(1)
+    broken = broken_machine(w)
+
+    def after_the_last_read() -> None:  # the broken machine's worker got a task, then the fence came
+        if w.workload.worker_reads == 2:
+            joins(w, True, [])
+
+    w.workload.after_read.append(after_the_last_read)
+    retire = RetireWorkers(("tcp://10.0.0.1:1",), "idle", expect=(HostIdle(idle_host),))
+    outcomes = await w.act(retire, broken)
+    assert [o.kind or "ok" for o in outcomes] == ["ok", "skipped"]
+    assert f"the fence refused {HOST}" in outcomes[1].detail
+    assert w.workload.retired == ["tcp://10.0.0.1:1"] and terminated(w) == []
+
+
+async def test_no_fence_is_asked_for_without_a_termination() -> None:
+    w = World()
+    node, host = w.machine(1, worker=False)
+    (outcome,) = await w.act(DrainNode(node, host, "empty", expect=(NodeOurs(node),)))
+    assert outcome.ok and fences(w.workload) == []

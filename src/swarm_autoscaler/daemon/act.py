@@ -210,9 +210,14 @@ async def act(
     deadline_at = None if config.deadline is None else time.monotonic() + config.deadline
     pool = _Pool(config.concurrency, deadline_at, still_leader)
     doer = _Doer(ports, snapshot, config.cluster_name)
-    gentle = [a for a in plan.actions if not isinstance(a, (RetireWorkers, *DISRUPTIVE))]
+    drained = {a.node_id for a in plan.actions if isinstance(a, DrainNode)}
+
+    def later(a: Action) -> bool:  # disruptive, or the marks of a node to drain (they go with its drain)
+        return isinstance(a, DISRUPTIVE) or (isinstance(a, MarkNode) and a.node_id in drained)
+
+    gentle = [a for a in plan.actions if not isinstance(a, RetireWorkers) and not later(a)]
     retires = [a for a in plan.actions if isinstance(a, RetireWorkers)]
-    disruptive: list[Action] = [a for a in plan.actions if isinstance(a, DISRUPTIVE)]
+    disruptive: list[Action] = [a for a in plan.actions if later(a)]
     outcomes = await pool.run([doer.job(a) for a in gentle])
     if retires or disruptive:
         outcomes += await _disrupt(retires, disruptive, doer, pool)
@@ -238,20 +243,40 @@ async def _disrupt(
         return outcomes + _left(disruptive, "deadline")
     checked, runnable = _recheck(disruptive, fresh, kept, doer.hosts_of)
     outcomes += checked
+    runnable, unmarked = _with_their_drains(runnable)
+    outcomes += unmarked
     terminations = [a for a in runnable if isinstance(a, Terminate)]
     jobs = [doer.job(a) for a in runnable if not isinstance(a, Terminate)]
-    note = ""
-    if terminations and not isinstance(fresh, str):
-        skipped, terminations, note = await fence_terminations(
+    if terminations and not isinstance(fresh, str):  # (runnable at all only on a fresh read)
+        skipped, fenced, note = await fence_terminations(
             doer.ports.workload, terminations, fresh, doer.hosts_of, pool.time_left()
         )
         outcomes += [Outcome(a, False, "skipped: " + why, kind="skipped") for a, why in skipped]
-    if terminations:
-        jobs.append(doer.terminate_batch(terminations, note))
+        if fenced:
+            jobs.append(doer.terminate_batch(fenced, note))
     done = await pool.run(jobs)
     failed = [o.action for o in done if isinstance(o.action, Terminate) and not o.ok]
     await unfence(doer.ports.workload, lifted(failed, (), doer.hosts_of))  # it did not happen: lift its fence
     return outcomes + done
+
+
+def _with_their_drains(actions: Sequence[Action]) -> tuple[list[Action], list[Outcome]]:
+    """The marks of a node to drain (among `actions`, in plan order, before its DrainNode) run only when
+    its drain does, right before it on that node's queue; the others are skipped. Written in the first
+    phase, a drain's mark (it clears the cordon mark: the worker is being retired) would outlive a
+    retirement or drain that then did not happen, and a cordoned worker without its mark looks retiring
+    to the planner, which then waits on it forever (found by the chaos test: a retirement cut short by
+    the deadline left two machines that way)."""
+    draining = {a.node_id for a in actions if isinstance(a, DrainNode)}
+    keep: list[Action] = []
+    skipped: list[Outcome] = []
+    for action in actions:
+        if isinstance(action, MarkNode) and action.node_id not in draining:
+            why = "skipped: its node's drain does not go ahead (the next plan marks it again)"
+            skipped.append(Outcome(action, False, why, kind="skipped"))
+        else:
+            keep.append(action)
+    return keep, skipped
 
 
 def _recheck(
@@ -342,9 +367,9 @@ class _Doer:
         node_id: str | None = getattr(action, "node_id", None)
         return _Job((action,), lambda: self.perform(action), node_id, isinstance(action, Launch))
 
-    def terminate_batch(self, actions: Sequence[Terminate], note: str = "") -> _Job:
+    def terminate_batch(self, actions: Sequence[Terminate], note: str) -> _Job:
         """Every Terminate of the act in ONE `Cloud.terminate` call, then their nodes removed. `note`
-        (how their hosts were fenced) goes in the result."""
+        (how their hosts were fenced) goes in the result. The only way a Terminate is carried out."""
 
         async def perform() -> str:
             ids = list(dict.fromkeys(i for a in actions for i in a.instance_ids))
@@ -354,7 +379,7 @@ class _Doer:
                 for node_id in nodes:
                     tg.create_task(self.ports.orchestrator.remove(node_id))
             done = f"terminated (one call for {len(ids)} instance(s)); removed {len(nodes)} node(s)"
-            return f"{done}; {note}" if note else done
+            return f"{done}; {note}"
 
         # Once TerminateInstances went out the step runs to its end, even past the deadline: it was
         # re-checked, and cut short it would leave nodes behind and report as undone what was done.
@@ -381,8 +406,6 @@ class _Doer:
                 done = await self.ports.workload.uncordon(addresses)
                 await self._mark(node_id, cordoned_since=None)
                 return f"uncordoned {len(done)}"
-            case Terminate():
-                return await self.terminate_batch([action]).perform()
         return await self._perform_on_node(action)
 
     async def _perform_on_node(self, action: Action) -> str:
