@@ -118,22 +118,31 @@ class KeeperCloud:
         return self.primaries
 
     def daemon_env(self, boot: PrimaryBoot) -> dict[str, str]:
-        """The settings of one cluster's autoscaler (its name and scheduler are added by the primary)."""
+        """The settings of one cluster's autoscaler: what the keeper wrote in the primary's boot script
+        (`boot.user_env`) over this cloud's defaults, with this cloud's endpoints and, in fast mode, its
+        short delays on top. (The primary adds the cluster's name and its scheduler's address; the
+        docker URL is dropped: the primary's swarm is in memory.)"""
         assert self.network is not None
         types = {
             name: {"ami_id": self.network.ami_id, **dict(spec)}
             for name, spec in self.options.worker_types.items()
         }
+        timing = {f"AUTOSCALER_{k}": v for k, v in self.options.daemon_timing().items()}
         env = {
-            **self.ec2_env(),
             "AUTOSCALER_EC2_ALLOWED_TYPES": json.dumps(types),
             "AUTOSCALER_EC2_MIN_INSTANCES": "0",
             "AUTOSCALER_EC2_MAX_INSTANCES": str(self.options.max_workers),
+            **timing,
+            **boot.user_env,
+            **self.ec2_env(),
             "AUTOSCALER_HTTP_PORT": "0",
             "AUTOSCALER_HTTP_HOST": "127.0.0.1",
             "AUTOSCALER_LOG_FORMAT": "console",
         }
-        env.update({f"AUTOSCALER_{k}": v for k, v in self.options.daemon_timing().items()})
+        if self.options.fast:
+            env.update(timing)
+        env.pop("AUTOSCALER_DOCKER_URL", None)
+        env.pop("AUTOSCALER_REDIS_URL", None)  # one autoscaler per cluster: no leader election
         return env
 
     def ec2_env(self) -> dict[str, str]:

@@ -13,7 +13,10 @@ concurrently).
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import dataclasses
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,12 +30,22 @@ log = structlog.get_logger("swarm_autoscaler.localcloud.primaries")
 
 DaemonEnv = Callable[[PrimaryBoot], Mapping[str, str]]
 
+# The cluster's autoscaler settings in the primary's boot script (`{{autoscaler_env}}`: docker's
+# env-file format, one NAME=value line each, verbatim).
+ENV_LINE = re.compile(r"^(AUTOSCALER_[A-Z0-9_]+)=(.*)$", re.MULTILINE)
+
+
+def autoscaler_env(user_data: str) -> dict[str, str]:
+    """The AUTOSCALER_* lines of a boot script, by name (a later line wins, as in an env file)."""
+    return {name: value for name, value in ENV_LINE.findall(user_data)}
+
 
 @dataclass
 class PrimaryEmulator:
     """Boots and stops the keeper's primaries. `tag_filters` are the keeper's ownership tags;
     `cluster_tag` is the tag that names an instance's cluster. `daemon_env(boot)` gives the settings
-    of that cluster's autoscaler. Call `step()` periodically, or `run()` as a task, and `close()`."""
+    of that cluster's autoscaler (from `boot.user_env`, what the keeper wrote in its boot script, and
+    what the local cloud adds: its endpoints and, in fast mode, short delays). Call `step()` periodically, or `run()` as a task, and `close()`."""
 
     options: PrimaryOptions
     tag_filters: Mapping[str, str]
@@ -82,6 +95,8 @@ class PrimaryEmulator:
     async def _boot(self, boot: PrimaryBoot) -> None:
         try:
             await asyncio.sleep(self.boot_delay)
+            user_data = await asyncio.to_thread(self._user_data, boot.instance_id)
+            boot = dataclasses.replace(boot, user_env=autoscaler_env(user_data))
             primary = LocalPrimary(boot, self.options, self.daemon_env(boot))
             await primary.start()
             self.primaries[boot.instance_id] = primary
@@ -99,10 +114,16 @@ class PrimaryEmulator:
             booting.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await booting
-        primary = self.primaries.pop(iid, None)
+        primary = self.primaries.get(iid)
         if primary is not None:
-            await primary.close()
+            await primary.close()  # listed until it is down: `by_cluster` None means stopped
+            self.primaries.pop(iid, None)
             self.stopped_total += 1
+
+    def _user_data(self, instance_id: str) -> str:
+        attr = self._ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
+        raw = attr.get("UserData", {}).get("Value", "")
+        return base64.b64decode(raw).decode() if raw else ""
 
     def _describe(self) -> dict[str, PrimaryBoot]:
         filters = [{"Name": f"tag:{k}", "Values": [v]} for k, v in self.tag_filters.items()]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,12 +45,14 @@ DASHBOARD_PORT = 8787
 
 @dataclass(frozen=True, slots=True)
 class PrimaryBoot:
-    """What a primary knows of itself when it boots (from EC2: its id, tags and address)."""
+    """What a primary knows of itself when it boots (from EC2: its id, tags and address, and the
+    AUTOSCALER_* lines of its boot script)."""
 
     instance_id: str
     cluster_id: str
     hostname: str
     private_ip: str
+    user_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +129,9 @@ class LocalPrimary:
             validate=False,
         )
         self._stack.push_async_callback(self.scheduler.close)
+        port = self.scheduler.http_server.port
+        if port != self.options.dashboard_port:  # distributed moves to a free port when it is taken
+            raise OSError(f"{ip}:{self.options.dashboard_port} is in use (the scheduler's HTTP got {port})")
 
     async def _start_daemon(self) -> None:
         from swarm_autoscaler.config.settings import load_settings
