@@ -121,10 +121,10 @@ def test_every_problem_at_once_one_line_per_variable(set_env: SetEnv) -> None:
     assert named == [
         "AUTOSCALER_CLUSTER_NAME",
         "AUTOSCALER_POLL_INTERVAL",
-        "AUTOSCALER_EC2_ENDPOINT",
-        "AUTOSCALER_EC2_ALLOWED_TYPES",
+        "AUTOSCALER_EC2_ENDPOINT",  # the EC2 access fields (shared with the keeper) come first
         "AUTOSCALER_EC2_SUBNET_IDS",
         "AUTOSCALER_EC2_CUSTOM_TAGS",
+        "AUTOSCALER_EC2_ALLOWED_TYPES",
         "AUTOSCALER_DASK_SCHEDULER_URL",
         "AUTOSCALER_DASK_WORKER_HOSTNAME_PATTERN",
         "AUTOSCALER_LOG_FORMAT",

@@ -4,9 +4,9 @@ Ownership: every instance launched carries `managed-by=swarm-autoscaler` and
 `swarm-autoscaler/cluster=<cluster>`; only instances with both are listed, and terminating any other
 id is refused. Node labels travel as tags named `swarm-autoscaler/label/<key>`.
 
-Retries: botocore's own retries are off; tenacity retries (exponential back-off with jitter) only
-throttling, 5xx other than capacity refusals, and connection errors. RunInstances carries a
-ClientToken so that a retried launch cannot start machines twice.
+Retries (`ec2_transport`, shared with the keeper's adapter): botocore's own retries are off; tenacity
+retries (exponential back-off with jitter) only throttling, 5xx other than capacity refusals, and
+connection errors. RunInstances carries a ClientToken so that a retried launch cannot start machines twice.
 
 Capacity: a refused (type, subnet) is skipped for a back-off (3 min doubling to 10 min by default,
 forgotten after a success); `launch` tries only the subnets still open for the type, moving on to the
@@ -24,20 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import AsyncExitStack, contextmanager
-from dataclasses import dataclass, field
-from types import MappingProxyType, TracebackType
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
-from aiobotocore.config import AioConfig
-from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
-from botocore.parsers import ResponseParserError
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from swarm_autoscaler.adapters.ec2_clock import Ec2Clock
 from swarm_autoscaler.adapters.ec2_support import (
     GONE_CODES,
     HOSTNAME_TAG,
@@ -49,17 +41,17 @@ from swarm_autoscaler.adapters.ec2_support import (
     error_message,
     is_capacity,
     is_endpoint_failure,
-    is_transient,
     render_user_data,
     to_endpoint_error,
     to_instance,
     to_instance_type,
 )
+from swarm_autoscaler.adapters.ec2_transport import Ec2Transport
 from swarm_autoscaler.core.backoff import DEFAULT_INITIAL, DEFAULT_MAXIMUM, CapacityBackoff, launch_subnets
 from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.model import OWNERSHIP_LABEL, Instance, InstanceState, InstanceType, Unavailable
 from swarm_autoscaler.core.ports import LaunchResult
-from swarm_autoscaler.errors import AutoscalerError, ConfigurationError, EndpointError
+from swarm_autoscaler.errors import AutoscalerError, ConfigurationError
 
 OWNER_TAG = "managed-by"
 OWNER_VALUE = "swarm-autoscaler"
@@ -75,25 +67,6 @@ MAX_TAGS = 50  # EC2's limit per resource
 _RESERVED_PREFIXES = ("aws:", LABEL_TAG_PREFIX)
 
 JoinCommand = Callable[[], Awaitable[tuple[str, str]]]
-_SENT = "swarm_autoscaler_sent"  # request context key: monotonic time the call started (for the clock)
-
-
-@dataclass
-class Ec2Stats:
-    """Counters since start. `api_calls` counts every HTTP request by operation (retries included);
-    `launch_calls` the RunInstances requests; `instances_requested` the sum of counts asked of
-    `launch`; `capacity_refusals` the RunInstances refused for lack of capacity."""
-
-    launch_calls: int = 0
-    instances_requested: int = 0
-    instances_launched: int = 0
-    capacity_refusals: int = 0
-    hostname_tag_failures: int = 0
-    api_calls: Counter[str] = field(default_factory=Counter)
-
-    @property
-    def total_api_calls(self) -> int:
-        return sum(self.api_calls.values())
 
 
 def owner_tags(cluster_name: str) -> dict[str, str]:
@@ -101,7 +74,7 @@ def owner_tags(cluster_name: str) -> dict[str, str]:
     return {OWNER_TAG: OWNER_VALUE, CLUSTER_TAG: cluster_name}
 
 
-class Ec2Cloud:
+class Ec2Cloud(Ec2Transport):
     """The Cloud port on EC2. Use `async with Ec2Cloud(...) as cloud`, or `start()` then `close()`."""
 
     def __init__(
@@ -128,29 +101,28 @@ class Ec2Cloud:
         retry_max: float = 20.0,
         timeout: float = 30.0,
     ) -> None:
+        super().__init__(
+            region=region,
+            endpoint=endpoint,
+            access_key_id=access_key_id,
+            secret_access_key=secret_access_key,
+            clock=clock,
+            page_size=page_size,
+            retry_attempts=retry_attempts,
+            retry_initial=retry_initial,
+            retry_max=retry_max,
+            timeout=timeout,
+        )
         self._cluster = cluster_name
-        self._region = region
         self._types = dict(allowed_types)  # name -> (ami id, boot script)
         self._subnets = launch_subnets(subnet_ids)  # ("",) = let EC2 pick (default VPC)
         self._groups = list(security_group_ids)
         self._join_command = join_command
-        self._endpoint_url = endpoint
-        self.endpoint = endpoint or f"https://ec2.{region}.amazonaws.com"
-        self._credentials = (access_key_id, secret_access_key)
         self._key_name = key_name
         self._profile = iam_instance_profile
         self._custom_tags = dict(custom_tags or {})
         self._backoff = CapacityBackoff(capacity_backoff_initial, capacity_backoff_max)
-        self.ec2_clock = Ec2Clock()
-        # None in production: EC2's clock. Tests of the back-off step a clock of their own.
-        self._clock = clock if clock is not None else self.ec2_clock.now
-        self._page_size = page_size
-        self._retry = (retry_attempts, retry_initial, retry_max)
-        self._timeout = timeout
         self._type_cache: dict[str, InstanceType] = {}
-        self._stack: AsyncExitStack | None = None
-        self._client: Any = None
-        self.stats = Ec2Stats()
         self._validate()
 
     def _validate(self) -> None:
@@ -160,120 +132,6 @@ class Ec2Cloud:
         bad = [k for k in self._custom_tags if k in reserved or k.startswith(_RESERVED_PREFIXES)]
         if bad:
             raise ConfigurationError(f"custom EC2 tags {bad} use reserved keys; rename them")
-        if not 5 <= self._page_size <= 1000:
-            raise ConfigurationError(f"page_size must be within 5..1000 (EC2 limits), got {self._page_size}")
-        if self._retry[0] < 1:
-            raise ConfigurationError("retry_attempts must be at least 1")
-
-    # ----------------------------------------------------------------------------------- lifetime
-
-    async def start(self) -> Ec2Cloud:
-        if self._client is not None:
-            return self
-        key, secret = self._credentials
-        config = AioConfig(
-            retries={"total_max_attempts": 1, "mode": "standard"},  # tenacity retries, selectively
-            connect_timeout=self._timeout,
-            read_timeout=self._timeout,
-        )
-        stack = AsyncExitStack()
-        creator = get_session().create_client(
-            "ec2",
-            region_name=self._region,
-            endpoint_url=self._endpoint_url,
-            aws_access_key_id=key,
-            aws_secret_access_key=secret,
-            config=config,
-        )
-        try:
-            self._client = await stack.enter_async_context(creator)
-        except (BotoCoreError, ValueError) as exc:
-            await stack.aclose()
-            raise to_endpoint_error(self.endpoint, "creating the EC2 client", exc) from None
-        self._client.meta.events.register("before-call.ec2", self._count_call)
-        self._client.meta.events.register("after-call.ec2", self._note_date)
-        self._stack = stack
-        return self
-
-    async def close(self) -> None:
-        stack, self._stack, self._client = self._stack, None, None
-        if stack is not None:
-            await stack.aclose()
-
-    async def __aenter__(self) -> Ec2Cloud:
-        return await self.start()
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
-
-    def _count_call(self, model: Any, context: dict[str, Any], **_: Any) -> None:
-        self.stats.api_calls[model.name] += 1
-        context[_SENT] = self.ec2_clock.monotonic()
-
-    def _note_date(self, http_response: Any, context: dict[str, Any], **_: Any) -> None:
-        """Every answer, error or not, tells EC2's time (botocore emits after-call for both)."""
-        received = self.ec2_clock.monotonic()
-        sent = context.get(_SENT, received)
-        self.ec2_clock.observe(http_response.headers.get("date"), sent, received)
-
-    def now(self) -> float:
-        """EC2's current time (seconds since the epoch): the time base of `Instance.launched_at`."""
-        return self._clock()
-
-    # ----------------------------------------------------------------------------------- calls
-
-    def _retrying(self) -> AsyncRetrying:
-        attempts, initial, maximum = self._retry
-        return AsyncRetrying(
-            retry=retry_if_exception(is_transient),
-            wait=wait_exponential_jitter(multiplier=initial, max=maximum, jitter=initial),
-            stop=stop_after_attempt(attempts),
-            reraise=True,
-        )
-
-    def _started(self) -> Any:
-        if self._client is None:
-            raise RuntimeError("Ec2Cloud is not started: use `async with` or call start()")
-        return self._client
-
-    async def _call(self, operation: str, **params: Any) -> dict[str, Any]:
-        """One API call with selective retries. SDK exceptions pass through for the caller to sort,
-        except an answer that is not EC2's (some other HTTP server): `EndpointError`."""
-        client = self._started()
-        with self._not_ec2(operation):
-            async for attempt in self._retrying():
-                with attempt:
-                    result: dict[str, Any] = await getattr(client, operation)(**params)
-                    return result
-        raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
-
-    async def _pages(self, operation: str, key: str, **params: Any) -> list[dict[str, Any]]:
-        """Every item under `key` across all pages (the whole walk is retried if a page fails)."""
-        client = self._started()
-        with self._not_ec2(operation):
-            async for attempt in self._retrying():
-                with attempt:
-                    items: list[dict[str, Any]] = []
-                    pages: AsyncIterator[dict[str, Any]] = client.get_paginator(operation).paginate(
-                        **params, PaginationConfig={"PageSize": self._page_size}
-                    )
-                    async for page in pages:
-                        items.extend(page.get(key, ()))
-                    return items
-        raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
-
-    @contextmanager
-    def _not_ec2(self, operation: str) -> Iterator[None]:
-        """botocore cannot parse the answer: the endpoint is some other server (a web page, a proxy)."""
-        try:
-            yield
-        except ResponseParserError:
-            raise EndpointError(
-                self.endpoint,
-                f"{operation} failed: the answer is not the EC2 API's (not parseable); is this the EC2 endpoint?",
-            ) from None
 
     # ----------------------------------------------------------------------------------- listing
 

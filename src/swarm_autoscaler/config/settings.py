@@ -176,8 +176,8 @@ class TimingSettings(BaseSettings):
         return value
 
 
-class Ec2Settings(BaseSettings):
-    """The EC2 endpoint, credentials, allowed instance types and fleet limits."""
+class Ec2AccessSettings(BaseSettings):
+    """The EC2 endpoint, credentials and where new machines go: shared by the daemon and the keeper."""
 
     model_config = group_config(f"{PREFIX}EC2_")
 
@@ -190,22 +190,6 @@ class Ec2Settings(BaseSettings):
     )
     secret_access_key: SecretStr | None = Field(
         default=None, description="AWS secret access key; set together with the access key id."
-    )
-    allowed_types: AllowedTypes = Field(
-        description='Instance types the fleet may use, as a JSON object: type name -> {"ami_id" (required), '
-        '"reserve" (drained machines kept warm, default 0), "price_per_hour" (USD, overrides the catalogue), '
-        '"overhead" ({"cpus", "ram_gib", "gpus"} kept back for the OS and sidecars), "boot_script" (shell '
-        "run at boot)}. Key order is the order of preference on price ties.",
-        json_schema_extra={"example": '{"m5.large": {"ami_id": "ami-0123456789abcdef0", "reserve": 1}}'},
-    )
-    min_instances: int = Field(
-        default=0, ge=0, le=MAX_FLEET, description="Fewest machines kept (live plus launching)."
-    )
-    max_instances: int = Field(
-        default=10, ge=0, le=MAX_FLEET, description="Most machines at once (live plus launching)."
-    )
-    max_launch_per_tick: int = Field(
-        default=0, ge=0, le=MAX_FLEET, description="Most machines launched per tick; 0 = no cap."
     )
     subnet_ids: IdList = Field(
         default_factory=list,
@@ -234,6 +218,27 @@ class Ec2Settings(BaseSettings):
                 {"a": _env(cls, "access_key_id"), "b": _env(cls, "secret_access_key")},
             )
         return value
+
+
+class Ec2Settings(Ec2AccessSettings):
+    """The EC2 endpoint, credentials, allowed instance types and fleet limits."""
+
+    allowed_types: AllowedTypes = Field(
+        description='Instance types the fleet may use, as a JSON object: type name -> {"ami_id" (required), '
+        '"reserve" (drained machines kept warm, default 0), "price_per_hour" (USD, overrides the catalogue), '
+        '"overhead" ({"cpus", "ram_gib", "gpus"} kept back for the OS and sidecars), "boot_script" (shell '
+        "run at boot)}. Key order is the order of preference on price ties.",
+        json_schema_extra={"example": '{"m5.large": {"ami_id": "ami-0123456789abcdef0", "reserve": 1}}'},
+    )
+    min_instances: int = Field(
+        default=0, ge=0, le=MAX_FLEET, description="Fewest machines kept (live plus launching)."
+    )
+    max_instances: int = Field(
+        default=10, ge=0, le=MAX_FLEET, description="Most machines at once (live plus launching)."
+    )
+    max_launch_per_tick: int = Field(
+        default=0, ge=0, le=MAX_FLEET, description="Most machines launched per tick; 0 = no cap."
+    )
 
     @field_validator("max_instances")
     @classmethod
@@ -409,8 +414,10 @@ def _env(cls: type[BaseModel], field: str) -> str:
 
 def variables() -> list[tuple[str, type[BaseSettings], str, FieldInfo]]:
     """Every documented variable as (environment name, group class, field name, field), in order."""
+    from swarm_autoscaler.config.keeper import KeeperSettings  # imported here: it builds on this module
+
     out: list[tuple[str, type[BaseSettings], str, FieldInfo]] = []
-    classes: list[type[BaseSettings]] = [Settings, *GROUPS.values()]
+    classes: list[type[BaseSettings]] = [Settings, *GROUPS.values(), KeeperSettings]
     for cls in classes:
         for name, field in cls.model_fields.items():
             if cls is Settings and name in GROUPS:

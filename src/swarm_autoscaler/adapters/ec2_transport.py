@@ -1,0 +1,195 @@
+"""`Ec2Transport`: one reused aiobotocore EC2 client with selective retries and EC2's clock, shared by
+the daemon's EC2 adapter (`ec2.Ec2Cloud`) and the keeper's (`ec2_primaries.Ec2Primaries`).
+
+Retries: botocore's own retries are off; tenacity retries (exponential back-off with jitter) only
+throttling, 5xx other than capacity refusals, and connection errors (`ec2_support.is_transient`).
+
+Clock: `now()` is EC2's own clock, learnt from the `Date` header of every response (see `ec2_clock`).
+
+Counters in `stats` let a benchmark check the API calls each operation costs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AsyncExitStack, contextmanager
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+from botocore.exceptions import BotoCoreError
+from botocore.parsers import ResponseParserError
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+
+from swarm_autoscaler.adapters.ec2_clock import Ec2Clock
+from swarm_autoscaler.adapters.ec2_support import is_transient, to_endpoint_error
+from swarm_autoscaler.errors import ConfigurationError, EndpointError
+
+_SENT = "swarm_autoscaler_sent"  # request context key: monotonic time the call started (for the clock)
+
+
+@dataclass
+class Ec2Stats:
+    """Counters since start. `api_calls` counts every HTTP request by operation (retries included);
+    `launch_calls` the RunInstances requests; `instances_requested` the sum of counts asked of
+    `launch`; `capacity_refusals` the RunInstances refused for lack of capacity."""
+
+    launch_calls: int = 0
+    instances_requested: int = 0
+    instances_launched: int = 0
+    capacity_refusals: int = 0
+    hostname_tag_failures: int = 0
+    api_calls: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def total_api_calls(self) -> int:
+        return sum(self.api_calls.values())
+
+
+class Ec2Transport:
+    """The EC2 client's lifetime, calls and clock. Subclasses add the operations they need."""
+
+    def __init__(
+        self,
+        *,
+        region: str,
+        endpoint: str | None = None,
+        access_key_id: str | None = None,
+        secret_access_key: str | None = None,
+        clock: Callable[[], float] | None = None,
+        page_size: int = 1000,
+        retry_attempts: int = 5,
+        retry_initial: float = 0.5,
+        retry_max: float = 20.0,
+        timeout: float = 30.0,
+    ) -> None:
+        self._region = region
+        self._endpoint_url = endpoint
+        self.endpoint = endpoint or f"https://ec2.{region}.amazonaws.com"
+        self._credentials = (access_key_id, secret_access_key)
+        self.ec2_clock = Ec2Clock()
+        # None in production: EC2's clock. Tests of the back-off step a clock of their own.
+        self._clock = clock if clock is not None else self.ec2_clock.now
+        self._page_size = page_size
+        self._retry = (retry_attempts, retry_initial, retry_max)
+        self._timeout = timeout
+        self._stack: AsyncExitStack | None = None
+        self._client: Any = None
+        self.stats = Ec2Stats()
+        if not 5 <= self._page_size <= 1000:
+            raise ConfigurationError(f"page_size must be within 5..1000 (EC2 limits), got {self._page_size}")
+        if self._retry[0] < 1:
+            raise ConfigurationError("retry_attempts must be at least 1")
+
+    # ----------------------------------------------------------------------------------- lifetime
+
+    async def start(self) -> Self:
+        if self._client is not None:
+            return self
+        key, secret = self._credentials
+        config = AioConfig(
+            retries={"total_max_attempts": 1, "mode": "standard"},  # tenacity retries, selectively
+            connect_timeout=self._timeout,
+            read_timeout=self._timeout,
+        )
+        stack = AsyncExitStack()
+        creator = get_session().create_client(
+            "ec2",
+            region_name=self._region,
+            endpoint_url=self._endpoint_url,
+            aws_access_key_id=key,
+            aws_secret_access_key=secret,
+            config=config,
+        )
+        try:
+            self._client = await stack.enter_async_context(creator)
+        except (BotoCoreError, ValueError) as exc:
+            await stack.aclose()
+            raise to_endpoint_error(self.endpoint, "creating the EC2 client", exc) from None
+        self._client.meta.events.register("before-call.ec2", self._count_call)
+        self._client.meta.events.register("after-call.ec2", self._note_date)
+        self._stack = stack
+        return self
+
+    async def close(self) -> None:
+        stack, self._stack, self._client = self._stack, None, None
+        if stack is not None:
+            await stack.aclose()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    def _count_call(self, model: Any, context: dict[str, Any], **_: Any) -> None:
+        self.stats.api_calls[model.name] += 1
+        context[_SENT] = self.ec2_clock.monotonic()
+
+    def _note_date(self, http_response: Any, context: dict[str, Any], **_: Any) -> None:
+        """Every answer, error or not, tells EC2's time (botocore emits after-call for both)."""
+        received = self.ec2_clock.monotonic()
+        sent = context.get(_SENT, received)
+        self.ec2_clock.observe(http_response.headers.get("date"), sent, received)
+
+    def now(self) -> float:
+        """EC2's current time (seconds since the epoch): the time base of `Instance.launched_at`."""
+        return self._clock()
+
+    # ----------------------------------------------------------------------------------- calls
+
+    def _retrying(self) -> AsyncRetrying:
+        attempts, initial, maximum = self._retry
+        return AsyncRetrying(
+            retry=retry_if_exception(is_transient),
+            wait=wait_exponential_jitter(multiplier=initial, max=maximum, jitter=initial),
+            stop=stop_after_attempt(attempts),
+            reraise=True,
+        )
+
+    def _started(self) -> Any:
+        if self._client is None:
+            raise RuntimeError(f"{type(self).__name__} is not started: use `async with` or call start()")
+        return self._client
+
+    async def _call(self, operation: str, **params: Any) -> dict[str, Any]:
+        """One API call with selective retries. SDK exceptions pass through for the caller to sort,
+        except an answer that is not EC2's (some other HTTP server): `EndpointError`."""
+        client = self._started()
+        with self._not_ec2(operation):
+            async for attempt in self._retrying():
+                with attempt:
+                    result: dict[str, Any] = await getattr(client, operation)(**params)
+                    return result
+        raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
+
+    async def _pages(self, operation: str, key: str, **params: Any) -> list[dict[str, Any]]:
+        """Every item under `key` across all pages (the whole walk is retried if a page fails)."""
+        client = self._started()
+        with self._not_ec2(operation):
+            async for attempt in self._retrying():
+                with attempt:
+                    items: list[dict[str, Any]] = []
+                    pages: AsyncIterator[dict[str, Any]] = client.get_paginator(operation).paginate(
+                        **params, PaginationConfig={"PageSize": self._page_size}
+                    )
+                    async for page in pages:
+                        items.extend(page.get(key, ()))
+                    return items
+        raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
+
+    @contextmanager
+    def _not_ec2(self, operation: str) -> Iterator[None]:
+        """botocore cannot parse the answer: the endpoint is some other server (a web page, a proxy)."""
+        try:
+            yield
+        except ResponseParserError:
+            raise EndpointError(
+                self.endpoint,
+                f"{operation} failed: the answer is not the EC2 API's (not parseable); is this the EC2 endpoint?",
+            ) from None

@@ -1,0 +1,286 @@
+"""The keeper's configuration: `AUTOSCALER_KEEPER_*`, plus the groups it shares with the daemon.
+
+`swarm-autoscaler keeper` reads `KeeperSettings` (its own group) and, from the daemon's model, the EC2
+endpoint, credentials and placement (`Ec2AccessSettings`: not the daemon's allowed types or fleet
+limits), redis, logging and the HTTP host. `load_keeper_settings` validates them all at once and raises
+`InvalidSettingsError` with one line per wrong variable, like the daemon's loader, never echoing a
+secret (the token is a `SecretStr`).
+
+Each cluster's own autoscaler runs on its primary and is configured by the primary's boot script: the
+template `AUTOSCALER_KEEPER_PRIMARY_BOOT_TEMPLATE`, whose `{{placeholder}}`s are filled per cluster
+(`render_boot`). `{{autoscaler_env}}` is that autoscaler's settings, derived from the keeper's
+(`cluster_env`): one `NAME=value` line each, verbatim (docker's env-file format). AWS credentials are
+never put there (user data is readable by anyone allowed DescribeInstanceAttribute): the primary's
+autoscaler uses the primary's instance profile.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
+from pydantic_settings import BaseSettings
+
+from swarm_autoscaler.config.durations import format_duration
+from swarm_autoscaler.config.settings import (
+    PREFIX,
+    Ec2AccessSettings,
+    HttpSettings,
+    InvalidSettingsError,
+    LoggingSettings,
+    RedisSettings,
+    env_path,
+    group_config,
+    read_group,
+)
+from swarm_autoscaler.config.types import (
+    MAX_FLEET,
+    USER_DATA_LIMIT,
+    AllowedType,
+    AllowedTypes,
+    AmiId,
+    ClusterName,
+    Duration,
+)
+from swarm_autoscaler.core.catalogue import known_type
+
+KEEPER_PREFIX = f"{PREFIX}KEEPER_"
+EXAMPLE_TOKEN = "replace-me-with-a-long-random-token"
+PLACEHOLDERS = ("cluster_id", "user_id", "wallet_id", "scheduler_port", "dashboard_port", "autoscaler_env")
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+TEMPLATE_LIMIT = USER_DATA_LIMIT - 4096  # room for the rendered values (the worker types' JSON above all)
+
+DEFAULT_PRIMARY_BOOT = """\
+#!/bin/bash
+# Primary of on-demand cluster {{cluster_id}} (user {{user_id}}, wallet {{wallet_id}}), from the keeper.
+set -eu
+docker swarm init
+docker network create --driver overlay --attachable dask
+docker service create --name dask-scheduler --network dask --constraint node.role==manager \\
+  --publish {{scheduler_port}}:8786 --publish {{dashboard_port}}:8787 \\
+  ghcr.io/dask/dask:latest dask scheduler
+mkdir -p /etc/swarm-autoscaler
+cat > /etc/swarm-autoscaler/cluster.env <<'SWARM_AUTOSCALER_ENV'
+{{autoscaler_env}}
+AUTOSCALER_DASK_SCHEDULER_URL=tcp://dask-scheduler:8786
+AUTOSCALER_DOCKER_URL=unix:///var/run/docker.sock
+SWARM_AUTOSCALER_ENV
+docker service create --name autoscaler --network dask --constraint node.role==manager \\
+  --mount type=bind,src=/var/run/docker.sock,dst=/var/run/docker.sock \\
+  --env-file /etc/swarm-autoscaler/cluster.env swarm-autoscaler:latest run
+"""
+
+
+def _template(value: str) -> str:
+    unknown = sorted({name for name in _PLACEHOLDER.findall(value) if name not in PLACEHOLDERS})
+    if unknown:
+        raise PydanticCustomError(
+            "template",
+            "unknown placeholder(s) {names}; known: {known}",
+            {"names": ", ".join(unknown), "known": ", ".join(PLACEHOLDERS)},
+        )
+    size = len(value.encode())
+    if size > TEMPLATE_LIMIT:
+        raise PydanticCustomError(
+            "template",
+            "expected at most {limit} bytes (EC2's 16 KiB of user data, less room for the values), got {size}",
+            {"limit": TEMPLATE_LIMIT, "size": size},
+        )
+    return value
+
+
+class KeeperSettings(BaseSettings):
+    """The on-demand clusters keeper (`swarm-autoscaler keeper` only; the daemon ignores these)."""
+
+    model_config = group_config(KEEPER_PREFIX)
+
+    token: SecretStr = Field(
+        description="Bearer token every API request must carry (at least 16 characters; never logged).",
+        json_schema_extra={"example": EXAMPLE_TOKEN},
+    )
+    name: ClusterName = Field(
+        default="keeper",
+        description="This keeper's name: its ownership tag on the primaries and its redis key prefix. Keep it "
+        "stable; replicas of one keeper share it.",
+    )
+    primary_type: str = Field(default="m5.large", description="Instance type of each cluster's primary.")
+    primary_ami_id: AmiId = Field(
+        description="AMI the primaries boot (it needs docker).",
+        json_schema_extra={"example": "ami-0123456789abcdef0"},
+    )
+    primary_boot_template: str = Field(
+        default="",
+        description="Boot script of the primaries, with placeholders {{cluster_id}}, {{user_id}}, "
+        "{{wallet_id}}, {{scheduler_port}}, {{dashboard_port}} and {{autoscaler_env}} (the cluster's "
+        "autoscaler settings, one NAME=value line each). Empty: the built-in script (see the README).",
+    )
+    primary_iam_instance_profile: str | None = Field(
+        default=None,
+        description="IAM instance profile of the primaries (their autoscaler launches and terminates the "
+        "workers with it); unset = AUTOSCALER_EC2_IAM_INSTANCE_PROFILE.",
+    )
+    idle_timeout: Duration = Field(
+        default=300.0, gt=0, description="A cluster without heartbeat and without work this long is ended."
+    )
+    max_start_time: Duration = Field(
+        default=600.0,
+        gt=0,
+        description="A primary whose scheduler does not answer this long after launch fails.",
+    )
+    check_interval: Duration = Field(default=5.0, gt=0, description="Time between two checks of one cluster.")
+    worker_types: AllowedTypes = Field(
+        description="Instance types each cluster's autoscaler may launch as workers, in the format of "
+        "AUTOSCALER_EC2_ALLOWED_TYPES.",
+        json_schema_extra={"example": '{"m5.large": {"ami_id": "ami-0123456789abcdef0"}}'},
+    )
+    max_instances_per_cluster: int = Field(
+        default=10, ge=1, le=MAX_FLEET, description="Most workers of one cluster at once."
+    )
+    scheduler_port: int = Field(
+        default=8786, ge=1, le=65535, description="Port of each primary's dask scheduler."
+    )
+    dashboard_port: int = Field(
+        default=8787,
+        ge=1,
+        le=65535,
+        description="HTTP port of each primary's dask scheduler (health, metrics).",
+    )
+    http_port: int = Field(default=8080, ge=1, le=65535, description="TCP port of the keeper's API.")
+    lock_ttl: Duration = Field(
+        default=15.0,
+        gt=0,
+        description="Lifetime of a replica's lease on a cluster unless refreshed: a dead replica's clusters "
+        "move to another within it. At least twice AUTOSCALER_KEEPER_CHECK_INTERVAL.",
+    )
+
+    @field_validator("token")
+    @classmethod
+    def _token(cls, value: SecretStr) -> SecretStr:
+        secret = value.get_secret_value()
+        if len(secret) < 16:
+            raise PydanticCustomError("token", "expected at least 16 characters")
+        if secret == EXAMPLE_TOKEN:
+            raise PydanticCustomError("token", "replace the template's example token with a random one")
+        return value
+
+    @field_validator("primary_type")
+    @classmethod
+    def _primary_type(cls, value: str) -> str:
+        if not known_type(value):
+            raise PydanticCustomError(
+                "unknown_type", "expected an EC2 instance type from the bundled catalogue"
+            )
+        return value
+
+    @field_validator("primary_boot_template")
+    @classmethod
+    def _boot_template(cls, value: str) -> str:
+        return _template(value) if value.strip() else ""
+
+    @property
+    def boot_template(self) -> str:
+        """The primaries' boot script template: the configured one, else the built-in one."""
+        return self.primary_boot_template if self.primary_boot_template.strip() else DEFAULT_PRIMARY_BOOT
+
+    @field_validator("max_instances_per_cluster")
+    @classmethod
+    def _room_for_reserves(cls, value: int, info: ValidationInfo) -> int:
+        types: dict[str, AllowedType] = info.data.get("worker_types") or {}
+        reserve = sum(t.reserve for t in types.values())
+        if reserve > value:
+            raise PydanticCustomError(
+                "reserve",
+                "must be at least the sum of the reserves in {other} ({reserve})",
+                {"other": f"{KEEPER_PREFIX}WORKER_TYPES", "reserve": reserve},
+            )
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class KeeperConfig:
+    """Everything `swarm-autoscaler keeper` runs with."""
+
+    keeper: KeeperSettings
+    ec2: Ec2AccessSettings
+    redis: RedisSettings
+    logging: LoggingSettings
+    http: HttpSettings
+
+
+_GROUPS: dict[str, type[BaseSettings]] = {
+    "keeper": KeeperSettings,
+    "ec2": Ec2AccessSettings,
+    "redis": RedisSettings,
+    "logging": LoggingSettings,
+    "http": HttpSettings,
+}
+
+
+def load_keeper_settings(env_file: str | os.PathLike[str] | None = None) -> KeeperConfig:
+    """Read and validate the keeper's variables from the environment and, when given, an env file (the
+    environment wins). Raises `InvalidSettingsError` listing every problem at once."""
+    path = env_path(env_file)
+    groups: dict[str, BaseSettings] = {}
+    problems: list[str] = []
+    for attr, cls in _GROUPS.items():
+        group, wrong = read_group(cls, path)
+        problems.extend(wrong)
+        if group is not None:
+            groups[attr] = group
+    if problems:
+        raise InvalidSettingsError(problems)
+    config = KeeperConfig(**groups)  # type: ignore[arg-type]
+    keeper = config.keeper
+    if keeper.lock_ttl < 2 * keeper.check_interval:
+        raise InvalidSettingsError(
+            [
+                f"{KEEPER_PREFIX}LOCK_TTL: must be at least twice {KEEPER_PREFIX}CHECK_INTERVAL "
+                f"({format_duration(2 * keeper.check_interval)}) so a replica keeps its clusters between two "
+                f"checks, got {format_duration(keeper.lock_ttl)}"
+            ]
+        )
+    return config
+
+
+# ------------------------------------------------------------------------------------------ per cluster
+
+
+def cluster_env(config: KeeperConfig, cluster_id: str) -> dict[str, str]:
+    """The settings of cluster `cluster_id`'s own autoscaler, derived from the keeper's: its cluster name
+    is the cluster id (its workers' ownership tag), its allowed types and fleet limit are the keeper's
+    worker types and max instances per cluster, and it launches where the keeper does. No credentials."""
+    ec2, keeper = config.ec2, config.keeper
+    types = {name: spec.model_dump(mode="json") for name, spec in keeper.worker_types.items()}
+    env = {
+        f"{PREFIX}CLUSTER_NAME": cluster_id,
+        f"{PREFIX}EC2_ALLOWED_TYPES": json.dumps(types, separators=(",", ":")),
+        f"{PREFIX}EC2_MAX_INSTANCES": str(keeper.max_instances_per_cluster),
+        f"{PREFIX}EC2_REGION": ec2.region,
+        f"{PREFIX}LOG_FORMAT": "json",
+    }
+    optional = {
+        f"{PREFIX}EC2_ENDPOINT": ec2.endpoint,
+        f"{PREFIX}EC2_SUBNET_IDS": ",".join(ec2.subnet_ids),
+        f"{PREFIX}EC2_SECURITY_GROUP_IDS": ",".join(ec2.security_group_ids),
+        f"{PREFIX}EC2_KEY_NAME": ec2.key_name,
+        f"{PREFIX}EC2_IAM_INSTANCE_PROFILE": ec2.iam_instance_profile,
+        f"{PREFIX}EC2_CUSTOM_TAGS": json.dumps(ec2.custom_tags) if ec2.custom_tags else None,
+    }
+    env.update({name: value for name, value in optional.items() if value})
+    return env
+
+
+def render_boot(template: str, values: Mapping[str, str]) -> str:
+    """`template` with each `{{name}}` replaced by `values[name]` (every placeholder is in `PLACEHOLDERS`:
+    the settings checked it). Nothing else is touched: shell `$VARS` stay as written."""
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+
+
+def env_lines(env: Mapping[str, str]) -> str:
+    """`NAME=value` lines, values verbatim (docker's env-file format; no value holds a newline)."""
+    return "\n".join(f"{name}={value}" for name, value in env.items())
