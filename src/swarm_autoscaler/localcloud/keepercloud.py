@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import random
+import secrets
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from typing import Any
 
 import boto3
 
+from swarm_autoscaler.localcloud.cloud import quote_env
 from swarm_autoscaler.localcloud.moto_server import (
     LOCAL_ACCESS_KEY,
     LOCAL_SECRET_KEY,
@@ -77,6 +79,7 @@ class KeeperCloud:
         self.network: LocalNetwork | None = None
         self.primaries: PrimaryEmulator | None = None
         self.prefix = f"127.{random.SystemRandom().randint(1, 254)}"
+        self.token = secrets.token_urlsafe(24)
         self._tmp = tempfile.TemporaryDirectory(prefix="swarm-autoscaler-keeper-")
         self._tasks: list[asyncio.Task[None]] = []
         self._stack = contextlib.AsyncExitStack()
@@ -144,6 +147,40 @@ class KeeperCloud:
         env.pop("AUTOSCALER_DOCKER_URL", None)
         env.pop("AUTOSCALER_REDIS_URL", None)  # one autoscaler per cluster: no leader election
         return env
+
+    def keeper_env(self, *, idle_timeout_s: float, http_port: int) -> dict[str, str]:
+        """The settings of a keeper on this cloud (`swarm-autoscaler keeper`): its token, its primaries
+        and each cluster's workers (this cloud's AMI), short checks in fast mode, and this cloud's redis."""
+        assert self.network is not None
+        types = {
+            name: {"ami_id": self.network.ami_id, **dict(spec)}
+            for name, spec in self.options.worker_types.items()
+        }
+        fast = self.options.fast
+        env = {
+            **self.ec2_env(),
+            "AUTOSCALER_KEEPER_TOKEN": self.token,
+            "AUTOSCALER_KEEPER_PRIMARY_TYPE": PRIMARY_TYPE,
+            "AUTOSCALER_KEEPER_PRIMARY_AMI_ID": self.network.ami_id,
+            "AUTOSCALER_KEEPER_WORKER_TYPES": json.dumps(types),
+            "AUTOSCALER_KEEPER_MAX_INSTANCES_PER_CLUSTER": str(self.options.max_workers),
+            "AUTOSCALER_KEEPER_IDLE_TIMEOUT": f"{idle_timeout_s:g}s",
+            "AUTOSCALER_KEEPER_MAX_START_TIME": "60s" if fast else "120s",
+            "AUTOSCALER_KEEPER_CHECK_INTERVAL": "1s" if fast else "2s",
+            "AUTOSCALER_KEEPER_LOCK_TTL": "3s" if fast else "6s",
+            "AUTOSCALER_KEEPER_HTTP_PORT": str(http_port),
+            "AUTOSCALER_HTTP_HOST": "127.0.0.1",
+            "AUTOSCALER_LOG_FORMAT": "console",
+        }
+        if self.redis is not None:
+            env["AUTOSCALER_REDIS_URL"] = self.redis.url
+        return env
+
+    def write_env(self, name: str, env: Mapping[str, str]) -> Path:
+        """`env` as an env file in this cloud's folder (for a settings loader or a subprocess)."""
+        path = Path(self._tmp.name) / name
+        path.write_text("".join(f"{k}={quote_env(v)}\n" for k, v in env.items()))
+        return path
 
     def ec2_env(self) -> dict[str, str]:
         """The AUTOSCALER_EC2_* settings that point at this cloud's EC2 and network."""

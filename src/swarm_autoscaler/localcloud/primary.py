@@ -129,7 +129,7 @@ class LocalPrimary:
             validate=False,
         )
         self._stack.push_async_callback(self.scheduler.close)
-        port = self.scheduler.http_server.port
+        port = getattr(self.scheduler.http_server, "port", None)
         if port != self.options.dashboard_port:  # distributed moves to a free port when it is taken
             raise OSError(f"{ip}:{self.options.dashboard_port} is in use (the scheduler's HTTP got {port})")
 
