@@ -1,0 +1,280 @@
+"""The keeper's EC2 adapter (`Ec2Primaries`) against a real moto server over HTTP, with instance-type
+validation on: what a cluster's primary is launched with, how clusters are rebuilt from tags alone (a
+restart loses nothing), and that terminating a cluster ends its primary and its workers, and nothing else."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from tests.adapters.ec2.ec2_helpers import ACCESS_KEY, SECRET_KEY
+
+from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, OWNER_TAG, OWNER_VALUE
+from swarm_autoscaler.adapters.ec2_primaries import (
+    CLUSTER_ID_TAG,
+    DASHBOARD_URL_TAG,
+    KEEPER_TAG,
+    SCHEDULER_URL_TAG,
+    Ec2Primaries,
+)
+from swarm_autoscaler.errors import ConfigurationError, EndpointError
+from swarm_autoscaler.keeper.model import ClusterKey, ClusterState
+from swarm_autoscaler.localcloud import FaultInjector, LocalNetwork, MotoServer
+
+PRIMARY = "m5.large"
+keeper_names = itertools.count(1)
+ALICE = ClusterKey("alice", "w1")
+BOB = ClusterKey("bob", "none")
+
+Factory = Callable[..., Awaitable[Ec2Primaries]]
+
+
+def boot(key: ClusterKey, cluster_id: str) -> str:
+    return f"#!/bin/bash\necho primary {cluster_id} of {key.user_id}/{key.wallet_id}\n"
+
+
+@pytest.fixture
+async def make_hosts(
+    moto_server: MotoServer, network: LocalNetwork, faults: FaultInjector
+) -> AsyncIterator[Factory]:
+    """Started adapters on the moto server; each test gets its own keeper name unless it passes one."""
+    made: list[Ec2Primaries] = []
+
+    async def make(**overrides: Any) -> Ec2Primaries:
+        options: dict[str, Any] = {
+            "keeper_name": f"keeper-{next(keeper_names)}",
+            "region": network.region,
+            "endpoint": moto_server.endpoint,
+            "access_key_id": ACCESS_KEY,
+            "secret_access_key": SECRET_KEY,
+            "primary_type": PRIMARY,
+            "ami_id": network.ami_id,
+            "user_data": boot,
+            "subnet_ids": network.subnet_ids,
+            "security_group_ids": [network.security_group_id],
+            "key_name": network.key_name,
+            "iam_instance_profile": network.instance_profile,
+            "custom_tags": {"team": "science"},
+            "retry_initial": 0.01,
+            "retry_max": 0.05,
+        }
+        options.update(overrides)
+        hosts = await Ec2Primaries(**options).start()
+        made.append(hosts)
+        return hosts
+
+    yield make
+    for hosts in made:
+        await hosts.close()
+
+
+async def _describe(raw_ec2: Any, instance_id: str) -> dict[str, Any]:
+    result = await raw_ec2.describe_instances(InstanceIds=[instance_id])
+    instance: dict[str, Any] = result["Reservations"][0]["Instances"][0]
+    return instance
+
+
+def _tags(raw: dict[str, Any]) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for t in raw.get("Tags", ())}
+
+
+async def _worker(raw_ec2: Any, network: LocalNetwork, cluster_name: str) -> str:
+    """A worker as the cluster's own autoscaler launches it: the daemon's ownership tags."""
+    result = await raw_ec2.run_instances(
+        ImageId=network.ami_id,
+        InstanceType="t3.micro",
+        MinCount=1,
+        MaxCount=1,
+        SubnetId=network.subnet_ids[0],
+        TagSpecifications=[
+            {
+                "ResourceType": "instance",
+                "Tags": [
+                    {"Key": OWNER_TAG, "Value": OWNER_VALUE},
+                    {"Key": CLUSTER_TAG, "Value": cluster_name},
+                ],
+            }
+        ],
+    )
+    instance_id: str = result["Instances"][0]["InstanceId"]
+    return instance_id
+
+
+async def test_create_launches_a_tagged_primary_with_its_boot_script(
+    make_hosts: Factory, raw_ec2: Any
+) -> None:
+    hosts = await make_hosts()
+
+    cluster = await hosts.create(ALICE, 1_800_000_000.5)
+
+    raw = await _describe(raw_ec2, cluster.primary_id)
+    tags = _tags(raw)
+    assert raw["InstanceType"] == PRIMARY
+    assert tags[OWNER_TAG] == OWNER_VALUE and tags[KEEPER_TAG] == hosts._name
+    assert tags[CLUSTER_ID_TAG] == cluster.cluster_id and cluster.cluster_id.startswith("kc-")
+    assert tags["swarm-autoscaler/keeper/user"] == "alice"
+    assert tags["swarm-autoscaler/keeper/wallet"] == "w1"
+    assert tags["swarm-autoscaler/keeper/state"] == "starting"
+    assert tags["swarm-autoscaler/keeper/created"] == "1800000000.500"
+    assert tags["team"] == "science"
+    assert CLUSTER_TAG not in tags  # its own autoscaler must never take the primary for a worker
+    attribute = await raw_ec2.describe_instance_attribute(InstanceId=cluster.primary_id, Attribute="userData")
+    user_data = base64.b64decode(attribute["UserData"]["Value"]).decode()
+    assert user_data == boot(ALICE, cluster.cluster_id)
+    assert cluster.state == ClusterState.STARTING and cluster.key == ALICE
+    assert cluster.created_at == cluster.last_heartbeat == 1_800_000_000.5
+    ip = raw["PrivateIpAddress"]
+    assert (cluster.scheduler_url, cluster.dashboard_url) == (f"tcp://{ip}:8786", f"http://{ip}:8787")
+    assert hosts.stats.api_calls["RunInstances"] == 1
+
+
+async def test_a_restarted_keeper_rebuilds_every_cluster_from_tags(make_hosts: Factory) -> None:
+    hosts = await make_hosts()
+    alice = await hosts.create(ALICE, 1_800_000_000.0)
+    bob = await hosts.create(BOB, 1_800_000_010.0)
+    await hosts.update(
+        alice.cluster_id, state=ClusterState.RUNNING, heartbeat=1_800_000_100.0, answered=1_800_000_090.0
+    )
+    await hosts.update(bob.cluster_id, state=ClusterState.FAILED, reason="x" * 400)
+
+    restarted = await make_hosts(keeper_name=hosts._name)  # nothing in memory
+    listed = await restarted.list_clusters()
+
+    assert [c.cluster_id for c in listed] == [alice.cluster_id, bob.cluster_id]
+    again_alice, again_bob = listed
+    assert again_alice.state == ClusterState.RUNNING and again_alice.key == ALICE
+    assert (again_alice.created_at, again_alice.last_heartbeat, again_alice.last_answered) == (
+        1_800_000_000.0,
+        1_800_000_100.0,
+        1_800_000_090.0,
+    )
+    assert again_alice.scheduler_url == alice.scheduler_url
+    assert again_bob.state == ClusterState.FAILED and again_bob.reason == "x" * 256  # EC2's tag value limit
+    assert [c.cluster_id for c in await restarted.find(BOB)] == [bob.cluster_id]
+    assert await restarted.find(ClusterKey("alice", "none")) == ()
+
+
+async def test_another_keepers_primaries_are_neither_listed_nor_updated(
+    make_hosts: Factory, raw_ec2: Any
+) -> None:
+    mine, theirs = await make_hosts(), await make_hosts()
+    ours = await mine.create(ALICE, 1_800_000_000.0)
+    other = await theirs.create(ALICE, 1_800_000_000.0)
+
+    assert [c.cluster_id for c in await mine.list_clusters()] == [ours.cluster_id]
+    assert [c.cluster_id for c in await mine.find(ALICE)] == [ours.cluster_id]
+    await mine.update(other.cluster_id, state=ClusterState.ENDING)
+    assert await mine.terminate(other.cluster_id) == 0
+
+    raw = await _describe(raw_ec2, other.primary_id)
+    assert _tags(raw)["swarm-autoscaler/keeper/state"] == "starting"
+    assert raw["State"]["Name"] in ("pending", "running")
+
+
+async def test_terminate_ends_the_primary_and_its_workers_only(
+    make_hosts: Factory, raw_ec2: Any, network: LocalNetwork
+) -> None:
+    hosts = await make_hosts()
+    cluster = await hosts.create(ALICE, 1_800_000_000.0)
+    other = await hosts.create(BOB, 1_800_000_000.0)
+    workers = [await _worker(raw_ec2, network, cluster.cluster_id) for _ in range(3)]
+    others_worker = await _worker(raw_ec2, network, other.cluster_id)
+    # carries the cluster id as a tag value, but not our ownership: never ours to terminate
+    stranger = await raw_ec2.run_instances(
+        ImageId=network.ami_id,
+        InstanceType="t3.micro",
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[
+            {"ResourceType": "instance", "Tags": [{"Key": CLUSTER_TAG, "Value": cluster.cluster_id}]}
+        ],
+    )
+    stranger_id = stranger["Instances"][0]["InstanceId"]
+
+    # EC2 (and moto) answer TerminateInstances with `shutting-down`: the primary counts as alive until it
+    # is terminated, since its autoscaler may still launch a worker while it shuts down
+    assert await hosts.terminate(cluster.cluster_id) == 1
+
+    for instance_id in (cluster.primary_id, *workers):
+        assert (await _describe(raw_ec2, instance_id))["State"]["Name"] in ("shutting-down", "terminated")
+    for instance_id in (other.primary_id, others_worker, stranger_id):
+        assert (await _describe(raw_ec2, instance_id))["State"]["Name"] in ("pending", "running")
+    assert [c.cluster_id for c in await hosts.list_clusters()] == [other.cluster_id]
+    calls = hosts.stats.api_calls["TerminateInstances"]
+    assert await hosts.terminate(cluster.cluster_id) == 0  # gone now; idempotent: nothing to terminate
+    assert await hosts.terminate(cluster.cluster_id) == 0
+    assert hosts.stats.api_calls["TerminateInstances"] == calls
+
+
+async def test_a_primary_stopped_by_someone_else_is_reported_ending(
+    make_hosts: Factory, raw_ec2: Any
+) -> None:
+    hosts = await make_hosts()
+    cluster = await hosts.create(ALICE, 1_800_000_000.0)
+    await hosts.update(cluster.cluster_id, state=ClusterState.RUNNING)
+
+    await raw_ec2.stop_instances(InstanceIds=[cluster.primary_id])
+
+    (seen,) = await hosts.find(ALICE)
+    assert seen.state == ClusterState.ENDING and "stopp" in seen.reason
+
+
+async def test_the_scheduler_address_tags_override_the_private_ip(make_hosts: Factory, raw_ec2: Any) -> None:
+    hosts = await make_hosts()
+    cluster = await hosts.create(ALICE, 1_800_000_000.0)
+    await raw_ec2.create_tags(
+        Resources=[cluster.primary_id],
+        Tags=[
+            {"Key": SCHEDULER_URL_TAG, "Value": "tcp://127.0.0.1:40001"},
+            {"Key": DASHBOARD_URL_TAG, "Value": "http://127.0.0.1:40002"},
+        ],
+    )
+
+    (seen,) = await hosts.list_clusters()
+
+    assert (seen.scheduler_url, seen.dashboard_url) == ("tcp://127.0.0.1:40001", "http://127.0.0.1:40002")
+
+
+async def test_a_capacity_refusal_moves_the_primary_to_the_next_subnet(
+    make_hosts: Factory, raw_ec2: Any, network: LocalNetwork, faults: FaultInjector
+) -> None:
+    hosts = await make_hosts()
+    faults.refuse(PRIMARY, subnet_id=network.subnet_ids[0])
+
+    cluster = await hosts.create(ALICE, 1_800_000_000.0)
+
+    assert (await _describe(raw_ec2, cluster.primary_id))["SubnetId"] == network.subnet_ids[1]
+    assert hosts.stats.capacity_refusals == 1
+    faults.refuse(PRIMARY)  # every subnet
+    with pytest.raises(EndpointError, match=r"no capacity for a m5\.large primary"):
+        await hosts.create(BOB, 1_800_000_000.0)
+    assert await hosts.find(BOB) == ()
+
+
+async def test_types_ec2_does_not_know_are_configuration_errors(make_hosts: Factory) -> None:
+    hosts = await make_hosts()
+    await hosts.check([PRIMARY, "t3.micro"])
+    with pytest.raises(ConfigurationError, match=r"m5\.bogus"):
+        await hosts.check([PRIMARY, "m5.bogus"])
+    bogus = await make_hosts(primary_type="m5.bogus")
+    with pytest.raises(EndpointError, match="InvalidInstanceType"):
+        await bogus.create(ALICE, 1_800_000_000.0)
+    assert await bogus.find(ALICE) == ()
+
+
+async def test_reserved_custom_tags_and_an_oversized_boot_script_are_refused(make_hosts: Factory) -> None:
+    with pytest.raises(ConfigurationError, match="reserved"):
+        await make_hosts(custom_tags={"swarm-autoscaler/keeper": "x"})
+    hosts = await make_hosts(user_data=lambda key, cid: "#" * (17 * 1024))
+    with pytest.raises(ConfigurationError, match="user data"):
+        await hosts.create(ALICE, 1_800_000_000.0)
+    assert hosts.stats.api_calls["RunInstances"] == 0
+
+
+async def test_unreachable_ec2_is_an_endpoint_error(make_hosts: Factory) -> None:
+    hosts = await make_hosts(endpoint="http://127.0.0.1:9", retry_attempts=1, timeout=2.0)
+    with pytest.raises(EndpointError, match=r"127\.0\.0\.1:9"):
+        await hosts.list_clusters()
