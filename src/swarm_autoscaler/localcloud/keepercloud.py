@@ -16,13 +16,15 @@ import json
 import random
 import secrets
 import tempfile
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import boto3
 
+from swarm_autoscaler.adapters.ec2 import OWNER_TAG, OWNER_VALUE
+from swarm_autoscaler.adapters.ec2_primaries import CLUSTER_ID_TAG, KEEPER_TAG
 from swarm_autoscaler.localcloud.cloud import quote_env
 from swarm_autoscaler.localcloud.moto_server import (
     LOCAL_ACCESS_KEY,
@@ -33,7 +35,7 @@ from swarm_autoscaler.localcloud.moto_server import (
 )
 from swarm_autoscaler.localcloud.primaries import PrimaryEmulator
 from swarm_autoscaler.localcloud.primary import PrimaryBoot, PrimaryOptions
-from swarm_autoscaler.localcloud.redis_server import RedisServer
+from swarm_autoscaler.localcloud.redis_server import RedisServer, free_port
 
 WORKER_TYPES: Mapping[str, Mapping[str, Any]] = {"m5.large": {}, "m5.xlarge": {}}
 PRIMARY_TYPE = "m5.large"
@@ -67,6 +69,11 @@ class KeeperCloudOptions:
             "TERMINATION_DELAY": "10s",
             "MAX_START_TIME": "90s",
         }
+
+
+def primary_tags(keeper_name: str) -> dict[str, str]:
+    """The ownership tags of a keeper's primaries (`adapters.ec2_primaries`)."""
+    return {OWNER_TAG: OWNER_VALUE, KEEPER_TAG: keeper_name}
 
 
 class KeeperCloud:
@@ -175,6 +182,23 @@ class KeeperCloud:
         if self.redis is not None:
             env["AUTOSCALER_REDIS_URL"] = self.redis.url
         return env
+
+    @contextlib.asynccontextmanager
+    async def keeper(
+        self, *, idle_timeout_s: float, extra: Mapping[str, str] | None = None
+    ) -> AsyncIterator[tuple[str, str]]:
+        """A keeper replica on this cloud, in this process, built from settings; yields its API's base URL
+        and token. Its primaries boot here once `boot_primaries` runs (started on first use)."""
+        from swarm_autoscaler.config.keeper import load_keeper_settings
+        from swarm_autoscaler.localcloud.keeper_wiring import serve_keeper
+
+        port = free_port()
+        env = {**self.keeper_env(idle_timeout_s=idle_timeout_s, http_port=port), **(extra or {})}
+        config = load_keeper_settings(self.write_env(f"keeper-{port}.env", env))
+        if self.primaries is None:
+            self.boot_primaries(primary_tags(config.keeper.name), CLUSTER_ID_TAG)
+        async with serve_keeper(config) as url:
+            yield url, self.token
 
     def write_env(self, name: str, env: Mapping[str, str]) -> Path:
         """`env` as an env file in this cloud's folder (for a settings loader or a subprocess)."""
