@@ -56,6 +56,25 @@ def _configured(args: argparse.Namespace) -> int:
     return commands.guarded(lambda: work(settings))
 
 
+def _cmd_keeper(args: argparse.Namespace) -> int:
+    from swarm_autoscaler.config.keeper import load_keeper_settings
+    from swarm_autoscaler.daemon import commands
+    from swarm_autoscaler.daemon.logs import configure_logging
+    from swarm_autoscaler.keeper.app import run_keeper
+
+    try:
+        path = env_path(args.env_file)
+        for warning in unknown_variables(path):
+            print(f"configuration warning: {warning}", file=sys.stderr)
+        config = load_keeper_settings(path)
+    except InvalidSettingsError as exc:
+        for problem in exc.problems:
+            print(f"configuration error: {problem}", file=sys.stderr)
+        return EXIT_CONFIGURATION
+    configure_logging(config.logging.level, config.logging.format)
+    return commands.guarded(lambda: run_keeper(config))
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -114,6 +133,9 @@ def _parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text)
         sub.add_argument("--env-file", help="read variables from this file too (the environment wins)")
         sub.set_defaults(handler=_configured)
+    keeper = commands.add_parser("keeper", help="run the on-demand clusters keeper (HTTP API)")
+    keeper.add_argument("--env-file", help="read variables from this file too (the environment wins)")
+    keeper.set_defaults(handler=_cmd_keeper)
     demo = commands.add_parser("demo", help="run the daemon on an embedded local cloud with a workload")
     demo.add_argument("--tasks", type=int, default=200, help="number of tasks to submit (default 200)")
     demo.add_argument("--fast", action="store_true", help="short delays (for CI)")

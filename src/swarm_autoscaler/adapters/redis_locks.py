@@ -70,6 +70,10 @@ class RedisLocks:
     async def release(self, name: str) -> None:
         await self._call(self._delete(keys=[self.prefix + name], args=[self.token]))
 
+    async def check(self) -> None:
+        """Once at start: PING (after AUTH when the URL holds a password). Raises `EndpointError`."""
+        await self._call(self._redis.ping())
+
     async def close(self) -> None:
         await self._redis.aclose()
 

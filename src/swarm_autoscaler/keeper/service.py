@@ -50,7 +50,9 @@ class Keeper:
     clock: Callable[[], float] = time.time
     create_wait: float = 30.0
     on_action: LifecycleHook | None = None
+    lock_ttl: float = 0.0  # the lease's TTL; 0: three check intervals
     checks: int = 0
+    last_discovery: float | None = None  # when the last listing of every cluster succeeded (for /healthz)
     _known: dict[str, Cluster] = field(default_factory=dict)
     _written: dict[str, float] = field(default_factory=dict)
     _tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
@@ -60,7 +62,7 @@ class Keeper:
     @property
     def lease_ttl(self) -> float:
         """A lease outlives a few missed checks, so a slow check does not hand the cluster over."""
-        return max(3.0 * self.interval, 1.0)
+        return self.lock_ttl if self.lock_ttl > 0 else max(3.0 * self.interval, 1.0)
 
     @property
     def write_every(self) -> float:
@@ -145,6 +147,7 @@ class Keeper:
             raise
         for cluster in listed:
             self._adopt(self._merge(cluster), replace=True)
+        self.last_discovery = self.clock()
 
     async def stop(self) -> None:
         self._stopping = True

@@ -1,0 +1,197 @@
+"""Building the keeper from its settings, and `swarm-autoscaler keeper`: the one place the keeper's
+adapters (EC2 primaries, redis locks, the dask scheduler probe) are wired to its service and API.
+
+Start-up, in order, each failure one line naming the variable (exit 2 or 3, as the daemon's): the API's
+port can be listened on, EC2 describes the primary and worker types, redis answers (when
+`AUTOSCALER_REDIS_URL` is set). Then `started`, and the keeper runs until SIGTERM or SIGINT, after
+which it is gone within `EXIT_WITHIN_S` (its cluster tasks are cancelled and their leases released:
+another replica takes the clusters over at once).
+
+The clock is EC2's (`Ec2Transport.now`): cluster ages are measured in the time base of the primaries'
+tags, whatever this host's clock says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import signal
+from collections.abc import AsyncIterator, Awaitable
+from typing import TypeVar
+
+import structlog
+from aiohttp import web
+
+from swarm_autoscaler.adapters.dask_probe import HttpSchedulerProbe
+from swarm_autoscaler.adapters.ec2_primaries import Ec2Primaries, UserData
+from swarm_autoscaler.adapters.redis_locks import RedisLocks
+from swarm_autoscaler.config.keeper import KeeperConfig, cluster_env, env_lines, render_boot
+from swarm_autoscaler.daemon.metrics import start_http
+from swarm_autoscaler.errors import ConfigurationError, EndpointError
+from swarm_autoscaler.keeper.api import build_keeper_app
+from swarm_autoscaler.keeper.lifecycle import KeeperTiming
+from swarm_autoscaler.keeper.locks import InProcessLocks
+from swarm_autoscaler.keeper.metrics import KeeperMetrics
+from swarm_autoscaler.keeper.model import ClusterKey
+from swarm_autoscaler.keeper.service import Keeper
+
+log = structlog.get_logger("swarm_autoscaler.keeper.app")
+
+EXIT_WITHIN_S = 8.0  # docker stop sends SIGKILL after 10 s
+EXPECTED_START_S = 120.0  # how long a primary usually takes to run its scheduler (for `eta_s`)
+T = TypeVar("T")
+
+
+def user_data_of(config: KeeperConfig) -> UserData:
+    """The primaries' boot script for one cluster: the template with that cluster's values."""
+    keeper = config.keeper
+    template = keeper.boot_template
+
+    def render(key: ClusterKey, cluster_id: str) -> str:
+        values = {
+            "cluster_id": cluster_id,
+            "user_id": key.user_id,
+            "wallet_id": key.wallet_id,
+            "scheduler_port": str(keeper.scheduler_port),
+            "dashboard_port": str(keeper.dashboard_port),
+            "autoscaler_env": env_lines(cluster_env(config, cluster_id)),
+        }
+        return render_boot(template, values)
+
+    return render
+
+
+def primaries(config: KeeperConfig) -> Ec2Primaries:
+    """The EC2 adapter, not started."""
+    ec2, keeper = config.ec2, config.keeper
+    return Ec2Primaries(
+        keeper_name=keeper.name,
+        region=ec2.region,
+        endpoint=ec2.endpoint,
+        access_key_id=None if ec2.access_key_id is None else ec2.access_key_id.get_secret_value(),
+        secret_access_key=None if ec2.secret_access_key is None else ec2.secret_access_key.get_secret_value(),
+        primary_type=keeper.primary_type,
+        ami_id=keeper.primary_ami_id,
+        user_data=user_data_of(config),
+        subnet_ids=list(ec2.subnet_ids),
+        security_group_ids=list(ec2.security_group_ids),
+        key_name=ec2.key_name,
+        iam_instance_profile=keeper.primary_iam_instance_profile or ec2.iam_instance_profile,
+        custom_tags=dict(ec2.custom_tags),
+        scheduler_port=keeper.scheduler_port,
+        dashboard_port=keeper.dashboard_port,
+    )
+
+
+@contextlib.asynccontextmanager
+async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
+    """Check every endpoint once (see the module docstring), serve the API, and yield the keeper (not
+    running yet: `await keeper.run(stop)`). Everything is closed on exit."""
+    keeper_settings = config.keeper
+    async with contextlib.AsyncExitStack() as stack:
+        hosts = primaries(config)
+        locks = _locks(config)
+        stack.push_async_callback(locks.close)
+        probe = HttpSchedulerProbe()
+        stack.push_async_callback(probe.close)
+        metrics = KeeperMetrics()
+        keeper = Keeper(
+            hosts=hosts,
+            probe=probe,
+            locks=locks,
+            timing=KeeperTiming(keeper_settings.idle_timeout, keeper_settings.max_start_time),
+            interval=keeper_settings.check_interval,
+            clock=hosts.now,
+            on_action=metrics.action,
+            lock_ttl=keeper_settings.lock_ttl,
+        )
+        app = build_keeper_app(
+            keeper,
+            keeper_settings.token.get_secret_value(),
+            metrics,
+            expected_start_s=min(EXPECTED_START_S, keeper_settings.max_start_time),
+            healthy=lambda: _unhealthy(keeper),
+        )
+        await _listen(stack, app, config)
+        where = "AUTOSCALER_EC2_ENDPOINT" if config.ec2.endpoint else "AUTOSCALER_EC2_REGION"
+        await stack.enter_async_context(hosts)
+        types = [keeper_settings.primary_type, *keeper_settings.worker_types]
+        await _checked(where, hosts.check(types))  # also syncs EC2's clock
+        await _checked("AUTOSCALER_REDIS_URL", locks.check())
+        yield keeper
+
+
+def _locks(config: KeeperConfig) -> RedisLocks | InProcessLocks:
+    if config.redis.url is None:
+        return InProcessLocks()
+    return RedisLocks(config.redis.url.get_secret_value(), config.keeper.name)
+
+
+def _unhealthy(keeper: Keeper) -> str | None:
+    """None while the keeper lists its clusters on schedule; else why not (then /healthz says 503)."""
+    limit = 3 * keeper.interval + 5.0
+    last = keeper.last_discovery
+    if last is None:
+        return "no listing of the clusters has succeeded yet"
+    if keeper.clock() - last > limit:
+        return f"listing the clusters has failed for {keeper.clock() - last:.0f}s"
+    return None
+
+
+async def _listen(stack: contextlib.AsyncExitStack, app: web.Application, config: KeeperConfig) -> None:
+    host, port = config.http.host, config.keeper.http_port
+    try:
+        runner = await start_http(app, host, port)
+    except OSError as exc:
+        setting = (
+            "AUTOSCALER_KEEPER_HTTP_PORT"
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES)
+            else "AUTOSCALER_HTTP_HOST"
+        )
+        raise ConfigurationError(
+            f"{setting}: cannot listen on {host}:{port} ({exc.strerror or exc}); choose a free port"
+        ) from None
+    stack.push_async_callback(runner.cleanup)
+
+
+async def _checked(setting: str, awaitable: Awaitable[T]) -> T:
+    try:
+        return await awaitable
+    except EndpointError as exc:
+        raise EndpointError(exc.endpoint, exc.detail, setting) from None
+
+
+async def run_keeper(config: KeeperConfig) -> int:
+    """`swarm-autoscaler keeper`: check, serve and keep the clusters until SIGTERM or SIGINT; exit 0
+    within `EXIT_WITHIN_S` of the signal."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(None) as exit_by:
+
+            def on_signal() -> None:
+                if not stop.is_set():
+                    stop.set()
+                    exit_by.reschedule(loop.time() + EXIT_WITHIN_S)
+
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, on_signal)
+            async with open_keeper(config) as keeper:
+                log.info(
+                    "started: every endpoint answered",
+                    keeper=config.keeper.name,
+                    http=f"{config.http.host}:{config.keeper.http_port}",
+                    check_interval_s=config.keeper.check_interval,
+                    idle_timeout_s=config.keeper.idle_timeout,
+                    locks="redis"
+                    if config.redis.url
+                    else "in-process: single replica (no AUTOSCALER_REDIS_URL)",
+                )
+                await keeper.run(stop)
+    except TimeoutError:
+        if not stop.is_set():
+            raise
+        log.warning("stopped by force: closing took too long", limit_s=EXIT_WITHIN_S)
+    log.info("stopped", keeper=config.keeper.name)
+    return 0
