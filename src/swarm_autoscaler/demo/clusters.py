@@ -164,8 +164,8 @@ async def run_clusters(opts: ClustersOptions) -> dict[str, Any]:
         users=[UserRun(f"user{i + 1}", WALLETS[i % len(WALLETS)]) for i in range(opts.clusters)]
     )
     cloud = KeeperCloudOptions(fast=opts.fast, seed=opts.seed)
-    async with KeeperCloud(cloud) as kc, kc.keeper(idle_timeout_s=opts.idle_timeout_s) as (url, token):
-        api = KeeperApi(url, token)
+    async with KeeperCloud(cloud) as kc, kc.keeper(idle_timeout_s=opts.idle_timeout_s) as (url, _):
+        api = KeeperApi(url, kc.token)
         sessions = [
             Session(api, run, view, user_work(i, opts.fast, opts.seed), started, opts.idle_timeout_s / 4)
             for i, run in enumerate(view.users)

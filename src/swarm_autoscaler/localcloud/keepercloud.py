@@ -25,6 +25,7 @@ import boto3
 
 from swarm_autoscaler.adapters.ec2 import OWNER_TAG, OWNER_VALUE
 from swarm_autoscaler.adapters.ec2_primaries import CLUSTER_ID_TAG, KEEPER_TAG
+from swarm_autoscaler.keeper.service import Keeper
 from swarm_autoscaler.localcloud.cloud import quote_env
 from swarm_autoscaler.localcloud.moto_server import (
     LOCAL_ACCESS_KEY,
@@ -186,19 +187,26 @@ class KeeperCloud:
     @contextlib.asynccontextmanager
     async def keeper(
         self, *, idle_timeout_s: float, extra: Mapping[str, str] | None = None
-    ) -> AsyncIterator[tuple[str, str]]:
-        """A keeper replica on this cloud, in this process, built from settings; yields its API's base URL
-        and token. Its primaries boot here once `boot_primaries` runs (started on first use)."""
+    ) -> AsyncIterator[tuple[str, Keeper]]:
+        """A keeper replica on this cloud, in this process, built from settings by `open_keeper` (as
+        `swarm-autoscaler keeper` builds it) and running; yields its API's base URL and the keeper. Its
+        primaries boot here (the primaries' emulator starts on first use)."""
         from swarm_autoscaler.config.keeper import load_keeper_settings
-        from swarm_autoscaler.localcloud.keeper_wiring import serve_keeper
+        from swarm_autoscaler.keeper.app import open_keeper
 
         port = free_port()
         env = {**self.keeper_env(idle_timeout_s=idle_timeout_s, http_port=port), **(extra or {})}
         config = load_keeper_settings(self.write_env(f"keeper-{port}.env", env))
         if self.primaries is None:
             self.boot_primaries(primary_tags(config.keeper.name), CLUSTER_ID_TAG)
-        async with serve_keeper(config) as url:
-            yield url, self.token
+        async with open_keeper(config) as keeper:
+            stop = asyncio.Event()
+            task = asyncio.create_task(keeper.run(stop), name=f"keeper:{port}")
+            try:
+                yield f"http://127.0.0.1:{port}", keeper
+            finally:
+                stop.set()
+                await task
 
     def write_env(self, name: str, env: Mapping[str, str]) -> Path:
         """`env` as an env file in this cloud's folder (for a settings loader or a subprocess)."""
