@@ -245,8 +245,13 @@ class Keeper:
             last_answered=decision.answered if decision.answered is not None else cluster.last_answered,
             reason=decision.reason or cluster.reason,
         )
-        self._known[cluster.cluster_id] = updated
         new_state = decision.state is not None and decision.state != cluster.state
+        if new_state and updated.state == ClusterState.RUNNING:
+            ended = await self._ended_meanwhile(cluster)
+            if ended is not None:
+                self._known[cluster.cluster_id] = ended
+                return ended
+        self._known[cluster.cluster_id] = updated
         beat_due = now - self._written.get(cluster.cluster_id, 0.0) >= self.write_every
         if new_state or beat_due:
             await self.hosts.update(
@@ -263,6 +268,16 @@ class Keeper:
                 "cluster state", cluster=cluster.cluster_id, state=str(updated.state), reason=decision.reason
             )
         return updated
+
+    async def _ended_meanwhile(self, cluster: Cluster) -> Cluster | None:
+        """The cluster as its tags say now if another replica ended it since this one last read them (a
+        DELETE through another replica): writing `running` over that `ending` would lose the end, and
+        the cluster would live on until its idle timeout. A fresh read narrows the window to one round
+        trip (EC2 tags have no compare-and-set)."""
+        for found in await self.hosts.find(cluster.key):
+            if found.cluster_id == cluster.cluster_id and not found.live:
+                return found
+        return None
 
     def _emit(self, action: str) -> None:
         if self.on_action is not None:
