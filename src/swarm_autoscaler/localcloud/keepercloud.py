@@ -88,6 +88,9 @@ class KeeperCloud:
         self.primaries: PrimaryEmulator | None = None
         self.prefix = f"127.{random.SystemRandom().randint(1, 254)}"
         self.token = secrets.token_urlsafe(24)
+        # moto's backends are process-wide: a name of its own keeps this cloud's keepers away from the
+        # primaries of another cloud in the same process (a test session runs several).
+        self.keeper_name = f"keeper-{secrets.token_hex(4)}"
         self._tmp = tempfile.TemporaryDirectory(prefix="swarm-autoscaler-keeper-")
         self._tasks: list[asyncio.Task[None]] = []
         self._stack = contextlib.AsyncExitStack()
@@ -127,6 +130,11 @@ class KeeperCloud:
         )
         self._tasks.append(asyncio.create_task(self.primaries.run(0.3 if self.options.fast else 0.5)))
         return self.primaries
+
+    def boot_keeper_primaries(self, keeper_name: str | None = None) -> PrimaryEmulator:
+        """Start booting the primaries of the keeper named `keeper_name` (default: this cloud's keepers'
+        name), for a keeper that runs elsewhere too (a `swarm-autoscaler keeper` process)."""
+        return self.boot_primaries(primary_tags(keeper_name or self.keeper_name), CLUSTER_ID_TAG)
 
     def daemon_env(self, boot: PrimaryBoot) -> dict[str, str]:
         """The settings of one cluster's autoscaler: what the keeper wrote in the primary's boot script
@@ -168,6 +176,7 @@ class KeeperCloud:
         env = {
             **self.ec2_env(),
             "AUTOSCALER_KEEPER_TOKEN": self.token,
+            "AUTOSCALER_KEEPER_NAME": self.keeper_name,
             "AUTOSCALER_KEEPER_PRIMARY_TYPE": PRIMARY_TYPE,
             "AUTOSCALER_KEEPER_PRIMARY_AMI_ID": self.network.ami_id,
             "AUTOSCALER_KEEPER_WORKER_TYPES": json.dumps(types),
@@ -198,7 +207,7 @@ class KeeperCloud:
         env = {**self.keeper_env(idle_timeout_s=idle_timeout_s, http_port=port), **(extra or {})}
         config = load_keeper_settings(self.write_env(f"keeper-{port}.env", env))
         if self.primaries is None:
-            self.boot_primaries(primary_tags(config.keeper.name), CLUSTER_ID_TAG)
+            self.boot_keeper_primaries(config.keeper.name)
         async with open_keeper(config) as keeper:
             stop = asyncio.Event()
             task = asyncio.create_task(keeper.run(stop), name=f"keeper:{port}")
@@ -239,8 +248,12 @@ class KeeperCloud:
         )
 
     def instances(self, states: tuple[str, ...] = ("pending", "running")) -> dict[str, dict[str, Any]]:
-        """Every instance in these states, by id, straight from moto."""
-        filters = [{"Name": "instance-state-name", "Values": list(states)}]
+        """Every instance of this cloud's VPC in these states, by id, straight from moto."""
+        assert self.network is not None
+        filters = [
+            {"Name": "instance-state-name", "Values": list(states)},
+            {"Name": "vpc-id", "Values": [self.network.vpc_id]},
+        ]
         out: dict[str, dict[str, Any]] = {}
         for page in self.ec2().get_paginator("describe_instances").paginate(Filters=filters):
             for reservation in page["Reservations"]:
