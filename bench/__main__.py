@@ -16,6 +16,7 @@ BENCHMARKS: dict[str, str] = {
     "daemon": "bench.daemon_bench",
     "act": "bench.act_bench",
     "keeper": "bench.keeper_bench",
+    "keeper-ec2": "bench.keeper_ec2_bench",
     "fidelity": "bench.fidelity_bench",
 }
 

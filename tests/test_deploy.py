@@ -29,3 +29,14 @@ def test_local_stack_file_gives_each_replica_its_own_loopback_address() -> None:
     service = local["services"]["autoscaler"]
     assert service["environment"]["AUTOSCALER_HTTP_HOST"] == "127.0.1.{{.Task.Slot}}"
     assert local["networks"][service["networks"][0]] == {"external": True, "name": "host"}
+
+
+def test_keeper_stack_file_runs_the_keeper_without_the_docker_socket_and_publishes_its_api() -> None:
+    stack: dict[str, Any] = yaml.safe_load((ROOT / "docker" / "keeper-stack.yml").read_text())
+    service = stack["services"]["keeper"]
+    assert service["command"] == ["keeper"]
+    assert "volumes" not in service  # it talks to EC2, redis and the schedulers only
+    assert service["env_file"] == ["${KEEPER_ENV_FILE:-../keeper.env}"]
+    (port,) = service["ports"]
+    assert port["target"] == 8080  # AUTOSCALER_KEEPER_HTTP_PORT's default
+    assert service["healthcheck"]["test"] == ["CMD", "swarm-autoscaler", "healthcheck", "--keeper"]

@@ -111,7 +111,7 @@ def _cmd_healthcheck(args: argparse.Namespace) -> int:
     from swarm_autoscaler.daemon.healthcheck import check
 
     try:
-        status, line = check()
+        status, line = check(keeper=args.keeper)
     except ValidationError as exc:
         status, line = EXIT_CONFIGURATION, f"configuration error: AUTOSCALER_HTTP_*: {exc.errors()[0]['msg']}"
     print(line, file=sys.stderr if status else sys.stdout)
@@ -162,6 +162,7 @@ def _parser() -> argparse.ArgumentParser:
     health = commands.add_parser(
         "healthcheck", help="ask the running daemon's /healthz (the image's HEALTHCHECK)"
     )
+    health.add_argument("--keeper", action="store_true", help="ask the keeper's /healthz instead")
     health.set_defaults(handler=_cmd_healthcheck)
     return parser
 

@@ -39,10 +39,15 @@ def server() -> Iterator[ThreadingHTTPServer]:
     _Handler.status = 200
 
 
-def healthcheck(**env: str) -> subprocess.CompletedProcess[str]:
+def healthcheck(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("AUTOSCALER_")}
     return subprocess.run(
-        [CLI, "healthcheck"], capture_output=True, text=True, env={**clean, **env}, timeout=60, check=False
+        [CLI, "healthcheck", *args],
+        capture_output=True,
+        text=True,
+        env={**clean, **env},
+        timeout=60,
+        check=False,
     )
 
 
@@ -65,3 +70,17 @@ def test_unhealthy_when_nothing_listens(server: ThreadingHTTPServer) -> None:
     server.server_close()
     done = healthcheck(AUTOSCALER_HTTP_HOST="127.0.0.1", AUTOSCALER_HTTP_PORT=str(port))
     assert done.returncode == 1 and "unhealthy" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_keeper_flag_asks_the_keepers_port_and_reads_none_of_its_other_settings(
+    server: ThreadingHTTPServer,
+) -> None:
+    done = healthcheck(
+        "--keeper",
+        AUTOSCALER_HTTP_HOST="127.0.0.1",
+        AUTOSCALER_HTTP_PORT="1",  # the daemon's port: not the keeper's
+        AUTOSCALER_KEEPER_HTTP_PORT=str(server.server_port),
+        AUTOSCALER_KEEPER_TOKEN="short",  # invalid for the keeper, and none of the health check's business
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"http://127.0.0.1:{server.server_port}/healthz answered 200" in done.stdout

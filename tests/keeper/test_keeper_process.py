@@ -224,3 +224,18 @@ async def test_an_unreachable_redis_is_one_line_naming_the_variable(
     assert code == 3 and out == ""
     (line,) = err.splitlines()
     assert "(AUTOSCALER_REDIS_URL)" in line and REDIS_PASSWORD not in line
+
+
+async def test_a_busy_api_port_is_one_line_naming_the_variable(
+    moto: MotoServer, network: LocalNetwork, redis_server: RedisServer
+) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        env = keeper_env(moto, network, redis_server, busy.getsockname()[1])
+
+        code, out, err = await _run_briefly(env)
+
+    assert code == 2 and out == ""
+    (line,) = err.splitlines()
+    assert line.startswith("configuration error: AUTOSCALER_KEEPER_HTTP_PORT: cannot listen on 127.0.0.1:")

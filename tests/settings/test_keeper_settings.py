@@ -8,11 +8,11 @@ import json
 
 import pytest
 
+from swarm_autoscaler.adapters.keeper_tags import worker_tags
 from swarm_autoscaler.config.keeper import (
     DEFAULT_PRIMARY_BOOT,
     EXAMPLE_TOKEN,
     cluster_env,
-    env_lines,
     load_keeper_settings,
     render_boot,
 )
@@ -138,7 +138,7 @@ def test_each_clusters_autoscaler_settings_derive_from_the_keepers(keeper_env: p
     keeper_env.setenv("AUTOSCALER_EC2_CUSTOM_TAGS", '{"team": "science"}')
     config = load_keeper_settings()
 
-    env = cluster_env(config, "kc-0123456789abcdef")
+    env = cluster_env(config, "kc-0123456789abcdef", {"swarm-autoscaler-keeper": "keeper"})
 
     assert env["AUTOSCALER_CLUSTER_NAME"] == "kc-0123456789abcdef"
     assert env["AUTOSCALER_EC2_MAX_INSTANCES"] == "7"
@@ -146,10 +146,23 @@ def test_each_clusters_autoscaler_settings_derive_from_the_keepers(keeper_env: p
     assert json.loads(env["AUTOSCALER_EC2_ALLOWED_TYPES"])["m5.large"]["reserve"] == 1
     assert env["AUTOSCALER_EC2_ENDPOINT"] == "http://ec2.local:5000"
     assert env["AUTOSCALER_EC2_SUBNET_IDS"] == "subnet-1,subnet-2"
-    assert env["AUTOSCALER_EC2_CUSTOM_TAGS"] == '{"team": "science"}'
+    assert json.loads(env["AUTOSCALER_EC2_CUSTOM_TAGS"]) == {
+        "team": "science",
+        "swarm-autoscaler-keeper": "keeper",
+    }
     script = user_data_of(config)(ClusterKey("alice", "none"), "kc-0123456789abcdef")
     assert "AKIAKEEPER" not in script and "never-in-user-data" not in script  # credentials stay out
-    assert env_lines(env) in script and "{{" not in script
+    assert "{{" not in script
+    (tags_line,) = [line for line in script.splitlines() if line.startswith("AUTOSCALER_EC2_CUSTOM_TAGS=")]
+    assert json.loads(
+        tags_line.partition("=")[2]
+    ) == {  # the workers' tags: the keeper's, then whose they are
+        "team": "science",
+        "swarm-autoscaler-keeper": "keeper",
+        "swarm-autoscaler-keeper-user": "alice",
+        "swarm-autoscaler-keeper-wallet": "none",
+    }
+    assert "AUTOSCALER_CLUSTER_NAME=kc-0123456789abcdef\n" in script
     assert "Primary of on-demand cluster kc-0123456789abcdef (user alice, wallet none)" in script
 
 
@@ -165,3 +178,27 @@ def test_rendering_replaces_placeholders_and_leaves_shell_variables_alone() -> N
     }
 
     assert render_boot(template, values) == 'echo "$HOME" kc-1 u/w ${PORT:-8786}\nA=1\nB={}'
+
+
+def test_the_derived_settings_are_valid_settings_for_the_clusters_autoscaler(
+    keeper_env: pytest.MonkeyPatch,
+) -> None:
+    keeper_env.setenv("AUTOSCALER_EC2_SUBNET_IDS", "subnet-1,subnet-2")
+    keeper_env.setenv("AUTOSCALER_EC2_IAM_INSTANCE_PROFILE", "worker-profile")
+    config = load_keeper_settings()
+    env = cluster_env(config, "kc-0123456789abcdef", worker_tags("keeper", ClusterKey("alice", "none")))
+    for name in [*KEEPER, "AUTOSCALER_EC2_SUBNET_IDS", "AUTOSCALER_EC2_IAM_INSTANCE_PROFILE"]:
+        keeper_env.delenv(name)
+    for name, value in env.items():  # what the primary's env file gives its autoscaler
+        keeper_env.setenv(name, value)
+    keeper_env.setenv("AUTOSCALER_DASK_SCHEDULER_URL", "tcp://dask-scheduler:8786")  # the template adds it
+
+    settings = load_settings()
+
+    assert settings.cluster_name == "kc-0123456789abcdef"
+    assert settings.ec2.allowed_types == config.keeper.worker_types
+    assert settings.ec2.max_instances == config.keeper.max_instances_per_cluster
+    assert settings.ec2.subnet_ids == ["subnet-1", "subnet-2"]
+    assert settings.ec2.iam_instance_profile == "worker-profile"
+    assert settings.ec2.custom_tags["swarm-autoscaler-keeper-user"] == "alice"
+    assert settings.ec2.access_key_id is None  # the primary's instance profile, never the keeper's keys

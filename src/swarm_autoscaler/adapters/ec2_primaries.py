@@ -2,28 +2,24 @@
 
 A cluster is its primary: one instance of the configured type whose boot script (rendered per cluster by
 `user_data`) makes it a swarm manager running a dask scheduler and the cluster's own autoscaler. Its
-state lives in the primary's tags, so a restarted keeper (or another replica) loses nothing:
+state lives in the primary's tags (the scheme: `keeper_tags`), so a restarted keeper (or another replica)
+loses nothing. The primary carries no `swarm-autoscaler/cluster` tag, so its own autoscaler never counts
+it as one of its workers. The workers carry the daemon's ownership tags with the cluster id as the
+cluster name (`managed-by=swarm-autoscaler`, `swarm-autoscaler/cluster=<cluster id>`, see
+`ec2.owner_tags`) and this keeper's worker tags; `terminate` ends the primary and every such worker.
 
-    managed-by=swarm-autoscaler, swarm-autoscaler/keeper=<keeper name>      ownership
-    swarm-autoscaler/keeper/cluster-id, .../user, .../wallet                 whose cluster it is
-    swarm-autoscaler/keeper/state, .../created, .../heartbeat, .../answered, .../reason   its lifecycle
-
-Times are epoch seconds. The primary carries no `swarm-autoscaler/cluster` tag, so its own autoscaler
-never counts it as one of its workers. The workers carry the daemon's ownership tags with the cluster id
-as the cluster name (`managed-by=swarm-autoscaler`, `swarm-autoscaler/cluster=<cluster id>`, see
-`ec2.owner_tags`); `terminate` ends the primary and every such worker.
+Nothing leaks: a worker whose primary is gone (terminated by someone else, or launched as its primary shut
+down and listed by EC2 only after) is found by a periodic look for this keeper's workers, and its cluster
+is reported `ending`, so the keeper terminates it. So is a cluster whose primary is stopping, stopped or
+shutting down while its tags say `starting` or `running`.
 
 A scheduler's addresses are the primary's private IP and the configured ports, unless the primary is
 tagged `swarm-autoscaler/keeper/scheduler-url` and `.../dashboard-url` (which a boot script, or the
 local cloud, may set when the scheduler listens elsewhere).
-
-A primary that is stopping, stopped or shutting down while its tags say `starting` or `running` is
-reported `ending` (someone else stopped or terminated it): its workers are then terminated too.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -41,44 +37,35 @@ from swarm_autoscaler.adapters.ec2_support import (
     to_endpoint_error,
 )
 from swarm_autoscaler.adapters.ec2_transport import Ec2Transport
+from swarm_autoscaler.adapters.keeper_tags import (
+    ANSWERED_TAG,
+    CLUSTER_ID_TAG,
+    CREATED_TAG,
+    GONE,
+    HEARTBEAT_TAG,
+    KEEPER_TAG,
+    LISTED_STATES,
+    MAX_TAG_VALUE,
+    REASON_TAG,
+    STATE_TAG,
+    USER_TAG,
+    WALLET_TAG,
+    WORKER_KEEPER_TAG,
+    new_cluster_id,
+    order,
+    orphan_clusters,
+    stamp,
+    tag_list,
+    tags_of,
+    to_cluster,
+)
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
 from swarm_autoscaler.keeper.model import Cluster, ClusterKey, ClusterState
 
-KEEPER_TAG = "swarm-autoscaler/keeper"
-_K = "swarm-autoscaler/keeper/"
-CLUSTER_ID_TAG = _K + "cluster-id"
-USER_TAG = _K + "user"
-WALLET_TAG = _K + "wallet"
-STATE_TAG = _K + "state"
-CREATED_TAG = _K + "created"
-HEARTBEAT_TAG = _K + "heartbeat"
-ANSWERED_TAG = _K + "answered"
-REASON_TAG = _K + "reason"
-SCHEDULER_URL_TAG = _K + "scheduler-url"
-DASHBOARD_URL_TAG = _K + "dashboard-url"
-
-LISTED_STATES = ("pending", "running", "stopping", "stopped", "shutting-down")  # not terminated
-_HALTED = frozenset({"stopping", "stopped", "shutting-down"})
 TERMINATE_BATCH = 50
-MAX_TAG_VALUE = 256
+SWEEP_EVERY = 12  # listings between two looks for workers whose primary is gone (1 min at 5 s)
 
 UserData = Callable[[ClusterKey, str], str]  # (key, cluster id) -> the primary's boot script
-
-
-def new_cluster_id() -> str:
-    """A fresh id: `kc-` and 16 hex digits (a valid cluster name for the cluster's own autoscaler)."""
-    return f"kc-{uuid.uuid4().hex[:16]}"
-
-
-def _stamp(seconds: float) -> str:
-    return f"{seconds:.3f}"
-
-
-def _seconds(value: str | None) -> float | None:
-    try:
-        return float(value) if value else None
-    except ValueError:
-        return None
 
 
 class Ec2Primaries(Ec2Transport):
@@ -123,6 +110,7 @@ class Ec2Primaries(Ec2Transport):
             raise ConfigurationError(f"custom EC2 tags {bad} use reserved keys; rename them")
         self._ports = (scheduler_port, dashboard_port)
         self._primary_ids: dict[str, str] = {}  # cluster id -> primary instance id (never changes)
+        self._listings = 0
 
     # ----------------------------------------------------------------------------------- checks
 
@@ -165,52 +153,48 @@ class Ec2Primaries(Ec2Transport):
         except (ClientError, BotoCoreError) as exc:
             raise to_endpoint_error(self.endpoint, "DescribeInstances", exc) from None
         raws = [raw for res in reservations for raw in res.get("Instances", ())]
-        return [raw for raw in raws if self._ours(_tags(raw)) and _tags(raw).get(CLUSTER_ID_TAG)]
+        return [raw for raw in raws if self._ours(tags_of(raw)) and tags_of(raw).get(CLUSTER_ID_TAG)]
 
     async def list_clusters(self) -> tuple[Cluster, ...]:
-        return tuple(sorted((self._cluster(raw) for raw in await self._primaries()), key=_order))
+        """Every cluster of ours whose primary is not terminated; on the first listing and every
+        `SWEEP_EVERY`th, also the clusters whose primary is gone but whose workers are not (one more
+        paged DescribeInstances), as `ending`, so that the keeper terminates them: nothing leaks."""
+        clusters = [self._cluster(raw) for raw in await self._primaries()]
+        self._listings += 1
+        if self._listings % SWEEP_EVERY == 1:
+            clusters += orphan_clusters(await self._workers(), {c.cluster_id for c in clusters})
+        return tuple(sorted(clusters, key=order))
+
+    async def _workers(self) -> list[dict[str, Any]]:
+        """Every worker of this keeper's clusters that is not terminated (the daemon's ownership tag and
+        this keeper's worker tag, checked again here)."""
+        filters = [
+            {"Name": f"tag:{OWNER_TAG}", "Values": [OWNER_VALUE]},
+            {"Name": f"tag:{WORKER_KEEPER_TAG}", "Values": [self._name]},
+            {"Name": "instance-state-name", "Values": list(LISTED_STATES)},
+        ]
+        try:
+            reservations = await self._pages("describe_instances", "Reservations", Filters=filters)
+        except (ClientError, BotoCoreError) as exc:
+            raise to_endpoint_error(self.endpoint, "DescribeInstances", exc) from None
+        raws = [raw for res in reservations for raw in res.get("Instances", ())]
+        return [
+            r
+            for r in raws
+            if tags_of(r).get(OWNER_TAG) == OWNER_VALUE and tags_of(r).get(WORKER_KEEPER_TAG) == self._name
+        ]
 
     async def find(self, key: ClusterKey) -> tuple[Cluster, ...]:
         found = await self._primaries(
             {"Name": f"tag:{USER_TAG}", "Values": [key.user_id]},
             {"Name": f"tag:{WALLET_TAG}", "Values": [key.wallet_id]},
         )
-        return tuple(sorted((c for c in map(self._cluster, found) if c.key == key), key=_order))
+        return tuple(sorted((c for c in map(self._cluster, found) if c.key == key), key=order))
 
     def _cluster(self, raw: Mapping[str, Any]) -> Cluster:
-        tags = _tags(raw)
-        cid = tags[CLUSTER_ID_TAG]
-        self._primary_ids[cid] = raw["InstanceId"]
-        launched = raw["LaunchTime"].timestamp()
-        created = _seconds(tags.get(CREATED_TAG)) or launched
-        try:
-            state = ClusterState(tags.get(STATE_TAG, ClusterState.STARTING))
-        except ValueError:
-            state = ClusterState.STARTING
-        reason = tags.get(REASON_TAG, "")
-        machine = raw["State"]["Name"]
-        if machine in _HALTED and state in (ClusterState.STARTING, ClusterState.RUNNING):
-            state, reason = ClusterState.ENDING, f"its primary {raw['InstanceId']} is {machine}"
-        scheduler, dashboard = self._addresses(raw, tags)
-        return Cluster(
-            cluster_id=cid,
-            key=ClusterKey(tags.get(USER_TAG, ""), tags.get(WALLET_TAG, "")),
-            state=state,
-            created_at=created,
-            last_heartbeat=_seconds(tags.get(HEARTBEAT_TAG)) or created,
-            last_answered=_seconds(tags.get(ANSWERED_TAG)),
-            primary_id=raw["InstanceId"],
-            scheduler_url=scheduler,
-            dashboard_url=dashboard,
-            reason=reason,
-        )
-
-    def _addresses(self, raw: Mapping[str, Any], tags: Mapping[str, str]) -> tuple[str, str]:
-        ip = raw.get("PrivateIpAddress") or ""
-        scheduler_port, dashboard_port = self._ports
-        scheduler = tags.get(SCHEDULER_URL_TAG) or (f"tcp://{ip}:{scheduler_port}" if ip else "")
-        dashboard = tags.get(DASHBOARD_URL_TAG) or (f"http://{ip}:{dashboard_port}" if ip else "")
-        return scheduler, dashboard
+        cluster = to_cluster(raw, self._ports)
+        self._primary_ids[cluster.cluster_id] = cluster.primary_id
+        return cluster
 
     # ----------------------------------------------------------------------------------- creating
 
@@ -251,8 +235,8 @@ class Ec2Primaries(Ec2Transport):
             USER_TAG: key.user_id,
             WALLET_TAG: key.wallet_id,
             STATE_TAG: str(ClusterState.STARTING),
-            CREATED_TAG: _stamp(now),
-            HEARTBEAT_TAG: _stamp(now),
+            CREATED_TAG: stamp(now),
+            HEARTBEAT_TAG: stamp(now),
             OWNER_TAG: OWNER_VALUE,  # last: nothing may override ownership
             KEEPER_TAG: self._name,
         }
@@ -264,8 +248,8 @@ class Ec2Primaries(Ec2Transport):
             "MaxCount": 1,
             "UserData": user_data,  # botocore base64-encodes it
             "TagSpecifications": [
-                {"ResourceType": "instance", "Tags": _tag_list(tags)},
-                {"ResourceType": "volume", "Tags": _tag_list(owner)},
+                {"ResourceType": "instance", "Tags": tag_list(tags)},
+                {"ResourceType": "volume", "Tags": tag_list(owner)},
             ],
         }
         if self._groups:
@@ -292,8 +276,8 @@ class Ec2Primaries(Ec2Transport):
         """One CreateTags call on the primary (found by its cluster-id tag when not seen yet)."""
         values = {
             STATE_TAG: None if state is None else str(state),
-            HEARTBEAT_TAG: None if heartbeat is None else _stamp(heartbeat),
-            ANSWERED_TAG: None if answered is None else _stamp(answered),
+            HEARTBEAT_TAG: None if heartbeat is None else stamp(heartbeat),
+            ANSWERED_TAG: None if answered is None else stamp(answered),
             REASON_TAG: None if reason is None else reason[:MAX_TAG_VALUE],
         }
         tags = {k: v for k, v in values.items() if v is not None}
@@ -306,7 +290,7 @@ class Ec2Primaries(Ec2Transport):
                 return  # gone
             primary = found[0]["InstanceId"]
         try:
-            await self._call("create_tags", Resources=[primary], Tags=_tag_list(tags))
+            await self._call("create_tags", Resources=[primary], Tags=tag_list(tags))
         except ClientError as exc:
             if error_code(exc) not in GONE_CODES:
                 raise to_endpoint_error(self.endpoint, "CreateTags", exc) from None
@@ -321,7 +305,7 @@ class Ec2Primaries(Ec2Transport):
         (while it shuts down, its autoscaler may still launch a worker, which the next call catches),
         workers until they are shutting down."""
         primaries, workers = await self._machines(cluster_id)
-        live = [raw["InstanceId"] for raw in workers + primaries if raw["State"]["Name"] not in _GONE]
+        live = [raw["InstanceId"] for raw in workers + primaries if raw["State"]["Name"] not in GONE]
         states = {raw["InstanceId"]: raw["State"]["Name"] for raw in workers + primaries}
         for batch in chunks(live, TERMINATE_BATCH):
             states.update(await self._terminate_batch(batch))
@@ -329,7 +313,7 @@ class Ec2Primaries(Ec2Transport):
         return sum(
             1
             for iid, state in states.items()
-            if (state != "terminated" if iid in primary_ids else state not in _GONE)
+            if (state != "terminated" if iid in primary_ids else state not in GONE)
         )
 
     async def _machines(self, cluster_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -345,11 +329,13 @@ class Ec2Primaries(Ec2Transport):
         except (ClientError, BotoCoreError) as exc:
             raise to_endpoint_error(self.endpoint, "DescribeInstances", exc) from None
         raws = [raw for res in reservations for raw in res.get("Instances", ())]
-        primaries = [r for r in raws if self._ours(_tags(r)) and _tags(r).get(CLUSTER_ID_TAG) == cluster_id]
+        primaries = [
+            r for r in raws if self._ours(tags_of(r)) and tags_of(r).get(CLUSTER_ID_TAG) == cluster_id
+        ]
         workers = [
             r
             for r in raws
-            if _tags(r).get(OWNER_TAG) == OWNER_VALUE and _tags(r).get(CLUSTER_TAG) == cluster_id
+            if tags_of(r).get(OWNER_TAG) == OWNER_VALUE and tags_of(r).get(CLUSTER_TAG) == cluster_id
         ]
         return primaries, [w for w in workers if w not in primaries]
 
@@ -368,18 +354,3 @@ class Ec2Primaries(Ec2Transport):
         except BotoCoreError as exc:
             raise to_endpoint_error(self.endpoint, "TerminateInstances", exc) from None
         return {i["InstanceId"]: i["CurrentState"]["Name"] for i in result.get("TerminatingInstances", ())}
-
-
-_GONE = frozenset({"shutting-down", "terminated"})
-
-
-def _tags(raw: Mapping[str, Any]) -> dict[str, str]:
-    return {t["Key"]: t["Value"] for t in raw.get("Tags", ())}
-
-
-def _tag_list(tags: Mapping[str, str]) -> list[dict[str, str]]:
-    return [{"Key": k, "Value": v} for k, v in tags.items()]
-
-
-def _order(cluster: Cluster) -> tuple[float, str]:
-    return cluster.created_at, cluster.cluster_id

@@ -51,6 +51,7 @@ from swarm_autoscaler.core.catalogue import known_type
 
 KEEPER_PREFIX = f"{PREFIX}KEEPER_"
 EXAMPLE_TOKEN = "replace-me-with-a-long-random-token"
+KEEPER_HTTP_PORT = 8080
 PLACEHOLDERS = ("cluster_id", "user_id", "wallet_id", "scheduler_port", "dashboard_port", "autoscaler_env")
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 TEMPLATE_LIMIT = USER_DATA_LIMIT - 4096  # room for the rendered values (the worker types' JSON above all)
@@ -150,7 +151,9 @@ class KeeperSettings(BaseSettings):
         le=65535,
         description="HTTP port of each primary's dask scheduler (health, metrics).",
     )
-    http_port: int = Field(default=8080, ge=1, le=65535, description="TCP port of the keeper's API.")
+    http_port: int = Field(
+        default=KEEPER_HTTP_PORT, ge=1, le=65535, description="TCP port of the keeper's API."
+    )
     lock_ttl: Duration = Field(
         default=15.0,
         gt=0,
@@ -250,11 +253,15 @@ def load_keeper_settings(env_file: str | os.PathLike[str] | None = None) -> Keep
 # ------------------------------------------------------------------------------------------ per cluster
 
 
-def cluster_env(config: KeeperConfig, cluster_id: str) -> dict[str, str]:
+def cluster_env(
+    config: KeeperConfig, cluster_id: str, worker_tags: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The settings of cluster `cluster_id`'s own autoscaler, derived from the keeper's: its cluster name
     is the cluster id (its workers' ownership tag), its allowed types and fleet limit are the keeper's
-    worker types and max instances per cluster, and it launches where the keeper does. No credentials."""
+    worker types and max instances per cluster, and it launches where the keeper does, with the keeper's
+    custom tags and `worker_tags` on its workers. No credentials."""
     ec2, keeper = config.ec2, config.keeper
+    tags = {**ec2.custom_tags, **(worker_tags or {})}
     types = {name: spec.model_dump(mode="json") for name, spec in keeper.worker_types.items()}
     env = {
         f"{PREFIX}CLUSTER_NAME": cluster_id,
@@ -269,7 +276,7 @@ def cluster_env(config: KeeperConfig, cluster_id: str) -> dict[str, str]:
         f"{PREFIX}EC2_SECURITY_GROUP_IDS": ",".join(ec2.security_group_ids),
         f"{PREFIX}EC2_KEY_NAME": ec2.key_name,
         f"{PREFIX}EC2_IAM_INSTANCE_PROFILE": ec2.iam_instance_profile,
-        f"{PREFIX}EC2_CUSTOM_TAGS": json.dumps(ec2.custom_tags) if ec2.custom_tags else None,
+        f"{PREFIX}EC2_CUSTOM_TAGS": json.dumps(tags, separators=(",", ":")) if tags else None,
     }
     env.update({name: value for name, value in optional.items() if value})
     return env

@@ -2,7 +2,8 @@
 
 Contract: reads only AUTOSCALER_HTTP_HOST/PORT from the environment (the container's, as the stack file
 set it), asks `http://HOST:PORT/healthz` (a wildcard host is asked on loopback), prints one line and
-returns 0 when it answers 200, 1 otherwise. Port 0 (HTTP off) has nothing to ask: 0.
+returns 0 when it answers 200, 1 otherwise. Port 0 (HTTP off) has nothing to ask: 0. For the keeper
+(`--keeper`), the port is AUTOSCALER_KEEPER_HTTP_PORT's instead.
 """
 
 from __future__ import annotations
@@ -10,7 +11,20 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 
-from swarm_autoscaler.config.settings import HttpSettings
+from pydantic import Field
+from pydantic_settings import BaseSettings
+
+from swarm_autoscaler.config.keeper import KEEPER_HTTP_PORT
+from swarm_autoscaler.config.settings import HttpSettings, group_config
+
+
+class KeeperPort(BaseSettings):
+    """AUTOSCALER_KEEPER_HTTP_PORT alone (the keeper's other settings, its token above all, stay unread)."""
+
+    model_config = group_config("AUTOSCALER_KEEPER_")
+
+    http_port: int = Field(default=KEEPER_HTTP_PORT, ge=1, le=65535)
+
 
 _WILDCARD = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
 
@@ -20,9 +34,11 @@ def healthz_url(http: HttpSettings) -> str:
     return f"http://[{host}]:{http.port}/healthz" if ":" in host else f"http://{host}:{http.port}/healthz"
 
 
-def check(timeout: float = 4.0) -> tuple[int, str]:
-    """(exit status, one line) for the daemon whose HTTP settings are in the environment."""
+def check(timeout: float = 4.0, *, keeper: bool = False) -> tuple[int, str]:
+    """(exit status, one line) for the daemon (or the keeper) whose HTTP settings are in the environment."""
     http = HttpSettings()
+    if keeper:
+        http = HttpSettings(port=KeeperPort().http_port)
     if http.port == 0:
         return 0, "AUTOSCALER_HTTP_PORT=0: the HTTP endpoint is off, nothing to check"
     url = healthz_url(http)

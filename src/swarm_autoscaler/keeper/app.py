@@ -25,6 +25,7 @@ from aiohttp import web
 
 from swarm_autoscaler.adapters.dask_probe import HttpSchedulerProbe
 from swarm_autoscaler.adapters.ec2_primaries import Ec2Primaries, UserData
+from swarm_autoscaler.adapters.keeper_tags import worker_tags
 from swarm_autoscaler.adapters.redis_locks import RedisLocks
 from swarm_autoscaler.config.keeper import KeeperConfig, cluster_env, env_lines, render_boot
 from swarm_autoscaler.daemon.metrics import start_http
@@ -55,7 +56,7 @@ def user_data_of(config: KeeperConfig) -> UserData:
             "wallet_id": key.wallet_id,
             "scheduler_port": str(keeper.scheduler_port),
             "dashboard_port": str(keeper.dashboard_port),
-            "autoscaler_env": env_lines(cluster_env(config, cluster_id)),
+            "autoscaler_env": env_lines(cluster_env(config, cluster_id, worker_tags(keeper.name, key))),
         }
         return render_boot(template, values)
 
@@ -113,9 +114,9 @@ async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
             expected_start_s=min(EXPECTED_START_S, keeper_settings.max_start_time),
             healthy=lambda: _unhealthy(keeper),
         )
-        await _listen(stack, app, config)
         where = "AUTOSCALER_EC2_ENDPOINT" if config.ec2.endpoint else "AUTOSCALER_EC2_REGION"
-        await stack.enter_async_context(hosts)
+        await _checked(where, stack.enter_async_context(hosts))  # the client only: no request yet
+        await _listen(stack, app, config)  # before any request: a busy port is found first
         types = [keeper_settings.primary_type, *keeper_settings.worker_types]
         await _checked(where, hosts.check(types))  # also syncs EC2's clock
         await _checked("AUTOSCALER_REDIS_URL", locks.check())

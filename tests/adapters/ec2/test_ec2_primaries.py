@@ -13,12 +13,13 @@ import pytest
 from tests.adapters.ec2.ec2_helpers import ACCESS_KEY, SECRET_KEY
 
 from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, OWNER_TAG, OWNER_VALUE
-from swarm_autoscaler.adapters.ec2_primaries import (
+from swarm_autoscaler.adapters.ec2_primaries import SWEEP_EVERY, Ec2Primaries
+from swarm_autoscaler.adapters.keeper_tags import (
     CLUSTER_ID_TAG,
     DASHBOARD_URL_TAG,
     KEEPER_TAG,
     SCHEDULER_URL_TAG,
-    Ec2Primaries,
+    worker_tags,
 )
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
 from swarm_autoscaler.keeper.model import ClusterKey, ClusterState
@@ -81,8 +82,12 @@ def _tags(raw: dict[str, Any]) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in raw.get("Tags", ())}
 
 
-async def _worker(raw_ec2: Any, network: LocalNetwork, cluster_name: str) -> str:
-    """A worker as the cluster's own autoscaler launches it: the daemon's ownership tags."""
+async def _worker(
+    raw_ec2: Any, network: LocalNetwork, cluster_name: str, custom: dict[str, str] | None = None
+) -> str:
+    """A worker as the cluster's own autoscaler launches it: the daemon's ownership tags, and the custom
+    tags the keeper gives that autoscaler."""
+    tags = {**(custom or {}), OWNER_TAG: OWNER_VALUE, CLUSTER_TAG: cluster_name}
     result = await raw_ec2.run_instances(
         ImageId=network.ami_id,
         InstanceType="t3.micro",
@@ -90,13 +95,7 @@ async def _worker(raw_ec2: Any, network: LocalNetwork, cluster_name: str) -> str
         MaxCount=1,
         SubnetId=network.subnet_ids[0],
         TagSpecifications=[
-            {
-                "ResourceType": "instance",
-                "Tags": [
-                    {"Key": OWNER_TAG, "Value": OWNER_VALUE},
-                    {"Key": CLUSTER_TAG, "Value": cluster_name},
-                ],
-            }
+            {"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
         ],
     )
     instance_id: str = result["Instances"][0]["InstanceId"]
@@ -278,3 +277,35 @@ async def test_unreachable_ec2_is_an_endpoint_error(make_hosts: Factory) -> None
     hosts = await make_hosts(endpoint="http://127.0.0.1:9", retry_attempts=1, timeout=2.0)
     with pytest.raises(EndpointError, match=r"127\.0\.0\.1:9"):
         await hosts.list_clusters()
+
+
+async def test_workers_whose_primary_is_gone_are_listed_as_ending_clusters_and_terminated(
+    make_hosts: Factory, raw_ec2: Any, network: LocalNetwork
+) -> None:
+    hosts = await make_hosts()
+    live = await hosts.create(ALICE, 1_800_000_000.0)
+    gone = await hosts.create(BOB, 1_800_000_000.0)
+    live_worker = await _worker(raw_ec2, network, live.cluster_id, worker_tags(hosts._name, ALICE))
+    orphans = [
+        await _worker(raw_ec2, network, gone.cluster_id, worker_tags(hosts._name, BOB)) for _ in range(2)
+    ]
+    # a worker of another keeper's vanished cluster, and one without the keeper's worker tag: not ours
+    foreign = await _worker(raw_ec2, network, "kc-00000000000000aa", worker_tags("someone-else", BOB))
+    untagged = await _worker(raw_ec2, network, "kc-00000000000000bb")
+    await raw_ec2.terminate_instances(InstanceIds=[gone.primary_id])  # by someone else
+
+    listed = {c.cluster_id: c for c in await hosts.list_clusters()}  # the first listing looks for orphans
+
+    assert set(listed) == {live.cluster_id, gone.cluster_id}
+    orphan = listed[gone.cluster_id]
+    assert orphan.state == ClusterState.ENDING and orphan.key == BOB and "2 worker(s)" in orphan.reason
+    assert await hosts.terminate(gone.cluster_id) == 0
+    for instance_id in orphans:
+        assert (await _describe(raw_ec2, instance_id))["State"]["Name"] in ("shutting-down", "terminated")
+    for instance_id in (live_worker, foreign, untagged, live.primary_id):
+        assert (await _describe(raw_ec2, instance_id))["State"]["Name"] in ("pending", "running")
+    describes = hosts.stats.api_calls["DescribeInstances"]
+    for _ in range(SWEEP_EVERY - 1):  # the look for orphans is periodic: listings in between make one call
+        await hosts.list_clusters()
+    assert hosts.stats.api_calls["DescribeInstances"] == describes + SWEEP_EVERY - 1
+    assert [c.cluster_id for c in await hosts.list_clusters()] == [live.cluster_id]

@@ -1,0 +1,126 @@
+"""The keeper's tag scheme on EC2, and the translation of instance records into clusters. No client.
+
+Kept apart from `ec2_primaries.py` (as `ec2_support` is from `ec2`) so each can be read on its own.
+
+A primary's tags hold its cluster's whole state:
+
+    managed-by=swarm-autoscaler, swarm-autoscaler/keeper=<keeper name>      ownership
+    swarm-autoscaler/keeper/cluster-id, .../user, .../wallet                 whose cluster it is
+    swarm-autoscaler/keeper/state, .../created, .../heartbeat, .../answered, .../reason   its lifecycle
+
+Times are epoch seconds. Workers carry the daemon's ownership tags (`managed-by`,
+`swarm-autoscaler/cluster=<cluster id>`), plus custom tags naming the keeper, the user and the wallet
+(`WORKER_TAGS`: keys outside `swarm-autoscaler/`, which the daemon reserves for itself), by which a
+worker whose primary is gone is still recognised as this keeper's.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG
+from swarm_autoscaler.keeper.model import Cluster, ClusterKey, ClusterState
+
+KEEPER_TAG = "swarm-autoscaler/keeper"
+_K = "swarm-autoscaler/keeper/"
+CLUSTER_ID_TAG = _K + "cluster-id"
+USER_TAG = _K + "user"
+WALLET_TAG = _K + "wallet"
+STATE_TAG = _K + "state"
+CREATED_TAG = _K + "created"
+HEARTBEAT_TAG = _K + "heartbeat"
+ANSWERED_TAG = _K + "answered"
+REASON_TAG = _K + "reason"
+SCHEDULER_URL_TAG = _K + "scheduler-url"
+DASHBOARD_URL_TAG = _K + "dashboard-url"
+# On workers, through their autoscaler's AUTOSCALER_EC2_CUSTOM_TAGS.
+WORKER_KEEPER_TAG = "swarm-autoscaler-keeper"
+WORKER_USER_TAG = "swarm-autoscaler-keeper-user"
+WORKER_WALLET_TAG = "swarm-autoscaler-keeper-wallet"
+
+LISTED_STATES = ("pending", "running", "stopping", "stopped", "shutting-down")  # not terminated
+HALTED = frozenset({"stopping", "stopped", "shutting-down"})
+GONE = frozenset({"shutting-down", "terminated"})
+MAX_TAG_VALUE = 256
+
+
+def new_cluster_id() -> str:
+    """A fresh id: `kc-` and 16 hex digits (a valid cluster name for the cluster's own autoscaler)."""
+    return f"kc-{uuid.uuid4().hex[:16]}"
+
+
+def worker_tags(keeper_name: str, key: ClusterKey) -> dict[str, str]:
+    """The custom tags each cluster's autoscaler puts on its workers."""
+    return {WORKER_KEEPER_TAG: keeper_name, WORKER_USER_TAG: key.user_id, WORKER_WALLET_TAG: key.wallet_id}
+
+
+def stamp(seconds: float) -> str:
+    return f"{seconds:.3f}"
+
+
+def seconds(value: str | None) -> float | None:
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None
+
+
+def tags_of(raw: Mapping[str, Any]) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for t in raw.get("Tags", ())}
+
+
+def tag_list(tags: Mapping[str, str]) -> list[dict[str, str]]:
+    return [{"Key": k, "Value": v} for k, v in tags.items()]
+
+
+def to_cluster(raw: Mapping[str, Any], ports: tuple[int, int]) -> Cluster:
+    """The cluster of one primary's record. A primary stopping, stopped or shutting down while its tags
+    say `starting` or `running` makes it `ending` (someone else stopped or terminated it). Its scheduler's
+    addresses are the primary's private IP and `ports` (scheduler, dashboard), unless tagged otherwise."""
+    tags = tags_of(raw)
+    created = seconds(tags.get(CREATED_TAG)) or raw["LaunchTime"].timestamp()
+    try:
+        state = ClusterState(tags.get(STATE_TAG, ClusterState.STARTING))
+    except ValueError:
+        state = ClusterState.STARTING
+    reason = tags.get(REASON_TAG, "")
+    machine = raw["State"]["Name"]
+    if machine in HALTED and state in (ClusterState.STARTING, ClusterState.RUNNING):
+        state, reason = ClusterState.ENDING, f"its primary {raw['InstanceId']} is {machine}"
+    ip = raw.get("PrivateIpAddress") or ""
+    return Cluster(
+        cluster_id=tags[CLUSTER_ID_TAG],
+        key=ClusterKey(tags.get(USER_TAG, ""), tags.get(WALLET_TAG, "")),
+        state=state,
+        created_at=created,
+        last_heartbeat=seconds(tags.get(HEARTBEAT_TAG)) or created,
+        last_answered=seconds(tags.get(ANSWERED_TAG)),
+        primary_id=raw["InstanceId"],
+        scheduler_url=tags.get(SCHEDULER_URL_TAG) or (f"tcp://{ip}:{ports[0]}" if ip else ""),
+        dashboard_url=tags.get(DASHBOARD_URL_TAG) or (f"http://{ip}:{ports[1]}" if ip else ""),
+        reason=reason,
+    )
+
+
+def orphan_clusters(workers: Iterable[Mapping[str, Any]], live: set[str]) -> list[Cluster]:
+    """One `ending` cluster per cluster id whose workers are alive but whose primary is not among `live`
+    (terminated, by someone else, or before EC2 listed a worker launched as it shut down)."""
+    found: dict[str, list[Mapping[str, Any]]] = {}
+    for raw in workers:
+        cid = tags_of(raw).get(CLUSTER_TAG, "")
+        if cid and cid not in live and raw["State"]["Name"] not in GONE:
+            found.setdefault(cid, []).append(raw)
+    out = []
+    for cid, raws in sorted(found.items()):
+        tags = tags_of(raws[0])
+        since = min(r["LaunchTime"].timestamp() for r in raws)
+        key = ClusterKey(tags.get(WORKER_USER_TAG, ""), tags.get(WORKER_WALLET_TAG, ""))
+        reason = f"its primary is gone; ending its {len(raws)} worker(s)"
+        out.append(Cluster(cid, key, ClusterState.ENDING, since, since, reason=reason))
+    return out
+
+
+def order(cluster: Cluster) -> tuple[float, str]:
+    return cluster.created_at, cluster.cluster_id
