@@ -8,6 +8,10 @@ refreshed at every check), so replicas share the clusters between them and a rep
 its clusters over within the lease's TTL. Get-or-create is exclusive per (user, wallet) through the
 lock `create:<user>:<wallet>`, so concurrent requests through any replicas create one cluster.
 
+Discovery (a listing every interval) starts the tasks of new clusters, wakes only the clusters whose
+state it finds changed, and ends the tasks of clusters no longer listed: a listing with no change wakes
+no task, so each cluster is checked on its own interval.
+
 Heartbeats are kept in memory and written to the primary's tags at most every `write_every` seconds
 (EC2 tag writes are throttled per account), which is what a restarted replica reads back; the
 scheduler's own activity counts as a heartbeat (`lifecycle.decide`).
@@ -30,6 +34,8 @@ from swarm_autoscaler.keeper.model import Cluster, ClusterKey, ClusterState
 from swarm_autoscaler.keeper.ports import ClusterHosts, Locks, SchedulerProbe
 
 log = structlog.get_logger("swarm_autoscaler.keeper")
+
+LISTING_GRACE = 60.0  # seconds after its creation during which a cluster missing from a listing is kept
 
 LifecycleHook = Callable[[str], None]
 
@@ -146,8 +152,34 @@ class Keeper:
             log.warning("listing clusters failed", error=str(exc))
             raise
         for cluster in listed:
-            self._adopt(self._merge(cluster), replace=True)
+            self._discovered(cluster)
+        self._forget_unlisted({c.cluster_id for c in listed})
         self.last_discovery = self.clock()
+
+    def _discovered(self, listed: Cluster) -> None:
+        """Merge one listed cluster in; start its task if it is new, wake it if its state changed."""
+        cid = listed.cluster_id
+        known = self._known.get(cid)
+        merged = self._merge(listed)
+        if known is None or cid not in self._tasks:
+            self._adopt(merged, replace=True)
+            return
+        self._known[cid] = merged
+        if merged.state != known.state:
+            self.wake(cid)
+
+    def _forget_unlisted(self, listed: set[str]) -> None:
+        """Live clusters with a task here that the listing no longer shows are gone (their primary is
+        terminated, by another replica or by hand): their tasks end. Not those created within
+        `LISTING_GRACE` (a listing may miss an instance launched seconds ago: EC2 is eventually
+        consistent), nor ending or failed ones (their task ends once `terminate` finds nothing alive; an
+        orphan's workers are listed only every few listings)."""
+        now = self.clock()
+        for cid in [c for c in self._tasks if c not in listed]:
+            cluster = self._known.get(cid)
+            if cluster is not None and cluster.live and now - cluster.created_at >= LISTING_GRACE:
+                self._known.pop(cid, None)
+                self.wake(cid)
 
     async def stop(self) -> None:
         self._stopping = True
@@ -197,6 +229,8 @@ class Keeper:
             while True:
                 await _wait(wake, self.interval)
                 wake.clear()
+                if cid not in self._known:
+                    break  # gone from the listing
                 try:
                     if await self.locks.claim(_lease(cid), self.lease_ttl) and await self.check(cid):
                         break
