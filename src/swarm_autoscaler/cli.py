@@ -90,6 +90,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
         for name in ("distributed", "werkzeug", "tornado"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
+    if args.clusters:
+        from swarm_autoscaler.demo import clusters
+
+        return clusters.main(clusters.ClustersOptions(clusters=args.clusters, fast=args.fast, json=args.json))
     opts = demo.DemoOptions(
         tasks=args.tasks, fast=args.fast, swarm=args.swarm, json=args.json, out_dir=Path(args.out_dir)
     )
@@ -141,6 +145,13 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true", help="end with one JSON object of the results")
     demo.add_argument("--out-dir", default="demo-out", help="where the timeline PNG goes (default demo-out)")
     demo.add_argument("--verbose", action="store_true", help="show the daemon's log lines")
+    demo.add_argument(
+        "--clusters",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead: N users' on-demand clusters through the keeper's API (each with its own autoscaler)",
+    )
     demo.set_defaults(handler=_cmd_demo)
     from swarm_autoscaler.sim.cli import add_parser as add_simulate
 

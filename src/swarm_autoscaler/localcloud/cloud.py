@@ -199,7 +199,7 @@ class LocalCloud:
 
     def write_env_file(self, extra: Mapping[str, str] | None = None) -> Path:
         path = Path(self._tmp.name) / "daemon.env"
-        lines = [f"{k}={_quote(v)}" for k, v in {**self.env(), **(extra or {})}.items()]
+        lines = [f"{k}={quote_env(v)}" for k, v in {**self.env(), **(extra or {})}.items()]
         path.write_text("\n".join(lines) + "\n")
         return path
 
@@ -228,7 +228,8 @@ class LocalCloud:
             self._tmp.cleanup()
 
 
-def _quote(value: str) -> str:
+def quote_env(value: str) -> str:
+    """`value` as an env file reads it back unchanged."""
     if any(c in value for c in " \"'#{}"):
         return "'" + value.replace("'", "'\"'\"'") + "'"
     return value

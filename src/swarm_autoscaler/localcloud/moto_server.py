@@ -159,15 +159,18 @@ def provision_network(
     name: str = "swarm-autoscaler-local",
     zones: tuple[str, ...] = ("a", "b", "c"),
     instance_profile: bool = True,
+    prefix: str = "10.0",
 ) -> LocalNetwork:
     """Create a VPC with one subnet per zone suffix, a security group, a key pair, an AMI and an IAM
     instance profile on the EC2 (and IAM) at `endpoint`. Names get a random suffix, so it can be
-    called many times against the same server."""
+    called many times against the same server. `prefix` is the VPC's first two octets (its CIDR is
+    `<prefix>.0.0/16`): the keeper's local cloud carves it from loopback (`127.N`), so that a primary's
+    private IP is an address its emulated scheduler can listen on."""
     unique = f"{name}-{uuid.uuid4().hex[:8]}"
     ec2 = _local_client("ec2", endpoint, region)
-    vpc_id = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    vpc_id = ec2.create_vpc(CidrBlock=f"{prefix}.0.0/16")["Vpc"]["VpcId"]
     subnet_ids = tuple(
-        ec2.create_subnet(VpcId=vpc_id, CidrBlock=f"10.0.{i}.0/24", AvailabilityZone=f"{region}{zone}")[
+        ec2.create_subnet(VpcId=vpc_id, CidrBlock=f"{prefix}.{i}.0/24", AvailabilityZone=f"{region}{zone}")[
             "Subnet"
         ]["SubnetId"]
         for i, zone in enumerate(zones)

@@ -25,7 +25,8 @@ class RedisServerError(RuntimeError):
     """redis-server is missing or did not come up."""
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
@@ -86,7 +87,7 @@ class RedisServer:
         try:
             # A free port can be taken between probing and binding: try a few.
             for _attempt in range(3):
-                self.port = _free_port()
+                self.port = free_port()
                 self._proc = subprocess.Popen(
                     self._command(binary),
                     cwd=self._dir,

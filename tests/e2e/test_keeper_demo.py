@@ -1,0 +1,55 @@
+"""`swarm-autoscaler demo --clusters 3 --fast --json` as a real subprocess: the keeper built from settings
+(EC2 adapter on a moto server, redis locks on a real redis-server, its HTTP API), three users' clusters
+booted by the keeper's local cloud, each with a real dask scheduler and its own autoscaler."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+CLI = Path(sys.executable).with_name("swarm-autoscaler")
+
+
+def test_three_users_clusters_are_created_scale_and_all_end(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOSCALER_")}
+    done = subprocess.run(
+        [str(CLI), "demo", "--clusters", "3", "--fast", "--json"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        env=env,
+        cwd=tmp_path,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    assert lines, done.stderr[-3000:]
+    result = json.loads(lines[-1])
+    context = f"{result}\nstdout:\n{done.stdout[-3000:]}\nstderr tail:\n{done.stderr[-2000:]}"
+
+    assert result["clusters_created"] == 3 and result["clusters_ended"] == 3, context
+    assert result["errors"] == {}, context
+    assert result["tasks_done"] == result["tasks"] > 0, context
+    # Each cluster's own autoscaler launched workers for its user's work (more work, more workers).
+    peaks = result["peak_workers"]
+    assert all(peaks[u] >= 1 for u in ("user1", "user2", "user3")), context
+    assert peaks["user3"] >= peaks["user1"], context
+    # Every instance launched (3 primaries and their workers) was terminated: nothing leaks.
+    assert result["launches"] >= 3 + sum(peaks.values()), context
+    assert result["terminations"] == result["launches"], context
+    assert result["final_instances"] == 0, context
+    assert set(result) >= {
+        "clusters_created",
+        "clusters_ended",
+        "launches",
+        "terminations",
+        "final_instances",
+        "wall_s",
+    }
+    assert done.returncode == 0, context

@@ -1,0 +1,44 @@
+"""Races between keeper replicas over one cluster's tags (in-memory ports, a settable clock).
+
+Found by the end-to-end test of two replicas: a DELETE through one replica while the replica holding
+the cluster marks it `running` must not be lost (the holder's write of `running` would otherwise
+overwrite the `ending` just written, and the cluster would live on until its idle timeout)."""
+
+from __future__ import annotations
+
+from tests.keeper.fakes import FakeProbe
+from tests.keeper.test_service import KEY, replica, world
+
+from swarm_autoscaler.keeper.lifecycle import Probe
+from swarm_autoscaler.keeper.model import ClusterState
+from swarm_autoscaler.keeper.service import Keeper
+
+
+class EndDuringProbe(FakeProbe):
+    """Answers, but first lets another replica end the cluster (a DELETE arriving mid-check)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.other: Keeper | None = None
+
+    async def probe(self, url: str) -> Probe:
+        if self.other is not None:
+            other, self.other = self.other, None
+            assert await other.end(KEY) is not None
+        return await super().probe(url)
+
+
+async def test_an_end_requested_through_another_replica_while_the_holder_marks_it_running_is_kept() -> None:
+    hosts, _, locks, clock = world()
+    probe = EndDuringProbe()
+    holder, other = replica("a", hosts, probe, locks, clock), replica("b", hosts, probe, locks, clock)
+    cluster, _ = await holder.get_or_create(KEY)
+    probe.answers[cluster.dashboard_url] = Probe(answered=True)
+    probe.other = other
+    assert not await holder.check(cluster.cluster_id)  # starting -> would be running, but ended meanwhile
+    assert probe.other is None  # the end did happen during the check
+    assert hosts.clusters[cluster.cluster_id].state == ClusterState.ENDING
+    assert await holder.check(cluster.cluster_id)  # the next check terminates it
+    assert hosts.terminate_calls == [cluster.cluster_id] and not hosts.live()
+    await holder.stop()
+    await other.stop()
