@@ -17,6 +17,7 @@ BENCHMARKS: dict[str, str] = {
     "act": "bench.act_bench",
     "keeper": "bench.keeper_bench",
     "fidelity": "bench.fidelity_bench",
+    "peer": "bench.peer_bench",
 }
 
 
