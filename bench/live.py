@@ -9,7 +9,8 @@ Both sides: machines are m5.large (2 CPUs, 2 threads, `resources={"CPU": 2}`), e
 last result), p50 and p95 wait (submission to start), instance-seconds (launch to termination, the
 scale-in tail included: for ours, the instance's first to last sight as pending or running in the local
 EC2, polled every 0.25 s; for Adaptive, the worker's creation to its close), and `tail_s`, how long after
-the last result the machines left on average (negative: before it).
+the last result the machines left on average (negative: before it), and how many were still running
+`SCALE_IN_WAIT_S` after the last result (`left_running`: they are billed up to then).
 
 Results are either released as they arrive (`hold=False`), or kept by the client until the last one
 arrives and released together, as a user gathering every result does (`hold=True`).
@@ -18,14 +19,18 @@ arrives and released together, as a user gathering every result does (`hold=True
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 TYPE = "m5.large"
+# How long after the last result the scale-in is waited for (wall clock); machines still running then are
+# billed up to then and counted as `left_running`.
+SCALE_IN_WAIT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -175,10 +180,7 @@ async def live_ours(
         try:
             async with Client(lc.scheduler_address, asynchronous=True) as client:  # type: ignore[no-untyped-call]
                 outcome = await submit_all(client, w, hold)
-            for _ in range(240):  # the scale-in tail, billed too
-                if meter.seen and meter.live == 0:
-                    break
-                await asyncio.sleep(0.25)
+            await _until(lambda: bool(meter.seen) and meter.live == 0)  # the scale-in tail, billed too
         finally:
             metering.set()
             stop.set()
@@ -186,7 +188,8 @@ async def live_ours(
             await runner
     spans = [(first, last) for first, last in meter.seen.values()]
     first = min(first for first, _ in spans) - outcome.t0
-    return figures(outcome, spans) | {"lag_s": meter.lag(), "first_launch_s": round(first, 2)}
+    extra = {"lag_s": meter.lag(), "first_launch_s": round(first, 2), "left_running": meter.live}
+    return figures(outcome, spans) | extra
 
 
 async def live_adaptive(w: Workload, seed: int, hold: bool = False) -> dict[str, float]:
@@ -225,14 +228,21 @@ async def live_adaptive(w: Workload, seed: int, hold: bool = False) -> dict[str,
         cluster.adapt(minimum=0, maximum=w.max_instances, interval="1s")
         async with Client(cluster, asynchronous=True) as client:  # type: ignore[no-untyped-call]
             outcome = await submit_all(client, w, hold)
-        for _ in range(240):
-            if spans and all(end for _, end in spans.values()):
-                break
-            await asyncio.sleep(0.25)
+        await _until(lambda: bool(spans) and all(end for _, end in spans.values()))
         end = time.time()
     closed = [(s, e or end) for s, e in spans.values()]
     first = min(s for s, _ in closed) - outcome.t0
-    return figures(outcome, closed) | {"first_launch_s": round(first, 2)}
+    left = sum(1 for _, e in spans.values() if not e)
+    return figures(outcome, closed) | {"first_launch_s": round(first, 2), "left_running": left}
+
+
+async def _until(done: Callable[[], bool]) -> None:
+    """Check `done` every 0.25 s, for at most `SCALE_IN_WAIT_S` (wall clock, however loaded the machine)."""
+    deadline = time.time() + SCALE_IN_WAIT_S
+    for _ in itertools.count():
+        if done() or time.time() >= deadline:
+            return
+        await asyncio.sleep(0.25)
 
 
 def figures(outcome: Outcome, spans: Sequence[tuple[float, float]]) -> dict[str, float]:
