@@ -19,7 +19,8 @@ submission to last result), p50/p95 wait, and how long after the last result the
 average (`tail_s`). Ratios are ours / Adaptive; the issue's target is instance-seconds <= 1 and makespan
 <= 1.05.
 
-Run: `python -m bench peer` (niced). Writes `bench/peer_results.json`.
+Run: `python -m bench peer` (niced). Writes `bench/peer_results.json` (with `--workload=NAME`, the other
+workloads' last results are kept there), each workload with its repetitions and when it was measured.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -122,11 +124,17 @@ def main(flags: list[str]) -> None:
     names = [f.split("=", 1)[1] for f in flags if f.startswith("--workload=")]
     hold = "--release" not in flags
     quiet()
-    results = measure(reps, names, hold)
+    results = {
+        name: row
+        | {"reps": reps, "hold": hold, "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+        for name, row in measure(reps, names, hold).items()
+    }
     print(markdown(results))
-    RESULTS.write_text(
-        json.dumps({"reps": reps, "hold": hold, "results": results}, indent=2, sort_keys=True) + "\n"
-    )
+    kept = {}
+    if names and RESULTS.is_file():  # a run of some workloads keeps the others' last results
+        kept = json.loads(RESULTS.read_text()).get("results", {})
+    merged = {w.name: (kept | results)[w.name] for w in workloads() if w.name in results or w.name in kept}
+    RESULTS.write_text(json.dumps({"results": merged}, indent=2, sort_keys=True) + "\n")
     print(f"wrote {RESULTS.relative_to(ROOT)}")
 
 
