@@ -32,7 +32,7 @@ def test_sides_alternate_which_runs_first() -> None:
 def test_medians_ratios_and_targets() -> None:
     def run(seconds: float, makespan: float) -> dict[str, float]:
         return {"instance_seconds": seconds, "makespan_s": makespan, "wait_p50_s": 1.0, "wait_p95_s": 2.0,
-                "tail_s": 3.0, "machines": 4}  # fmt: skip
+                "tail_s": 3.0, "machines": 4, "left_running": 0}  # fmt: skip
 
     row = summarize(
         {
