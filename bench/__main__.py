@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, str] = {
     "keeper": "bench.keeper_bench",
     "keeper-ec2": "bench.keeper_ec2_bench",
     "fidelity": "bench.fidelity_bench",
+    "peer": "bench.peer_bench",
 }
 
 

@@ -3,7 +3,8 @@
     .venv/bin/python scenarios/generate.py [OUT_DIR]
 
 The generators and their fixed seeds live in `swarm_autoscaler.sim.workloads`; running this again
-rewrites identical files.
+rewrites identical files. Prints each scenario's lower bounds (`swarm_autoscaler.sim.report`), which the
+tables divide costs and makespans by.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from swarm_autoscaler.sim.config import load_sim_settings
+from swarm_autoscaler.sim.report import cost_lb, makespan_lb
 from swarm_autoscaler.sim.trace import write_trace
 from swarm_autoscaler.sim.workloads import SCENARIOS
 
@@ -21,7 +24,11 @@ def main(out: Path) -> None:
         jobs = generate()
         write_trace(out / f"{name}.csv", jobs)
         (out / f"{name}.env").write_text(env, encoding="utf-8")
-        print(f"{name}: {len(jobs)} jobs")
+        settings = load_sim_settings(out / f"{name}.env")
+        print(
+            f"{name}: {len(jobs)} jobs, lower bounds: cost ${cost_lb(jobs, settings.policy, settings.catalogue):.2f}"
+            f" (fractional packing), makespan {makespan_lb(jobs):.0f} s"
+        )
 
 
 if __name__ == "__main__":

@@ -250,13 +250,24 @@ def test_table_markdown_and_target_checks() -> None:
                 "cost_ratio": 1.1, "makespan_ratio": 1.0, "launches": 1, "peak_instances": 1,
                 "busy_terminations": busy, "max_exceeded": 0}  # fmt: skip
 
-    results = {"burst500": {"ours": row(10, 1.0), "queue-rule": row(20, 2.0), "adaptive": row(5, 1.0),
+    results = {"burst500": {"ours": row(10, 1.0), "queue-rule": row(20, 2.0), "adaptive": row(5, 0.99),
                             "static": row(5, 3.0)}}  # fmt: skip
     text = markdown(results)
     assert text.splitlines()[2].startswith("| burst500 | ours | 1 |") and len(text.splitlines()) == 6
-    assert misses(results) == []
-    results["burst500"]["ours"] = row(30, 4.0, busy=1)
+    assert misses(results) == []  # adaptive is quicker but only 1% cheaper: not dominating
+    results["burst500"]["ours"] = row(30, 4.0, busy=1)  # now dearer and slower than every baseline
     assert len(misses(results)) == 4
+    assert any(m.startswith("burst500: adaptive costs 0.99 against 4.00") for m in misses(results))
+    results["burst500"]["ours"] = row(5, 1.0) | {"cost_ratio": 1.2, "makespan_ratio": 1.6}
+    assert misses(results) == [
+        "burst500: cost 1.2 x its lower bound > 1.15",
+        "burst500: makespan 1.6 x its lower bound > 1.5",
+    ]
+    heavy = {"ours": row(30, 1.0) | {"cost_ratio": 1.7}, "queue-rule": row(20, 2.0)}
+    assert misses({"heavy_tailed": heavy}) == [
+        "heavy_tailed: cost 1.7 x its lower bound > 1.6",
+        "heavy_tailed: p95 wait 30 s > queue rule's 20 s",
+    ]
 
 
 def test_over_seeds_costs_are_averaged_and_safety_counts_are_the_worst() -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from swarm_autoscaler.core.model import GIB
+from swarm_autoscaler.sim.report import cost_lb, percentile
 from swarm_autoscaler.sim.trace import Job, TraceError, format_trace, parse_trace, read_trace
 
 HEADER = "submit_s,duration_s,cpus,ram_gib,gpus,instance_type\n"
@@ -61,17 +63,34 @@ def test_round_trip_through_a_file(tmp_path: Path) -> None:
     assert read_trace(path) == jobs
 
 
+def _check_heavy_tailed(jobs: tuple[Job, ...], settings: Any) -> None:
+    """Issue 15's heavy-tailed mix as specified: 2,000 jobs over 4 hours, durations with a median of about
+    one minute and a long tail, shapes 1 CPU / 2 GiB to 8 CPU / 30 GiB, about 5% on a GPU, seven types
+    from t3.medium to g4dn.xlarge, max 40."""
+    assert len(jobs) == 2000 and max(j.submit_s for j in jobs) <= 4 * 3600
+    durations = [j.duration_s for j in jobs]
+    assert 50 <= percentile(durations, 50) <= 75 and percentile(durations, 99) > 20 * 60
+    assert {(j.cpus, j.ram_gib) for j in jobs if not j.gpus} >= {(1.0, 2.0), (8.0, 30.0)}
+    assert 0.03 <= sum(1 for j in jobs if j.gpus) / len(jobs) <= 0.07
+    names = [t.name for t in settings.policy.allowed_types]
+    assert len(names) == 7 and names[0] == "t3.medium" and names[-1] == "g4dn.xlarge"
+    assert settings.policy.max_instances == 40
+    # every job fits some allowed type, so the lower bound counts every job
+    assert all(cost_lb((j,), settings.policy, settings.catalogue) > 0 for j in jobs)
+
+
 def test_bundled_scenarios_parse_and_have_settings() -> None:
     from swarm_autoscaler.sim.config import load_sim_settings
 
     root = Path(__file__).parents[2] / "scenarios"
     names = sorted(p.stem for p in root.glob("*.csv"))
-    assert names == ["burst500", "day_cycle", "gpu_surge", "pinned_mix", "short_stream"]
+    assert names == ["burst500", "day_cycle", "gpu_surge", "heavy_tailed", "pinned_mix", "short_stream"]
     for name in names:
         assert read_trace(root / f"{name}.csv")
         assert load_sim_settings(root / f"{name}.env").policy.allowed_types
     assert len(read_trace(root / "burst500.csv")) == 500
     assert load_sim_settings(root / "burst500.env").policy.max_instances == 40
+    _check_heavy_tailed(read_trace(root / "heavy_tailed.csv"), load_sim_settings(root / "heavy_tailed.env"))
     from swarm_autoscaler.sim.workloads import SCENARIOS
 
     for name, (generate, env) in SCENARIOS.items():  # the files are what the generators write

@@ -6,6 +6,9 @@ Wiring (in the top-level cli): `sim.cli.add_parser(subparsers)` adds the subcomm
 Settings come from `--env-file` (or, when omitted, `TRACE.env` next to the trace if it exists) and the
 environment, through the simulator's subset loader (`sim.config`): only the variables a simulation uses
 are read or required.
+
+`--sweep KNOB=v1,v2,...` (`sim.sweep`) runs "ours" once per value of a setting and every baseline once,
+prints one row per run (or, with `--json`, one object) and with `--plot` draws cost against p95 wait.
 """
 
 from __future__ import annotations
@@ -13,16 +16,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from swarm_autoscaler.config.settings import InvalidSettingsError
 from swarm_autoscaler.extras import require_extras
+from swarm_autoscaler.sim import sweep
 from swarm_autoscaler.sim.config import SimSettings, load_sim_settings
 from swarm_autoscaler.sim.engine import Options, start_time_warnings
 from swarm_autoscaler.sim.faults import RandomFaults
 from swarm_autoscaler.sim.runner import POLICIES, default_options, run_trace
-from swarm_autoscaler.sim.trace import TraceError, read_trace
+from swarm_autoscaler.sim.sweep import parse_sweep
+from swarm_autoscaler.sim.trace import Job, TraceError, read_trace
 
 EXIT_INPUT = 2
 
@@ -34,7 +40,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--trace", required=True, help="CSV: submit_s,duration_s,cpus,ram_gib,gpus,instance_type")
     p.add_argument("--policy", choices=POLICIES, default="ours", help="the scaling policy (default: ours)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.add_argument("--plot", metavar="OUT.png", help="draw the timeline to this PNG")
+    p.add_argument(
+        "--plot", metavar="OUT.png", help="draw the timeline (with --sweep: cost against p95 wait)"
+    )
+    p.add_argument(
+        "--sweep",
+        type=parse_sweep,
+        metavar="KNOB=V1,V2,...",
+        help="run ours once per value of a setting (e.g. TOLERATED_WAIT=0s,2m,5m, reserve@m5.large=0,1) and "
+        "each baseline once at the base settings; print cost and waits per run",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the random faults and join jitter")
     p.add_argument("--env-file", help="settings file (default: TRACE.env when it exists)")
     knobs = p.add_argument_group("simulation knobs")
@@ -73,10 +88,13 @@ def _rates(values: list[str]) -> tuple[float, dict[str, float]]:
 
 
 def _settings(args: argparse.Namespace) -> SimSettings:
-    env_file = args.env_file
-    if env_file is None and Path(args.trace).with_suffix(".env").is_file():
-        env_file = str(Path(args.trace).with_suffix(".env"))
-    return load_sim_settings(env_file)
+    return load_sim_settings(_env_file(args))
+
+
+def _env_file(args: argparse.Namespace) -> str | None:
+    if args.env_file is None and Path(args.trace).with_suffix(".env").is_file():
+        return str(Path(args.trace).with_suffix(".env"))
+    return str(args.env_file) if args.env_file is not None else None
 
 
 def _options(args: argparse.Namespace, settings: SimSettings) -> Options:
@@ -92,10 +110,14 @@ def _options(args: argparse.Namespace, settings: SimSettings) -> Options:
 def main(args: argparse.Namespace) -> int:
     if args.plot:
         require_extras("simulate --plot", "sim")
+    if args.sweep is not None and args.policy != "ours":
+        print("simulate: --sweep runs ours (and every baseline once); leave --policy out", file=sys.stderr)
+        return EXIT_INPUT
     try:
         jobs = read_trace(args.trace)
         settings = _settings(args)
         default, per_type = _rates(args.refusal_rate)
+        runs = sweep.variants(_env_file(args), args.sweep) if args.sweep is not None else []
     except (TraceError, ValueError) as exc:
         print(f"simulate: {exc}", file=sys.stderr)
         return EXIT_INPUT
@@ -104,10 +126,12 @@ def main(args: argparse.Namespace) -> int:
             print(f"configuration error: {problem}", file=sys.stderr)
         return EXIT_INPUT
     faults = RandomFaults(args.seed, default, per_type, args.never_join_rate)
-    options = _options(args, settings)
-    for warning in start_time_warnings(options.knobs, settings.policy):
-        print(f"simulate: warning: {warning}", file=sys.stderr)  # before a run that may take a while
-    run, summary = run_trace(jobs, settings, args.policy, options, faults)
+    for _, s in runs or [("", settings)]:
+        for warning in start_time_warnings(_options(args, s).knobs, s.policy):
+            print(f"simulate: warning: {warning}", file=sys.stderr)  # before a run that may take a while
+    if args.sweep is not None:
+        return _sweep(args, jobs, settings, runs, faults)
+    run, summary = run_trace(jobs, settings, args.policy, _options(args, settings), faults)
     if args.plot:
         from swarm_autoscaler.sim.plot import plot_run
 
@@ -120,6 +144,28 @@ def main(args: argparse.Namespace) -> int:
         from swarm_autoscaler.sim.report import render_table
 
         Console().print(render_table([summary], title=Path(args.trace).name))
+    return 0
+
+
+def _sweep(
+    args: argparse.Namespace,
+    jobs: Sequence[Job],
+    settings: SimSettings,
+    runs: Sequence[tuple[str, SimSettings]],
+    faults: RandomFaults,
+) -> int:
+    points = sweep.run_sweep(jobs, settings, runs, lambda s: _options(args, s), faults)
+    name = Path(args.trace).name
+    if args.plot:
+        from swarm_autoscaler.sim.plot import plot_sweep
+
+        plot_sweep(points, args.plot, args.sweep.knob, title=f"{name}: cost against p95 wait")
+    if args.json:
+        print(json.dumps(sweep.as_json(points, args.sweep), sort_keys=True))
+    else:
+        from rich.console import Console
+
+        Console(width=200).print(sweep.render(points, args.sweep.knob, name))
     return 0
 
 

@@ -104,6 +104,42 @@ def short_stream(seed: int = 6) -> tuple[Job, ...]:
     return _sorted(raw)
 
 
+# (weight, cpus, ram_gib) of the CPU-only shapes of the heavy-tailed mix: mostly small, a few big.
+HEAVY_SHAPES = (
+    (0.40, 1.0, 2.0),
+    (0.20, 2.0, 4.0),
+    (0.12, 2.0, 8.0),
+    (0.10, 4.0, 8.0),
+    (0.08, 4.0, 16.0),
+    (0.05, 4.0, 30.0),
+    (0.05, 8.0, 30.0),
+)
+HEAVY_GPU_SHARE = 0.05
+HEAVY_TYPES = ("t3.medium", "t3.large", "c5.xlarge", "m5.xlarge", "r5.xlarge", "m5.2xlarge", "g4dn.xlarge")
+
+
+def heavy_tailed(seed: int = 15, n: int = 2000, hours: float = 4.0) -> tuple[Job, ...]:
+    """Issue 15's heavy-tailed mix: `n` jobs over `hours` with Poisson arrivals (the arrival times of a
+    Poisson process given its count are uniform), log-normal durations with a median of one minute and a
+    long tail (sigma 1.5: mean about 3 minutes, p99 about half an hour; clamped to 5 s .. 2 h), shapes from
+    1 CPU / 2 GiB to 8 CPU / 30 GiB (`HEAVY_SHAPES`), and `HEAVY_GPU_SHARE` of the jobs needing one GPU
+    (1 to 4 CPUs, 4 to 14 GiB: what a g4dn.xlarge holds)."""
+    rng = random.Random(seed)
+    weights = [w for w, _, _ in HEAVY_SHAPES]
+    raw: list[tuple[float, float, float, float, int, str | None]] = []
+    for _ in range(n):
+        submit = rng.uniform(0, hours * 3600)
+        duration = _clamp(rng.lognormvariate(math.log(60), 1.5), 5, 7200)
+        if rng.random() < HEAVY_GPU_SHARE:
+            raw.append(
+                (submit, duration, float(rng.choice((1, 2, 4))), float(rng.choice((4, 8, 14))), 1, None)
+            )
+        else:
+            _, cpus, ram = rng.choices(HEAVY_SHAPES, weights)[0]
+            raw.append((submit, duration, cpus, ram, 0, None))
+    return _sorted(raw)
+
+
 def _clamp(value: float, low: float, high: float) -> float:
     return min(high, max(low, value))
 
@@ -147,5 +183,14 @@ SCENARIOS: dict[str, tuple[Callable[[], tuple[Job, ...]], str]] = {
         + '"m5.xlarge": {"ami_id": "ami-00000000000000000", "reserve": 1}, '
         + '"r5.large": {"ami_id": "ami-00000000000000000"}}\n'
         + "AUTOSCALER_EC2_MIN_INSTANCES=0\nAUTOSCALER_EC2_MAX_INSTANCES=15\n",
+    ),
+    "heavy_tailed": (
+        heavy_tailed,
+        ENV_COMMON
+        + "AUTOSCALER_EC2_ALLOWED_TYPES="
+        + "{"
+        + ", ".join(f'"{t}": {{"ami_id": "ami-00000000000000000"}}' for t in HEAVY_TYPES)
+        + "}\n"
+        + "AUTOSCALER_EC2_MIN_INSTANCES=0\nAUTOSCALER_EC2_MAX_INSTANCES=40\n",
     ),
 }
