@@ -339,12 +339,16 @@ class TypePolicy:
 
     `reserve`: drained nodes of this type kept warm. `overhead`: resources the OS and sidecars take,
     subtracted from the type's capacity before fitting tasks. `price_per_hour` overrides the catalogue.
+    `minimum`: machines of this type always running (the base). `warm_pool`: stopped machines of this
+    type kept ready to start (see core/pool.py).
     """
 
     name: str
     reserve: int = 0
     overhead: Resources = Resources()
     price_per_hour: float | None = None
+    minimum: int = 0
+    warm_pool: int = 0
 
 
 @dataclass(frozen=True, slots=True)
