@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from swarm_autoscaler.core.cluster import Member
+from swarm_autoscaler.core.cluster import Member, broken_reason
 from swarm_autoscaler.core.launches import useful
 from swarm_autoscaler.core.model import (
     Action,
@@ -67,8 +67,9 @@ def repair(facts: Facts) -> Step:
     not take. Runs even while work is pending."""
     cluster, policy, now = facts.cluster, facts.policy, facts.now
     steps = []
-    why = f"broken: not up with a worker within {policy.max_start_time:g}s of launch"
-    steps += [terminate(m, why, _broken_checks(m), now) for m in cluster.broken if not m.busy]
+    steps += [
+        terminate(m, broken_reason(m, policy), _broken_checks(m), now) for m in cluster.broken if not m.busy
+    ]
     steps += [_repair_disconnected(facts, m) for m in cluster.disconnected]
     steps += [_remove_terminated(m) for m in cluster.terminating]
     again = "termination requested earlier did not take; asking again"
