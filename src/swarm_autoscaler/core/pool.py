@@ -152,19 +152,38 @@ def into_pool(facts: Facts, shrink: Step, starting: Counter[str]) -> Step:
 
 
 def refill(facts: Facts, shrink: Step, budget: int) -> tuple[Launch, ...]:
-    """Launches into each pool that is short (counting what `shrink` stops into it), within `budget`,
-    for types not refused by EC2 everywhere."""
+    """Launches into each pool that is short, within `budget`, for types not refused by EC2 everywhere.
+    Counted as on their way into the pool: stopped, stopping and preparing machines, what `shrink`
+    stops into it now, and the idle machines of the type running above its base and reserve: they are
+    drained and stopped into the short pool by scale-down (so the end of a burst refills the pool with
+    the machines it started, not with new launches beside them). A busy machine may run for long: it
+    does not count."""
     pooled = _in_pool(facts)
     pooled.update(m.type_name for a in shrink.actions if isinstance(a, Stop) for m in _of(facts, a))
+    reserve = Counter(m.type_name for m in facts.cluster.reserve)
     out = []
     for tp in facts.policy.allowed_types:
-        missing = min(tp.warm_pool - pooled[tp.name], budget)
+        idle = sum(
+            1
+            for m in (*facts.cluster.active, *facts.cluster.drained)
+            if m.type_name == tp.name and not m.busy
+        )
+        above = min(useful_of(facts.cluster, tp.name) - reserve[tp.name] - tp.minimum, idle)
+        ended = sum(
+            1 for a in shrink.actions if isinstance(a, Stop | Terminate) and _type_of(facts, a) == tp.name
+        )
+        missing = min(tp.warm_pool - pooled[tp.name] - max(0, above - ended), budget)
         if missing <= 0 or _refused_everywhere(facts, tp.name):
             continue
         budget -= missing
         why = f"refill the warm pool of {tp.warm_pool} stopped {tp.name} ({pooled[tp.name]} there or on the way)"
         out.append(Launch(tp.name, missing, why, pool=True))
     return tuple(out)
+
+
+def _type_of(facts: Facts, action: Stop | Terminate) -> str:
+    ids = set(action.instance_ids)
+    return next((i.type_name for i in facts.snapshot.instances if i.id in ids), "")
 
 
 def _of(facts: Facts, action: Stop) -> list[Member]:

@@ -47,6 +47,9 @@ EPOCH = 1_700_000_000.0  # virtual t=0, so that times look like the real epoch s
 # The cluster the simulated daemon runs for: its launches carry OWNERSHIP_LABEL=SIM_CLUSTER, and a node
 # carrying it is ours (the engine passes the same name to `run_tick`).
 SIM_CLUSTER = "sim"
+# The subnet of an instance launched without one (EC2 picks): a start refused there backs off that
+# (type, subnet) pair only, never the launches that let EC2 pick, as on EC2.
+DEFAULT_SUBNET = "subnet-default"
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +244,7 @@ class World:
             self.now,
             f"ip-10-{no // 65536}-{no // 256 % 256}-{no % 256}",
             dict(labels),
-            subnet_id=subnet_id,
+            subnet_id=subnet_id or DEFAULT_SUBNET,  # an instance always lives in a subnet
             pool=PoolPhase.PREPARE if pool else None,
             billed_from=self.now,
         )
