@@ -122,7 +122,7 @@ def _decide(
     if nothing_pending or pool.left > 0:
         launching = set(launches.by_type) | set(starting)
         shrink = scale_down(facts, up.received, launching, launches.total + starting.total())
-    shrink = into_pool(facts, shrink, starting)
+    shrink = into_pool(facts, shrink)
     refills = refill(facts, shrink, launches.left) if nothing_pending else ()
     actions = _assemble(facts, up, (launches, refills), shrink, nothing_pending, (capacity, space))
     result = Plan(actions, unplaceable, demand.pending, up.placed)

@@ -19,8 +19,8 @@ where a launch takes minutes, and a stopped machine pays only for its EBS volume
 - **Stop into the pool** (`into_pool`): scale-down's termination of a drained surplus machine becomes a
   `Stop` when its type's pool is short, with the same expectations (HostIdle + NodeOurs); `act` fences
   and re-checks it as a termination and removes its node, so no down node lingers.
-- **Base** (`TypePolicy.minimum`): launches.py tops each type up to its base; `into_pool` drops the
-  terminations (and stops) that would take a type below it.
+- **Base** (`TypePolicy.minimum`): launches.py tops each type up to its base; shrink.py never scales
+  a type below it.
 - **Repair** (`repair_pool`): a down node left behind by a stopped pool machine is removed. An owned stopped machine outside its type's pool is `broken` (cluster.py) and
   terminated as "stopped outside the warm pool"; a machine in the pool is never broken.
 """
@@ -112,39 +112,28 @@ def _in_pool(facts: Facts) -> Counter[str]:
     return Counter(m.type_name for m in (*facts.cluster.stopped, *facts.cluster.preparing))
 
 
-def into_pool(facts: Facts, shrink: Step, starting: Counter[str]) -> Step:
-    """Scale-down's terminations of drained machines, with the per-type base kept (a termination that
-    would take a type below its `minimum` is dropped) and, while the type's pool is short, turned into
-    a Stop into the pool (same expectations; no termination mark). `starting`: type -> machines this
-    plan starts from the pool (they count toward the base and leave the pool)."""
+def into_pool(facts: Facts, shrink: Step) -> Step:
+    """Scale-down's terminations of drained machines (shrink.py keeps each type's base), turned into a
+    Stop into the pool while the type's pool is short (same expectations; no termination mark)."""
     members = {m.key: m for m in facts.cluster.drained}
-    base = {tp.name: tp.minimum for tp in facts.policy.allowed_types}
     pools = {tp.name: tp.warm_pool for tp in facts.policy.allowed_types}
-    running = Counter({t: useful_of(facts.cluster, t) + n for t, n in starting.items()})
-    for t in base:
-        running.setdefault(t, useful_of(facts.cluster, t))
-    reserve = Counter(m.type_name for m in facts.cluster.reserve)
     pooled = _in_pool(facts)
     actions: list[Action] = []
     unmarked: set[str] = set()
     for action in shrink.actions:
         member = members.get(action.instance_ids[0]) if isinstance(action, Terminate) else None
-        if member is None or not isinstance(action, Terminate):
+        if (
+            member is None
+            or not isinstance(action, Terminate)
+            or pooled[member.type_name] >= pools.get(member.type_name, 0)
+        ):
             actions.append(action)
             continue
         kind = member.type_name
-        node_ids = action.node_ids
-        if base.get(kind, 0) > 0 and running[kind] - reserve[kind] <= base[kind]:
-            unmarked.update(node_ids)  # kept as the type's base
-            continue
-        running[kind] -= 1
-        if pooled[kind] < pools.get(kind, 0):
-            pooled[kind] += 1
-            why = f"{action.reason}; stopped into the warm pool of {kind} ({pooled[kind]}/{pools[kind]})"
-            actions.append(Stop(action.instance_ids, why, node_ids, action.expect))
-            unmarked.update(node_ids)
-        else:
-            actions.append(action)
+        pooled[kind] += 1
+        why = f"{action.reason}; stopped into the warm pool of {kind} ({pooled[kind]}/{pools[kind]})"
+        actions.append(Stop(action.instance_ids, why, action.node_ids, action.expect))
+        unmarked.update(action.node_ids)
     marks = tuple(
         m for m in shrink.marks if not (m.node_id in unmarked and dict(m.changes).get("termination_started"))
     )

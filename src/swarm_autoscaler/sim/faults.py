@@ -61,9 +61,13 @@ class ScriptedFaults(Faults):
     never_join: frozenset[int] = frozenset()
     restarts: frozenset[int] = frozenset()
     refused_in: frozenset[tuple[str, str]] = frozenset()
+    refused_starts: frozenset[int] = frozenset()  # warm-pool starts refused for capacity (by call, from 1)
 
     def refuse(self, call_no: int, type_name: str, subnet_id: str = "") -> bool:
         return call_no in self.refused_calls or (type_name, subnet_id) in self.refused_in
+
+    def refuse_start(self, call_no: int, type_name: str) -> bool:
+        return call_no in self.refused_starts
 
     def never_joins(self, instance_no: int) -> bool:
         return instance_no in self.never_join
