@@ -163,3 +163,12 @@ def test_pool_transitions_are_in_the_table() -> None:
     ):
         assert allowed(before, after), (before, after)
     assert not allowed(Bucket.STOPPED, Bucket.DRAINED)
+
+
+def test_launches_refused_where_ec2_picks_leave_pool_machines_startable() -> None:
+    """A pool machine may be the only capacity left while launches are refused: only a refusal in its
+    own subnet keeps it stopped."""
+    refused = Unavailable(GPU, NOW + 60, "")
+    result = plan(assemble(pooled(1), unrunnable=gpu_work(1), unavailable=(refused,)), gpu_policy())  # type: ignore[arg-type]
+    [start] = result.of_kind(Start)
+    assert start.instance_ids == ("i-0001",)  # type: ignore[union-attr]

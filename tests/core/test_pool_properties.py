@@ -125,9 +125,7 @@ def _check(snapshot: Snapshot, policy: Policy, result: Plan) -> None:
                     action,
                 )
                 assert not any(
-                    u.type_name == inst.type_name
-                    and u.subnet_id in ("", inst.subnet_id)
-                    and u.until > snapshot.now
+                    u.type_name == inst.type_name and u.subnet_id == inst.subnet_id and u.until > snapshot.now
                     for u in snapshot.unavailable
                 ), ("started a refused (type, subnet)", action)
         if isinstance(action, Stop):

@@ -56,12 +56,14 @@ Bin = tuple[str, str, Vec]
 
 
 def _blocked(facts: Facts, member: Member) -> bool:
-    """EC2 recently refused this machine's type in its subnet (or everywhere): do not start it."""
+    """EC2 recently refused this machine's type in its own subnet (a refused start, or launch, there): do
+    not start it. A refusal elsewhere, or of launches where EC2 picks the subnet, leaves it startable: a
+    pool machine may be the only capacity left while launches are refused."""
     inst = member.instance
     assert inst is not None
     now = facts.now
     return any(
-        u.type_name == inst.type_name and u.until > now and u.subnet_id in ("", inst.subnet_id)
+        u.type_name == inst.type_name and u.until > now and u.subnet_id == inst.subnet_id
         for u in facts.snapshot.unavailable
     )
 
