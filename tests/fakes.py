@@ -17,6 +17,7 @@ from swarm_autoscaler.core.model import (
     InstanceState,
     InstanceType,
     Policy,
+    PoolPhase,
     Resources,
     Task,
     TypePolicy,
@@ -97,7 +98,9 @@ class FakeCloud:
             raise ConfigurationError(f"unknown instance types: {unknown}")
         return tuple(self.catalogue[n] for n in names)
 
-    async def launch(self, type_name: str, count: int, labels: Mapping[str, str]) -> LaunchResult:
+    async def launch(
+        self, type_name: str, count: int, labels: Mapping[str, str], pool: bool = False
+    ) -> LaunchResult:
         self.calls.append(("launch", (type_name, count)))
         if self.fail_launch is not None:
             raise self.fail_launch
@@ -116,6 +119,7 @@ class FakeCloud:
                 hostname=f"ip-10-0-{n // 250}-{n % 250}",
                 tags=dict(labels),
                 labels=dict(labels),
+                pool=PoolPhase.PREPARE if pool else None,
             )
             self.instances[inst.id] = inst
             launched.append(inst)
@@ -127,6 +131,34 @@ class FakeCloud:
             raise self.fail_terminate
         for iid in instance_ids:
             self.instances.pop(iid, None)
+
+    async def start_instances(self, instance_ids: Sequence[str]) -> LaunchResult:
+        """As Ec2Cloud: a stopped owned instance turns pending, tagged as started, its start time its
+        `launched_at`; a type in `refuse_types` is refused for capacity (backed off in `refusals`)."""
+        self.calls.append(("start", tuple(instance_ids)))
+        started, refused = [], []
+        for iid in instance_ids:
+            inst = self.instances.get(iid)
+            if inst is None or inst.state != InstanceState.STOPPED:
+                continue
+            if inst.type_name in self.refuse_types:
+                refusal = Unavailable(inst.type_name, self.clock() + 30.0, inst.subnet_id)
+                self.refusals.append(refusal)
+                refused.append(refusal)
+                continue
+            inst = dataclasses.replace(
+                inst, state=InstanceState.PENDING, pool=PoolPhase.START, launched_at=self.clock()
+            )
+            self.instances[iid] = inst
+            started.append(inst)
+        return LaunchResult(tuple(started), tuple(refused))
+
+    async def stop_instances(self, instance_ids: Sequence[str]) -> None:
+        self.calls.append(("stop", tuple(instance_ids)))
+        for iid in instance_ids:
+            inst = self.instances.get(iid)
+            if inst is not None and inst.alive:
+                self.instances[iid] = dataclasses.replace(inst, state=InstanceState.STOPPED)
 
     def unavailable(self, now: float) -> tuple[Unavailable, ...]:
         return tuple(u for u in self.refusals if u.until > now)

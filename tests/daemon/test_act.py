@@ -334,9 +334,11 @@ async def test_losing_leadership_cancels_what_has_not_started() -> None:
     leader = [True]
 
     class LosingCloud(FakeCloud):
-        async def launch(self, type_name: str, count: int, labels: Mapping[str, str]) -> object:  # type: ignore[override]
+        async def launch(  # type: ignore[override]
+            self, type_name: str, count: int, labels: Mapping[str, str], pool: bool = False
+        ) -> object:
             leader[0] = False  # the lock is lost while the launch runs
-            return await super().launch(type_name, count, labels)
+            return await super().launch(type_name, count, labels, pool)
 
     cloud = LosingCloud(w.clock, CATALOGUE)
     outcomes = await act(

@@ -120,9 +120,11 @@ async def test_a_failing_action_is_data_and_the_others_still_run() -> None:
 
 
 class SlowCloud(FakeCloud):
-    async def launch(self, type_name: str, count: int, labels: Mapping[str, str]) -> LaunchResult:
+    async def launch(
+        self, type_name: str, count: int, labels: Mapping[str, str], pool: bool = False
+    ) -> LaunchResult:
         await asyncio.sleep(0.3)
-        return await super().launch(type_name, count, labels)
+        return await super().launch(type_name, count, labels, pool)
 
 
 async def test_losing_the_lock_mid_tick_cancels_the_remaining_actions() -> None:

@@ -30,10 +30,12 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from swarm_autoscaler.adapters import ec2_pool
 from swarm_autoscaler.adapters.ec2_support import (
     GONE_CODES,
     HOSTNAME_TAG,
     LABEL_TAG_PREFIX,
+    POOL_TAG,
     UNKNOWN_TYPE_CODES,
     USER_DATA_LIMIT,
     chunks,
@@ -41,6 +43,7 @@ from swarm_autoscaler.adapters.ec2_support import (
     error_message,
     is_capacity,
     is_endpoint_failure,
+    render_pool_user_data,
     render_user_data,
     to_endpoint_error,
     to_instance,
@@ -49,7 +52,14 @@ from swarm_autoscaler.adapters.ec2_support import (
 from swarm_autoscaler.adapters.ec2_transport import Ec2Transport
 from swarm_autoscaler.core.backoff import DEFAULT_INITIAL, DEFAULT_MAXIMUM, CapacityBackoff, launch_subnets
 from swarm_autoscaler.core.catalogue import CATALOGUE
-from swarm_autoscaler.core.model import OWNERSHIP_LABEL, Instance, InstanceState, InstanceType, Unavailable
+from swarm_autoscaler.core.model import (
+    OWNERSHIP_LABEL,
+    Instance,
+    InstanceState,
+    InstanceType,
+    PoolPhase,
+    Unavailable,
+)
 from swarm_autoscaler.core.ports import LaunchResult
 from swarm_autoscaler.errors import AutoscalerError, ConfigurationError
 
@@ -198,7 +208,9 @@ class Ec2Cloud(Ec2Transport):
     def unavailable(self, now: float) -> tuple[Unavailable, ...]:
         return self._backoff.unavailable(now)
 
-    async def launch(self, type_name: str, count: int, labels: Mapping[str, str]) -> LaunchResult:
+    async def launch(
+        self, type_name: str, count: int, labels: Mapping[str, str], pool: bool = False
+    ) -> LaunchResult:
         """Try the subnets in order (skipping blocked ones) until `count` instances run or all refuse.
 
         Capacity refusals come back in `refused`; another EC2 error ends the attempt with `error`
@@ -207,7 +219,7 @@ class Ec2Cloud(Ec2Transport):
         if count <= 0:
             return LaunchResult()
         self.stats.instances_requested += count
-        prepared = await self._prepare_launch(type_name, labels)
+        prepared = await self._prepare_launch(type_name, labels, pool)
         if isinstance(prepared, str):
             return LaunchResult(error=prepared)
         launched: list[Instance] = []
@@ -233,20 +245,28 @@ class Ec2Cloud(Ec2Transport):
             refused = [u for u in self.unavailable(self._clock()) if u.type_name == type_name]
         return LaunchResult(tuple(launched), tuple(refused))
 
-    async def _prepare_launch(self, type_name: str, labels: Mapping[str, str]) -> dict[str, Any] | str:
-        """The RunInstances parameters shared by every subnet, or an error message."""
+    async def _prepare_launch(
+        self, type_name: str, labels: Mapping[str, str], pool: bool = False
+    ) -> dict[str, Any] | str:
+        """The RunInstances parameters shared by every subnet, or an error message. A launch into the
+        warm pool runs the boot script and stops itself, without joining (`render_pool_user_data`)."""
         spec = self._types.get(type_name)
         if spec is None:
             return f"instance type {type_name} is not among the allowed types {sorted(self._types)}"
         ami_id, boot_script = spec
         tags = self._instance_tags(labels)
+        if pool:
+            tags[POOL_TAG] = PoolPhase.PREPARE.value
         if len(tags) > MAX_TAGS:
             return f"{len(tags)} tags (ownership, labels, custom) exceed EC2's limit of {MAX_TAGS}"
-        try:
-            token, manager = await self._join_command()
-        except AutoscalerError as exc:
-            return f"cannot read the swarm join command: {exc}"
-        user_data = render_user_data(boot_script, token, manager)
+        if pool:
+            user_data = render_pool_user_data(boot_script)
+        else:
+            try:
+                token, manager = await self._join_command()
+            except AutoscalerError as exc:
+                return f"cannot read the swarm join command: {exc}"
+            user_data = render_user_data(boot_script, token, manager)
         if len(user_data.encode()) > USER_DATA_LIMIT:
             return f"user data for {type_name} exceeds EC2's {USER_DATA_LIMIT} bytes: shorten the boot script"
         params: dict[str, Any] = {
@@ -261,6 +281,8 @@ class Ec2Cloud(Ec2Transport):
                 },
             ],
         }
+        if pool:
+            params["InstanceInitiatedShutdownBehavior"] = "stop"  # its `shutdown` stops it into the pool
         if self._groups:
             params["SecurityGroupIds"] = self._groups
         if self._key_name:
@@ -305,6 +327,14 @@ class Ec2Cloud(Ec2Transport):
             self.stats.hostname_tag_failures += 1
 
     # ----------------------------------------------------------------------------------- terminating
+
+    async def start_instances(self, instance_ids: Sequence[str]) -> LaunchResult:
+        """Start stopped warm-pool machines so that they join on this boot (see `ec2_pool`)."""
+        return await ec2_pool.start_instances(self, instance_ids)
+
+    async def stop_instances(self, instance_ids: Sequence[str]) -> None:
+        """Stop owned machines into the warm pool (see `ec2_pool`)."""
+        await ec2_pool.stop_instances(self, instance_ids)
 
     async def terminate(self, instance_ids: Sequence[str]) -> None:
         """Check ownership of all ids in one describe, then terminate the live ones in batches."""

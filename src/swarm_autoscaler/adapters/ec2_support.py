@@ -19,7 +19,7 @@ from botocore.exceptions import (
     PartialCredentialsError,
 )
 
-from swarm_autoscaler.core.model import Instance, InstanceState, InstanceType, Resources
+from swarm_autoscaler.core.model import Instance, InstanceState, InstanceType, PoolPhase, Resources
 from swarm_autoscaler.errors import EndpointError
 
 # ------------------------------------------------------------------------------------------ errors
@@ -119,6 +119,46 @@ def to_endpoint_error(endpoint: str, operation: str, exc: BaseException) -> Endp
 USER_DATA_LIMIT = 16 * 1024  # EC2's limit on raw user data, before base64
 
 
+# The last line of a warm-pool machine's first boot: the boot script has run (images pulled), so the
+# machine stops itself (RunInstances sets InstanceInitiatedShutdownBehavior=stop). The machine
+# emulator recognises it too.
+POOL_STOP_LINE = "shutdown -h now"
+_MIME_BOUNDARY = "==swarm-autoscaler=="
+
+
+def _every_boot(script: str) -> str:
+    """`script` as MIME multipart user data whose cloud-config makes cloud-init run it on every boot
+    (user data scripts run once per instance by default): a pool machine's user data is rewritten
+    before each start, and must run on that boot."""
+    b = _MIME_BOUNDARY
+    return (
+        f'Content-Type: multipart/mixed; boundary="{b}"\nMIME-Version: 1.0\n\n'
+        f'--{b}\nContent-Type: text/cloud-config; charset="us-ascii"\n\n'
+        "#cloud-config\ncloud_final_modules:\n- [scripts-user, always]\n\n"
+        f'--{b}\nContent-Type: text/x-shellscript; charset="us-ascii"\n\n{script}\n--{b}--\n'
+    )
+
+
+def render_pool_user_data(boot_script: str) -> str:
+    """A warm-pool machine's first boot: the boot script, then stop (it never joins on that boot)."""
+    script = boot_script.strip("\n")
+    head = "" if script.startswith("#!") else "#!/bin/bash\nset -eu\n"
+    body = f"{script}\n\n" if script else ""
+    return _every_boot(
+        f"{head}{body}# prepared for the warm pool: stop this machine (added by swarm-autoscaler)\n{POOL_STOP_LINE}\n"
+    )
+
+
+def render_start_user_data(token: str, manager_address: str) -> str:
+    """What a pool machine runs when started: leave the swarm it may have been in (its old node was
+    removed when it was stopped), then join afresh. The boot script already ran on its first boot."""
+    join = f"docker swarm join --token {shlex.quote(token)} {shlex.quote(manager_address)}"
+    return _every_boot(
+        "#!/bin/bash\nset -u\n# started from the warm pool: join the swarm (added by swarm-autoscaler)\n"
+        f"docker swarm leave --force >/dev/null 2>&1 || true\n{join}\n"
+    )
+
+
 def render_user_data(boot_script: str, token: str, manager_address: str) -> str:
     """The configured boot script, then the swarm join. A script without a shebang runs under bash."""
     script = boot_script.strip("\n")
@@ -136,6 +176,10 @@ LABEL_TAG_PREFIX = "swarm-autoscaler/label/"
 # The instance's hostname, tagged right after launch: EC2 drops a terminated instance's private DNS name,
 # and the daemon still needs it to recognise that machine's swarm node.
 HOSTNAME_TAG = "swarm-autoscaler/hostname"
+# The warm pool phase (`PoolPhase`) and, after a start, the start time (epoch seconds): EC2's LaunchTime is
+# the last start on AWS, not on every EC2-compatible server, so the adapter keeps it itself.
+POOL_TAG = "swarm-autoscaler/pool"
+STARTED_AT_TAG = "swarm-autoscaler/started-at"
 
 
 def node_labels(tags: Mapping[str, str]) -> dict[str, str]:
@@ -153,13 +197,28 @@ def to_instance(raw: Mapping[str, Any]) -> Instance | None:
         id=raw["InstanceId"],
         type_name=raw["InstanceType"],
         state=state,
-        launched_at=raw["LaunchTime"].timestamp(),
+        launched_at=max(raw["LaunchTime"].timestamp(), _number(tags.get(STARTED_AT_TAG))),
         hostname=(raw.get("PrivateDnsName") or tags.get(HOSTNAME_TAG, "")).split(".", 1)[0],
         zone=raw.get("Placement", {}).get("AvailabilityZone", ""),
         subnet_id=raw.get("SubnetId", ""),
         tags=tags,
         labels=node_labels(tags),
+        pool=_pool_phase(tags.get(POOL_TAG)),
     )
+
+
+def _number(text: str | None) -> float:
+    try:
+        return float(text) if text else 0.0
+    except ValueError:
+        return 0.0
+
+
+def _pool_phase(text: str | None) -> PoolPhase | None:
+    try:
+        return PoolPhase(text) if text else None
+    except ValueError:
+        return None  # a phase this daemon does not know: treated as a machine launched to work
 
 
 def chunks(items: Sequence[str], size: int) -> list[list[str]]:

@@ -75,5 +75,10 @@ def _type_policy(name: str, allowed: AllowedType, known: InstanceType | None) ->
             f"on its {capacity}; lower the overhead"
         )
     return TypePolicy(
-        name=name, reserve=allowed.reserve, overhead=overhead, price_per_hour=allowed.price_per_hour
+        name=name,
+        reserve=allowed.reserve,
+        overhead=overhead,
+        price_per_hour=allowed.price_per_hour,
+        minimum=allowed.min,
+        warm_pool=allowed.warm_pool,
     )

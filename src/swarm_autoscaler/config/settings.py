@@ -225,7 +225,9 @@ class Ec2Settings(Ec2AccessSettings):
 
     allowed_types: AllowedTypes = Field(
         description='Instance types the fleet may use, as a JSON object: type name -> {"ami_id" (required), '
-        '"reserve" (drained machines kept warm, default 0), "price_per_hour" (USD, overrides the catalogue), '
+        '"reserve" (drained machines kept warm, default 0), "min" (machines of the type always running, '
+        'default 0), "warm_pool" (stopped machines kept ready to start, default 0; each costs its EBS '
+        'volume), "price_per_hour" (USD, overrides the catalogue), '
         '"overhead" ({"cpus", "ram_gib", "gpus"} kept back for the OS and sidecars), "boot_script" (shell '
         "run at boot)}. Key order is the order of preference on price ties.",
         json_schema_extra={"example": '{"m5.large": {"ami_id": "ami-0123456789abcdef0", "reserve": 1}}'},
@@ -256,7 +258,28 @@ class Ec2Settings(Ec2AccessSettings):
                 "must be at least the sum of the reserves in {other} ({reserve})",
                 {"other": _env(cls, "allowed_types"), "reserve": reserve},
             )
+        _pool_limits(cls, value, types)
         return value
+
+
+def _pool_limits(cls: type[BaseModel], maximum: int, types: Mapping[str, AllowedType]) -> None:
+    """The per-type bases ("min") and reserves run at once, so together they fit in the maximum; a warm
+    pool runs only once started, when it comes out of the same maximum, so each pool fits in it too."""
+    based = sum(t.min + t.reserve for t in types.values())
+    if based > maximum:
+        raise PydanticCustomError(
+            "base",
+            'must be at least the sum of the "min" and "reserve" of every type in {other} ({based})',
+            {"other": _env(cls, "allowed_types"), "based": based},
+        )
+    pooled = sum(t.warm_pool for t in types.values())
+    if pooled > maximum:
+        raise PydanticCustomError(
+            "pool",
+            'must be at least the sum of the "warm_pool" of every type in {other} ({pooled}): a started '
+            "pool machine counts toward it",
+            {"other": _env(cls, "allowed_types"), "pooled": pooled},
+        )
 
 
 class DaskSettings(BaseSettings):

@@ -165,6 +165,18 @@ class AllowedType(BaseModel):
     reserve: int = Field(
         default=0, ge=0, le=MAX_FLEET, description="Drained machines of this type kept warm."
     )
+    min: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_FLEET,
+        description="Machines of this type always running (the base capacity; on top of the global minimum's count).",
+    )
+    warm_pool: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_FLEET,
+        description="Stopped machines of this type kept ready to start (each pays only for its EBS volume).",
+    )
     price_per_hour: float | None = Field(
         default=None, gt=0, le=MAX_PRICE, description="USD per hour; overrides the catalogue."
     )

@@ -20,6 +20,12 @@ Lifecycle of a machine (the buckets, in the order a healthy machine passes throu
                                                           ▼
                                                         gone   ◄── RemoveNode ── disconnected
 
+Warm pool (core/pool.py): ``new ─Launch(pool)─► preparing ──stops itself──► stopped ─Start─► starting
+──node joins──► joining / active``, and ``drained ─Stop─► stopped`` (scale-down into a short pool).
+`preparing` is a pool machine booting for the first time (it runs its boot script and stops itself,
+without joining); `stopped` a stopped (or stopping) machine within its type's `warm_pool`; `starting` a
+machine started from the pool that has not joined yet.
+
 `disconnected` is a node that went down (or whose instance vanished); it comes back to where it was
 when the node is ready again, or is removed after `node_down_timeout`. `manager` and `unowned` nodes
 are observed and never touched. An owned instance whose node is a manager is put in `manager` too:
@@ -35,8 +41,14 @@ removed once down (rule 4); otherwise it is left out.
    it carries this cluster's namespaced ownership label), else unowned. The plain `instance-type`
    label and the lifecycle marks prove nothing: a node without the ownership label that matches no
    owned instance is never touched, even when it goes down
-3. instance stopped                                    -> broken (an owned stopped machine is useless)
-4. instance shutting-down/stopping, or the node carries
+3. instance stopped, or stopping with a pool for its
+   type (its node not marked `termination_started`)    -> stopped for the first `warm_pool` of its type
+   (newest instance first, then id); beyond that -> broken ("stopped outside the warm pool")
+3b. instance launched into the pool (pool phase
+   prepare), alive                                     -> preparing if age < max_start_time, else broken
+3c. instance started from the pool (pool phase start),
+   alive, no node or one not ready and never accepted  -> starting if age < max_start_time, else broken
+4. instance not alive, or the node carries
    a `termination_started` mark                        -> terminating
 5. no node yet                                         -> launched if age < max_start_time, else broken
 6. node status not ready: accepted before (`ready`
@@ -67,6 +79,7 @@ from swarm_autoscaler.core.model import (
     Node,
     NodeStatus,
     Policy,
+    PoolPhase,
     Snapshot,
     Worker,
 )
@@ -92,6 +105,9 @@ class Bucket(enum.StrEnum):
     BROKEN = "broken"
     MANAGER = "manager"
     UNOWNED = "unowned"
+    PREPARING = "preparing"
+    STOPPED = "stopped"
+    STARTING = "starting"
     GONE = "gone"
 
 
@@ -100,9 +116,20 @@ class Bucket(enum.StrEnum):
 # planner's actions cause is listed here.
 _TERMINAL = frozenset({Bucket.TERMINATING, Bucket.GONE})
 _NODE_STATES = frozenset({Bucket.ACTIVE, Bucket.DRAINED, Bucket.RESERVE, Bucket.RETIRING})
+_POOL_OUT = frozenset({Bucket.STOPPED, Bucket.BROKEN})  # Stop into the pool / stopped outside it
 TRANSITIONS: Mapping[Bucket, frozenset[Bucket]] = {
-    # Launch creates an instance; EC2 lists it as pending/running.
-    Bucket.NEW: frozenset({Bucket.LAUNCHED}),
+    # Launch creates an instance; EC2 lists it as pending/running (preparing: launched into the pool).
+    Bucket.NEW: frozenset({Bucket.LAUNCHED, Bucket.PREPARING}),
+    # The machine stops itself once prepared (stopped; broken beyond a pool that shrank meanwhile); the
+    # start time passes (broken); Terminate.
+    Bucket.PREPARING: _POOL_OUT | _TERMINAL,
+    # Start (starting; joining or active at once when it boots within a tick); the pool shrinks (broken:
+    # stopped outside it); Terminate.
+    Bucket.STOPPED: frozenset({Bucket.STARTING, Bucket.JOINING, Bucket.ACTIVE, Bucket.BROKEN}) | _TERMINAL,
+    # As launched; EC2 gives up the start and stops it again (stopped).
+    Bucket.STARTING: frozenset({Bucket.JOINING, Bucket.ACTIVE, Bucket.BROKEN, Bucket.STOPPED})
+    | {Bucket.DRAINED, Bucket.RESERVE}
+    | _TERMINAL,
     # The node joins (joining, or active at once when the worker is already up); the start time passes
     # (broken); an operator drains the fresh node (drained/reserve); Terminate.
     Bucket.LAUNCHED: frozenset({Bucket.JOINING, Bucket.ACTIVE, Bucket.BROKEN})
@@ -117,9 +144,15 @@ TRANSITIONS: Mapping[Bucket, frozenset[Bucket]] = {
     # The retired worker leaves (active, then drained); DrainNode; node down; Terminate.
     Bucket.RETIRING: _NODE_STATES | {Bucket.DISCONNECTED} | _TERMINAL,
     # ActivateNode (active, or joining/broken for a node never accepted); the reserve moves between
-    # drained nodes (drained <-> reserve); node down; Terminate beyond the reserve.
-    Bucket.DRAINED: _NODE_STATES | {Bucket.JOINING, Bucket.BROKEN, Bucket.DISCONNECTED} | _TERMINAL,
-    Bucket.RESERVE: _NODE_STATES | {Bucket.JOINING, Bucket.BROKEN, Bucket.DISCONNECTED} | _TERMINAL,
+    # drained nodes (drained <-> reserve); node down; Terminate beyond the reserve; Stop into the pool.
+    Bucket.DRAINED: _NODE_STATES
+    | {Bucket.JOINING, Bucket.BROKEN, Bucket.DISCONNECTED}
+    | _TERMINAL
+    | _POOL_OUT,
+    Bucket.RESERVE: _NODE_STATES
+    | {Bucket.JOINING, Bucket.BROKEN, Bucket.DISCONNECTED}
+    | _TERMINAL
+    | _POOL_OUT,
     # The node comes back (its previous bucket); RemoveNode / Terminate after node_down_timeout.
     Bucket.DISCONNECTED: _NODE_STATES | {Bucket.JOINING, Bucket.BROKEN} | _TERMINAL,
     # A late worker finally connects (active); Terminate.
@@ -195,6 +228,9 @@ class Cluster:
     broken: tuple[Member, ...] = ()
     manager: tuple[Member, ...] = ()
     unowned: tuple[Member, ...] = ()
+    preparing: tuple[Member, ...] = ()
+    stopped: tuple[Member, ...] = ()
+    starting: tuple[Member, ...] = ()
 
     def bucket(self, name: Bucket) -> tuple[Member, ...]:
         members: tuple[Member, ...] = getattr(self, name.value)
@@ -251,6 +287,9 @@ def classify(snapshot: Snapshot, policy: Policy) -> Cluster:
             out[_orphan_bucket(node)].append(Member(None, node, tuple(workers.get(node.hostname, ()))))
     reserve, drained = _split_reserve(out[Bucket.DRAINED], policy)
     out[Bucket.DRAINED], out[Bucket.RESERVE] = drained, reserve
+    pooled, outside = _split_pool(out[Bucket.STOPPED], policy)
+    out[Bucket.STOPPED] = pooled
+    out[Bucket.BROKEN] += outside
     return Cluster(**{b.value: tuple(members) for b, members in out.items()})
 
 
@@ -276,9 +315,14 @@ def _instance_bucket(member: Member, now: float, policy: Policy) -> Bucket:
     young = now - inst.launched_at < policy.max_start_time
     if node is not None and node.is_manager:
         return Bucket.MANAGER
-    if inst.state == InstanceState.STOPPED:
-        return Bucket.BROKEN
-    if not inst.alive or (node is not None and node.marks.termination_started is not None):
+    ending = node is not None and node.marks.termination_started is not None
+    if _stopped_for_pool(inst, policy) and not ending:
+        return Bucket.STOPPED  # within the pool, or broken beyond it (`_split_pool`)
+    if inst.alive and inst.pool == PoolPhase.PREPARE:
+        return Bucket.PREPARING if young else Bucket.BROKEN
+    if inst.alive and inst.pool == PoolPhase.START and (node is None or _never_accepted(node)):
+        return Bucket.STARTING if young else Bucket.BROKEN
+    if not inst.alive or ending:
         return Bucket.TERMINATING
     joined = _joined_bucket(member, node) if node is not None else None
     if joined is not None:
@@ -286,6 +330,18 @@ def _instance_bucket(member: Member, now: float, policy: Policy) -> Bucket:
     if node is None:
         return Bucket.LAUNCHED if young else Bucket.BROKEN
     return Bucket.JOINING if young else Bucket.BROKEN
+
+
+def _stopped_for_pool(inst: Instance, policy: Policy) -> bool:
+    """Stopped, or stopping into a pool (a stopping machine of a type without a pool is terminating)."""
+    if inst.state == InstanceState.STOPPED:
+        return True
+    tp = policy.type_policy(inst.type_name)
+    return inst.state == InstanceState.STOPPING and tp is not None and tp.warm_pool > 0
+
+
+def _never_accepted(node: Node) -> bool:
+    return node.status != NodeStatus.READY and not node.marks.ready
 
 
 def _joined_bucket(member: Member, node: Node) -> Bucket | None:
@@ -315,3 +371,33 @@ def _split_reserve(drained: list[Member], policy: Policy) -> tuple[list[Member],
         else:
             beyond.append(member)
     return reserve, beyond
+
+
+def _split_pool(stopped: list[Member], policy: Policy) -> tuple[list[Member], list[Member]]:
+    """(in the pool, outside it): per type, the newest `warm_pool` stopped or stopping machines are
+    its pool; any other stopped machine of ours is useless, and broken."""
+    ordered = sorted(stopped, key=lambda m: (-m.instance.launched_at, m.key) if m.instance else (0.0, m.key))
+    wanted = {tp.name: tp.warm_pool for tp in policy.allowed_types}
+    kept: dict[str, int] = defaultdict(int)
+    pooled: list[Member] = []
+    outside: list[Member] = []
+    for member in ordered:
+        if kept[member.type_name] < wanted.get(member.type_name, 0):
+            kept[member.type_name] += 1
+            pooled.append(member)
+        else:
+            outside.append(member)
+    return pooled, outside
+
+
+def broken_reason(member: Member, policy: Policy) -> str:
+    """Why a broken member is terminated (the Terminate's reason)."""
+    inst = member.instance
+    limit = f"{policy.max_start_time:g}s"
+    if inst is not None and inst.state in (InstanceState.STOPPED, InstanceState.STOPPING):
+        return f"stopped outside the warm pool of {inst.type_name}: a stopped machine of ours is useless"
+    if inst is not None and inst.pool == PoolPhase.PREPARE:
+        return f"broken: launched into the warm pool but not stopped after preparing within {limit}"
+    if inst is not None and inst.pool == PoolPhase.START:
+        return f"broken: started from the warm pool but not up with a worker within {limit} of the start"
+    return f"broken: not up with a worker within {limit} of launch"

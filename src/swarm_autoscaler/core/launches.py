@@ -19,6 +19,7 @@ from swarm_autoscaler.core.placement import NewBins, TypeOption
 # Members that count towards min_instances: alive and expected to be useful.
 USEFUL = (
     Bucket.LAUNCHED,
+    Bucket.STARTING,
     Bucket.JOINING,
     Bucket.ACTIVE,
     Bucket.RETIRING,
@@ -27,12 +28,18 @@ USEFUL = (
     Bucket.DISCONNECTED,
 )
 # Buckets whose idle members count as a type's spare (warm) machines.
-SPARE = (Bucket.RESERVE, Bucket.DRAINED, Bucket.LAUNCHED, Bucket.JOINING, Bucket.ACTIVE)
+SPARE = (Bucket.RESERVE, Bucket.DRAINED, Bucket.LAUNCHED, Bucket.STARTING, Bucket.JOINING, Bucket.ACTIVE)
 
 
 def useful(cluster: Cluster) -> int:
     """Alive instances expected to be useful (not broken, not terminating): what min_instances counts."""
     members = (m for b in USEFUL for m in cluster.bucket(b))
+    return sum(1 for m in members if m.instance is not None and m.instance.alive)
+
+
+def useful_of(cluster: Cluster, type_name: str) -> int:
+    """`useful` for one instance type: what its base (`TypePolicy.minimum`) counts, with its reserve."""
+    members = (m for b in USEFUL for m in cluster.bucket(b) if m.type_name == type_name)
     return sum(1 for m in members if m.instance is not None and m.instance.alive)
 
 
@@ -44,13 +51,20 @@ def plan_launches(
     received: Mapping[str, int],
     options: Sequence[TypeOption],
     fill_reserve: bool,
+    started: Mapping[str, int] | None = None,
 ) -> LaunchBook:
     """Every launch of one plan: the new instances scale-up packed pending work onto, what
     `min_instances` lacks and, when `fill_reserve` (nothing pending), what each type's reserve lacks.
-    `received`: member key -> tasks scale-up placed on it (such a member is no spare)."""
+    `received`: member key -> tasks scale-up placed on it (such a member is no spare). `started`: type
+    -> machines this plan starts from the warm pool (they take from the same budget and count toward
+    the bases)."""
+    started = started or {}
     book = LaunchBook.of(snapshot, policy)
+    book.started = sum(started.values())
+    book.budget = max(0, book.budget - book.started)
     for bins in new_bins:
         book.add(bins.type_name, bins.count, bins.count * bins.tasks_each)
+    book.keep_bases(cluster, options, started)
     book.top_up(cluster, options)
     if fill_reserve:
         book.fill_reserve(cluster, received, options)
@@ -65,6 +79,8 @@ class LaunchBook:
     budget: int
     by_type: dict[str, list[int]] = field(default_factory=dict)  # type -> [count, tasks, for minimum]
     for_reserve: dict[str, int] = field(default_factory=dict)  # type -> launched to fill its reserve
+    for_base: dict[str, int] = field(default_factory=dict)  # type -> launched to keep its base
+    started: int = 0  # machines the plan starts from the warm pool (they count toward the minimum)
 
     @staticmethod
     def of(snapshot: Snapshot, policy: Policy) -> LaunchBook:
@@ -95,9 +111,26 @@ class LaunchBook:
         entry[1] += tasks
         entry[2] += 0 if tasks else count
 
+    def keep_bases(self, cluster: Cluster, options: Sequence[TypeOption], started: Mapping[str, int]) -> None:
+        """Launch what each type's base (`TypePolicy.minimum`: machines always running, its reserve on
+        top) lacks, while EC2 does not refuse the type everywhere."""
+        available = {o.name for o in options if o.available}
+        reserve: dict[str, int] = {}
+        for member in cluster.reserve:
+            reserve[member.type_name] = reserve.get(member.type_name, 0) + 1
+        for tp in self.policy.allowed_types:
+            if tp.minimum <= 0 or tp.name not in available:
+                continue
+            have = useful_of(cluster, tp.name) - reserve.get(tp.name, 0) + started.get(tp.name, 0)
+            planned = self.by_type.get(tp.name, [0, 0, 0])[0]
+            missing = min(tp.minimum - have - planned, self.left)
+            if missing > 0:
+                self.add(tp.name, missing, 0)
+                self.for_base[tp.name] = self.for_base.get(tp.name, 0) + missing
+
     def top_up(self, cluster: Cluster, options: Sequence[TypeOption]) -> None:
         """Launch the cheapest available type for what `min_instances` lacks (the reserve is on top)."""
-        have = useful(cluster) - len(cluster.reserve)
+        have = useful(cluster) - len(cluster.reserve) + self.started
         missing = min(self.policy.min_instances - have - self.total, self.left)
         cheapest = next((o for o in options if o.available), None)
         if missing > 0 and cheapest is not None:
@@ -131,8 +164,14 @@ class LaunchBook:
             if tasks:
                 parts.append(f"{tasks} pending task(s) need new capacity; cheapest fitting type: {type_name}")
             for_reserve = self.for_reserve.get(type_name, 0)
-            if for_minimum - for_reserve > 0:
-                parts.append(f"{for_minimum - for_reserve} to keep min_instances={self.policy.min_instances}")
+            for_base = self.for_base.get(type_name, 0)
+            if for_base:
+                tp = self.policy.type_policy(type_name)
+                parts.append(f"{for_base} to keep the base of {tp.minimum if tp else 0} {type_name} running")
+            if for_minimum - for_reserve - for_base > 0:
+                parts.append(
+                    f"{for_minimum - for_reserve - for_base} to keep min_instances={self.policy.min_instances}"
+                )
             if for_reserve:
                 tp = self.policy.type_policy(type_name)
                 parts.append(

@@ -118,13 +118,23 @@ class InstanceState(enum.StrEnum):
     TERMINATED = "terminated"
 
 
+class PoolPhase(enum.StrEnum):
+    """Where an instance stands with its type's warm pool (kept in a tag; see core/pool.py).
+    PREPARE: launched into the pool: it boots, runs its boot script and stops itself, without joining.
+    START: started from the pool: it joins the swarm on this boot."""
+
+    PREPARE = "prepare"
+    START = "start"
+
+
 @dataclass(frozen=True, slots=True)
 class Instance:
     """One EC2 instance carrying this daemon's ownership tags.
 
     `hostname` is the first label of the private DNS name; it is the swarm node's hostname.
-    `launched_at` is EC2's launch time. `labels` are the node labels it was launched with (kept in
-    its tags): its node gets them once it joins.
+    `launched_at` is EC2's launch time, or the time of its last start from the warm pool (as EC2's
+    LaunchTime is after a start). `labels` are the node labels it was launched with (kept in its tags):
+    its node gets them once it joins. `pool`: its warm pool phase, None for a machine launched to work.
     """
 
     id: str
@@ -136,6 +146,7 @@ class Instance:
     subnet_id: str = ""
     tags: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    pool: PoolPhase | None = None
 
     @property
     def alive(self) -> bool:
@@ -339,12 +350,16 @@ class TypePolicy:
 
     `reserve`: drained nodes of this type kept warm. `overhead`: resources the OS and sidecars take,
     subtracted from the type's capacity before fitting tasks. `price_per_hour` overrides the catalogue.
+    `minimum`: machines of this type always running (the base). `warm_pool`: stopped machines of this
+    type kept ready to start (see core/pool.py).
     """
 
     name: str
     reserve: int = 0
     overhead: Resources = Resources()
     price_per_hour: float | None = None
+    minimum: int = 0
+    warm_pool: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,10 +414,23 @@ class ActivateNode:
 
 @dataclass(frozen=True, slots=True)
 class Launch:
-    """Launch `count` new instances of one type."""
+    """Launch `count` new instances of one type. `pool`: into its warm pool (they prepare and stop
+    themselves, never joining on that first boot)."""
 
     type_name: str
     count: int
+    reason: str
+    pool: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Start stopped warm-pool instances of one type, so that they join the swarm on this boot. Not
+    disruptive (nothing runs on a stopped machine); a refusal for capacity backs its (type, subnet) off,
+    so the next plan launches instead."""
+
+    instance_ids: tuple[str, ...]
+    type_name: str
     reason: str
 
 
@@ -461,6 +489,18 @@ class Terminate:
 
 
 @dataclass(frozen=True, slots=True)
+class Stop:
+    """Stop an instance into its type's warm pool (and remove its swarm node, so that no down node
+    lingers). Disruptive like Terminate: one instance per action, `expect` re-checked and the host
+    fenced right before; `act` may batch several into one cloud call."""
+
+    instance_ids: tuple[str, ...]
+    reason: str
+    node_ids: tuple[str, ...] = ()
+    expect: tuple[Check, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class MarkNode:
     """Write a node's lifecycle marks: `marks` is the node's complete new NodeMarks (its marks in the
     snapshot with the plan's changes applied). A Cordon or Uncordon of the same node comes later in the
@@ -502,6 +542,8 @@ Action = (
     | RemoveNode
     | Cordon
     | Uncordon
+    | Start
+    | Stop
 )
 
 

@@ -13,6 +13,10 @@ same snapshot always gives an equal Plan. The recipe:
    counts, so a task never causes two launches), then new instances of the cheapest fitting type, within
    `max_instances`; top up to `min_instances`; when nothing is pending, launch what each type's reserve
    lacks (a reserve is only warm if the machines exist: they join, idle, and are drained into it);
+3b. the warm pool and the per-type bases (pool.py): stopped pool machines are a scale-up tier after
+   in-flight capacity (started: `Start`), each type is topped up to its base, scale-down stops a
+   drained surplus machine into a short pool instead of terminating it, and a short pool is refilled
+   (`Launch(pool=True)`) when nothing is pending;
 4. repair, even while work is pending: terminate broken instances, remove our nodes whose instance is
    gone or being terminated once they are down, terminate (with its node) a machine whose node stayed
    down past `node_down_timeout`, retry terminations that did not take;
@@ -30,8 +34,8 @@ same snapshot always gives an equal Plan. The recipe:
 A machine whose worker runs or queues a task, or holds unique data, is never drained, retired or
 terminated. Every disruptive action targets one machine and carries in `expect` what it was planned on
 (shrink.py and consolidate.py list them), for `act` to re-check right before it runs. Actions come in
-the order they should run: marks, labels, repairs, uncordons, activations, launches, cordons, then
-scale-down (retirements before drains).
+the order they should run: marks, labels, repairs, uncordons, activations, starts, launches, cordons,
+then scale-down (retirements before drains, then terminations and stops).
 
 Each step is a function of the frozen `Facts` and of what earlier steps decided, passed explicitly
 (`received`, the launched types); none sees another's side effects.
@@ -48,8 +52,9 @@ from swarm_autoscaler.core.consolidate import choose_cordons
 from swarm_autoscaler.core.demand import Group, estimate_demand
 from swarm_autoscaler.core.launches import LaunchBook, plan_launches
 from swarm_autoscaler.core.marks import keep_cordons, keep_marks, label_nodes
-from swarm_autoscaler.core.model import Action, Cordon, DrainNode, Plan, Policy, Snapshot
+from swarm_autoscaler.core.model import Action, Cordon, DrainNode, Launch, Plan, Policy, Snapshot
 from swarm_autoscaler.core.placement import NewBins, Pool, rank_types, type_capacity
+from swarm_autoscaler.core.pool import into_pool, refill, repair_pool, started
 from swarm_autoscaler.core.scaleup import NEW, OWN_WORKER, TIERS, Placement, scale_up
 from swarm_autoscaler.core.shrink import repair, scale_down
 from swarm_autoscaler.core.steps import Facts, Step, mark, mark_actions
@@ -99,16 +104,27 @@ def _decide(
     capacity = type_capacity(snapshot, options, space)
     budget = LaunchBook.of(snapshot, policy).budget
     up = scale_up(facts, pool, options, capacity, budget, tracing=ledger is not None)
+    starting = started(up.start)
     launches = plan_launches(
-        snapshot, policy, facts.cluster, up.new_bins, up.received, options, fill_reserve=nothing_pending
+        snapshot,
+        policy,
+        facts.cluster,
+        up.new_bins,
+        up.received,
+        options,
+        fill_reserve=nothing_pending,
+        started=starting,
     )
     # Idle machines are scaled down when nothing is pending, and also when pending work could not get
     # capacity (max_instances reached, or its types refused): placement put nothing on them, so they
     # cannot serve it, and keeping them would block the launches it needs forever.
     shrink = Step()
     if nothing_pending or pool.left > 0:
-        shrink = scale_down(facts, up.received, set(launches.by_type), launches.total)
-    actions = _assemble(facts, up, launches, shrink, nothing_pending, (capacity, space))
+        launching = set(launches.by_type) | set(starting)
+        shrink = scale_down(facts, up.received, launching, launches.total + starting.total())
+    shrink = into_pool(facts, shrink)
+    refills = refill(facts, shrink, launches.left) if nothing_pending else ()
+    actions = _assemble(facts, up, (launches, refills), shrink, nothing_pending, (capacity, space))
     result = Plan(actions, unplaceable, demand.pending, up.placed)
     if ledger is None:
         return result, None
@@ -118,18 +134,21 @@ def _decide(
 def _assemble(
     facts: Facts,
     up: Placement,
-    launches: LaunchBook,
+    launching: tuple[LaunchBook, tuple[Launch, ...]],
     shrink: Step,
     nothing_pending: bool,
     room: tuple[Mapping[str, Vec], Space],
 ) -> tuple[Action, ...]:
     """The bookkeeping and repair steps, consolidation when it may run, and every action in order."""
+    launches, refills = launching
     fixed = repair(facts)
+    pooled = repair_pool(facts)
+    fixed = Step((*fixed.actions, *pooled.actions), fixed.marks, fixed.removed | pooled.removed)
     marks = keep_marks(facts, up.received)
     stale, uncordon = keep_cordons(facts.cluster, {u.node_id for u in up.uncordon})
     cordons: tuple[Cordon, ...] = ()
     # Not while this plan undoes a cordon (a task waits on a cordoned worker): one change at a time.
-    quiet = nothing_pending and not launches and not up.uncordon and not uncordon
+    quiet = nothing_pending and not launches and not refills and not up.uncordon and not uncordon
     if quiet and facts.policy.consolidate_below > 0:
         cordons = _consolidate(facts, up, shrink, *room)
     # First: any later decision on the same node overrides a restamp.
@@ -143,7 +162,9 @@ def _assemble(
         *up.uncordon,
         *uncordon,
         *up.activate,
+        *up.start,
         *launches.actions(),
+        *refills,
         *cordons,
         *shrink.actions,
     )

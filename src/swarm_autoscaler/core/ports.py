@@ -90,9 +90,26 @@ class Cloud(Protocol):
         `ConfigurationError`."""
         ...
 
-    async def launch(self, type_name: str, count: int, labels: Mapping[str, str]) -> LaunchResult:
+    async def launch(
+        self, type_name: str, count: int, labels: Mapping[str, str], pool: bool = False
+    ) -> LaunchResult:
         """Launch up to `count` instances of `type_name`, tagged as owned and carrying `labels` for the
-        node. Never raises for capacity refusals: they come back in `LaunchResult.refused`."""
+        node. Never raises for capacity refusals: they come back in `LaunchResult.refused`. `pool`: into
+        the type's warm pool: each machine boots once, runs its boot script and stops itself without
+        joining the swarm (its `Instance.pool` is `PoolPhase.PREPARE`)."""
+        ...
+
+    async def start_instances(self, instance_ids: Sequence[str]) -> LaunchResult:
+        """Start these stopped owned instances so that each joins the swarm on this boot (its
+        `Instance.pool` becomes `PoolPhase.START` and its `launched_at` the start time). `instances`: the
+        ones started; `refused`: the (type, subnet) pairs EC2 refused for lack of capacity, backed off
+        like a launch's (`unavailable`), never raised; `error`: any other failure. Refuses
+        (ConfigurationError) ids that are not owned."""
+        ...
+
+    async def stop_instances(self, instance_ids: Sequence[str]) -> None:
+        """Stop these instances (into the warm pool). Idempotent: one already stopping or stopped
+        counts as success. Refuses (ConfigurationError) ids that are not owned."""
         ...
 
     async def terminate(self, instance_ids: Sequence[str]) -> None:

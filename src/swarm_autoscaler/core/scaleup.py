@@ -2,8 +2,10 @@
 
 Tiers, in order: free room on active workers (and on active nodes whose worker is starting), on
 cordoned workers (which are then uncordoned), then drained and reserve nodes (activated), joining nodes,
-and launched instances (in-flight capacity always counts, so a task never causes two launches). What is
-left is packed onto new instances of the cheapest fitting type, within the launch budget. Pure.
+launched instances and machines starting from the warm pool (in-flight capacity always counts, so a task
+never causes two launches, nor a launch and a start), then stopped warm-pool machines (started; see
+pool.py). What is left is packed onto new instances of the cheapest fitting type, within the launch
+budget less the starts. Pure.
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from swarm_autoscaler.core.cluster import Bucket, Member
-from swarm_autoscaler.core.model import ActivateNode, Uncordon
+from swarm_autoscaler.core.model import ActivateNode, Start, Uncordon
 from swarm_autoscaler.core.placement import NewBins, Pool, TypeOption
+from swarm_autoscaler.core.pool import POOLED, start_actions, start_bins
 from swarm_autoscaler.core.steps import Facts, Mark, mark
 from swarm_autoscaler.core.vectors import Vec
 
 # Buckets that receive pending tasks, in order, and where their capacity comes from.
-TIERS = (Bucket.ACTIVE, Bucket.DRAINED, Bucket.RESERVE, Bucket.JOINING, Bucket.LAUNCHED)
+TIERS = (Bucket.ACTIVE, Bucket.DRAINED, Bucket.RESERVE, Bucket.JOINING, Bucket.LAUNCHED, Bucket.STARTING)
 NEW = "new"
 CORDONED = "cordoned"
 OWN_WORKER = "own-worker"  # queued tasks their busy worker is expected to start within tolerated_wait
@@ -33,7 +36,7 @@ class Placement:
     `received`: member key -> tasks placed on it; `placed`: tier name -> tasks (in tier order);
     `uncordon` / `activate`: the cordoned workers and drained nodes that received tasks, with the
     marks activation changes; `new_bins`: the fill patterns of new instances; `bins`: every existing
-    bin offered (key -> type, free room), only when tracing."""
+    bin offered (key -> type, free room), only when tracing; `start`: the warm-pool machines started."""
 
     received: Mapping[str, int]
     placed: tuple[tuple[str, int], ...]
@@ -42,6 +45,7 @@ class Placement:
     marks: tuple[Mark, ...]
     new_bins: tuple[NewBins, ...]
     bins: Mapping[str, tuple[str, Vec]]
+    start: tuple[Start, ...] = ()
 
 
 @dataclass
@@ -91,6 +95,11 @@ def scale_up(
                 uncordon.append(uncordon_action(member, why))
         if tier == Bucket.ACTIVE and (held := pool.hold_soon()):
             fill.placed[OWN_WORKER] = held
+    start: tuple[Start, ...] = ()
+    if pool.left:
+        starting = fill.place(POOLED, *start_bins(facts, capacity, budget))
+        start = start_actions(starting, fill.received)
+        budget -= len(starting)
     new_bins = tuple(pool.pack_new(options, budget))
     if new_bins:
         fill.placed[NEW] = sum(b.count * b.tasks_each for b in new_bins)
@@ -103,6 +112,7 @@ def scale_up(
         marks=marks,
         new_bins=new_bins,
         bins=fill.bins,
+        start=start,
     )
 
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from swarm_autoscaler.core.cluster import Member
-from swarm_autoscaler.core.launches import useful
+from swarm_autoscaler.core.cluster import Member, broken_reason
+from swarm_autoscaler.core.launches import useful, useful_of
 from swarm_autoscaler.core.model import (
     Action,
     Check,
@@ -67,8 +67,9 @@ def repair(facts: Facts) -> Step:
     not take. Runs even while work is pending."""
     cluster, policy, now = facts.cluster, facts.policy, facts.now
     steps = []
-    why = f"broken: not up with a worker within {policy.max_start_time:g}s of launch"
-    steps += [terminate(m, why, _broken_checks(m), now) for m in cluster.broken if not m.busy]
+    steps += [
+        terminate(m, broken_reason(m, policy), _broken_checks(m), now) for m in cluster.broken if not m.busy
+    ]
     steps += [_repair_disconnected(facts, m) for m in cluster.disconnected]
     steps += [_remove_terminated(m) for m in cluster.terminating]
     again = "termination requested earlier did not take; asking again"
@@ -169,9 +170,10 @@ def _beyond_reserve(
     facts: Facts, received: Mapping[str, int], launching: Collection[str], launched: int
 ) -> list[Member]:
     """Drained members to terminate: past `termination_delay`, idle, never below `min_instances` (the
-    reserve comes on top of it) and never of a type this plan launches."""
+    reserve comes on top of it) nor below their type's base, and never of a type this plan launches."""
     cluster, policy = facts.cluster, facts.policy
     live = useful(cluster) + launched - len(cluster.reserve)
+    above_base = _above_base(facts)
     chosen: list[Member] = []
     for member in cluster.drained:
         node = member.node
@@ -185,6 +187,20 @@ def _beyond_reserve(
             continue
         if member.type_name in launching:  # never launch and terminate the same type
             continue
+        if above_base.get(member.type_name, 1) <= 0:  # its type's base (TypePolicy.minimum) keeps it
+            continue
         chosen.append(member)
         live -= 1
+        if member.type_name in above_base:
+            above_base[member.type_name] -= 1
     return chosen
+
+
+def _above_base(facts: Facts) -> dict[str, int]:
+    """Type -> how many of its useful machines (its reserve aside) run above its base, for types with one."""
+    out: dict[str, int] = {}
+    for tp in facts.policy.allowed_types:
+        if tp.minimum > 0:
+            reserve = sum(1 for m in facts.cluster.reserve if m.type_name == tp.name)
+            out[tp.name] = useful_of(facts.cluster, tp.name) - reserve - tp.minimum
+    return out

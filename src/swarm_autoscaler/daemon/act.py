@@ -52,6 +52,8 @@ from swarm_autoscaler.core.model import (
     RemoveNode,
     RetireWorkers,
     Snapshot,
+    Start,
+    Stop,
     Terminate,
     Uncordon,
 )
@@ -60,7 +62,7 @@ from swarm_autoscaler.core.recheck import Fresh, violations
 from swarm_autoscaler.daemon.fencing import fence_terminations, lifted, unfence
 from swarm_autoscaler.errors import AutoscalerError, LockLostError
 
-DISRUPTIVE = (DrainNode, Cordon, Terminate, RemoveNode)
+DISRUPTIVE = (DrainNode, Cordon, Terminate, Stop, RemoveNode)
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,17 +247,21 @@ async def _disrupt(
     outcomes += checked
     runnable, unmarked = _with_their_drains(runnable)
     outcomes += unmarked
-    terminations = [a for a in runnable if isinstance(a, Terminate)]
-    jobs = [doer.job(a) for a in runnable if not isinstance(a, Terminate)]
-    if terminations and not isinstance(fresh, str):  # (runnable at all only on a fresh read)
-        skipped, fenced, note = await fence_terminations(
-            doer.ports.workload, terminations, fresh, doer.hosts_of, pool.time_left()
+    ending: list[Terminate | Stop] = [a for a in runnable if isinstance(a, Terminate | Stop)]
+    jobs = [doer.job(a) for a in runnable if not isinstance(a, Terminate | Stop)]
+    if ending and not isinstance(fresh, str):  # (runnable at all only on a fresh read)
+        skipped, ending, note = await fence_terminations(
+            doer.ports.workload, ending, fresh, doer.hosts_of, pool.time_left()
         )
         outcomes += [Outcome(a, False, "skipped: " + why, kind="skipped") for a, why in skipped]
-        if fenced:
-            jobs.append(doer.terminate_batch(fenced, note))
+        terminations = [a for a in ending if isinstance(a, Terminate)]
+        stops = [a for a in ending if isinstance(a, Stop)]
+        if terminations:
+            jobs.append(doer.terminate_batch(terminations, note))
+        if stops:
+            jobs.append(doer.stop_batch(stops, "" if terminations else note))
     done = await pool.run(jobs)
-    failed = [o.action for o in done if isinstance(o.action, Terminate) and not o.ok]
+    failed = [o.action for o in done if isinstance(o.action, Terminate | Stop) and not o.ok]
     await unfence(doer.ports.workload, lifted(failed, (), doer.hosts_of))  # it did not happen: lift its fence
     return outcomes + done
 
@@ -334,7 +340,7 @@ class _Doer:
     def hosts_of(self, action: Action) -> set[str]:
         """The hostnames a disruptive action touches (from the snapshot it was planned on)."""
         match action:
-            case Terminate(instance_ids=ids, node_ids=node_ids):
+            case Terminate(instance_ids=ids, node_ids=node_ids) | Stop(instance_ids=ids, node_ids=node_ids):
                 hosts = {self._instance_host.get(i, "") for i in ids}
                 return (hosts | {self._node_host.get(n, "") for n in node_ids}) - {""}
             case DrainNode(hostname=host) | Cordon(hostname=host) | RemoveNode(hostname=host):
@@ -365,7 +371,8 @@ class _Doer:
 
     def job(self, action: Action) -> _Job:
         node_id: str | None = getattr(action, "node_id", None)
-        return _Job((action,), lambda: self.perform(action), node_id, isinstance(action, Launch))
+        # A cancelled RunInstances or StartInstances may still start machines: they run to their end.
+        return _Job((action,), lambda: self.perform(action), node_id, isinstance(action, Launch | Start))
 
     def terminate_batch(self, actions: Sequence[Terminate], note: str) -> _Job:
         """Every Terminate of the act in ONE `Cloud.terminate` call, then their nodes removed. `note`
@@ -385,10 +392,30 @@ class _Doer:
         # re-checked, and cut short it would leave nodes behind and report as undone what was done.
         return _Job(tuple(actions), perform, finish_past_deadline=True)
 
+    def stop_batch(self, actions: Sequence[Stop], note: str = "") -> _Job:
+        """Every Stop of the act in ONE `Cloud.stop_instances` call, then their nodes removed (a stopped machine
+        joins afresh when started), run to its end past the deadline as a termination batch is."""
+
+        async def perform() -> str:
+            ids = list(dict.fromkeys(i for a in actions for i in a.instance_ids))
+            await self.ports.cloud.stop_instances(ids)
+            nodes = dict.fromkeys(n for a in actions for n in a.node_ids)
+            async with asyncio.TaskGroup() as tg:
+                for node_id in nodes:
+                    tg.create_task(self.ports.orchestrator.remove(node_id))
+            done = f"stopped into the warm pool (one call for {len(ids)} instance(s)); removed {len(nodes)} node(s)"
+            return f"{done}; {note}" if note else done
+
+        return _Job(tuple(actions), perform, finish_past_deadline=True)
+
     async def perform(self, action: Action) -> str:
         match action:
-            case Launch(type_name=type_name, count=count):
-                return await self._launch(type_name, count)
+            case Launch(type_name=type_name, count=count, pool=pool):
+                return await self._launch(type_name, count, pool)
+            case Start(instance_ids=ids, type_name=type_name):
+                return await self._start(ids, type_name)
+            case Stop():
+                return await self.stop_batch([action]).perform()
             case RetireWorkers(addresses=addresses):
                 retired = await self.ports.workload.retire(addresses)
                 kept = sorted(set(addresses) - set(retired))
@@ -436,11 +463,27 @@ class _Doer:
         await self.ports.orchestrator.mark(node_id, updated)
         self.marks[node_id] = updated
 
-    async def _launch(self, type_name: str, count: int) -> str:
+    async def _start(self, ids: tuple[str, ...], type_name: str) -> str:
+        result = await self.ports.cloud.start_instances(ids)
+        got = len(result.instances)
+        if result.error:
+            raise ActionRefused("error", f"started {got}/{len(ids)}: {result.error}")
+        if got < len(ids) and result.refused:
+            # backed off per (type, subnet): the next plan launches new machines instead
+            raise ActionRefused("capacity", f"started {got}/{len(ids)}; EC2 refused {type_name} for capacity")
+        return f"started {got} from the warm pool: {', '.join(i.id for i in result.instances)}"
+
+    async def _launch(self, type_name: str, count: int, pool: bool = False) -> str:
         labels = {TYPE_LABEL: type_name}
         if self.cluster_name:
             labels[OWNERSHIP_LABEL] = self.cluster_name
-        result = await self.ports.cloud.launch(type_name, count, labels)
+        cloud = self.ports.cloud
+        # (`pool` only when set: a launch to work calls the port exactly as before pools existed)
+        result = await (
+            cloud.launch(type_name, count, labels, pool=True)
+            if pool
+            else cloud.launch(type_name, count, labels)
+        )
         got = len(result.instances)
         if result.error:
             raise ActionRefused("error", f"launched {got}/{count}: {result.error}")

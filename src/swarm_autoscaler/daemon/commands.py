@@ -168,9 +168,30 @@ def print_status(result: TickResult, console: Console) -> None:
         console.print(table)
     counts = result.cluster.counts()
     console.print("buckets: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+    for line in pool_lines(result):
+        console.print(line)
     console.print(
         f"unrunnable tasks: {len(snap.unrunnable)}   pending (with estimated queue): {result.plan.pending}"
     )
+
+
+def pool_lines(result: TickResult) -> list[str]:
+    """One line per type with a warm pool or a base: its pool by state against its size, and its base."""
+    cluster, out = result.cluster, []
+    for tp in result.policy.allowed_types:
+        if not tp.warm_pool and not tp.minimum:
+            continue
+        states = {
+            name: sum(1 for m in members if m.type_name == tp.name)
+            for name, members in (
+                ("stopped", cluster.stopped),
+                ("preparing", cluster.preparing),
+                ("starting", cluster.starting),
+            )
+        }
+        detail = ", ".join(f"{k}={v}" for k, v in states.items())
+        out.append(f"warm pool {tp.name}: {detail} (size {tp.warm_pool}); base {tp.minimum} running")
+    return out
 
 
 def _marks(marks: NodeMarks) -> str:

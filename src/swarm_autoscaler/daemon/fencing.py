@@ -10,7 +10,8 @@ idle. A host the fence refused (a busy worker there) skips its Terminate. The ho
 is then skipped, or fails, are unfenced at once; a fence nobody lifts (the daemon was killed in
 between) expires on the scheduler after minutes.
 
-Drains and node removals are not fenced: a drained node can be activated again within the fence's
+Stops into the warm pool are fenced the same way (a stopped machine's worker dies as a terminated
+one's does). Drains and node removals are not fenced: a drained node can be activated again within the fence's
 lifetime (its new worker would stay cordoned), and a removed node is already down.
 """
 
@@ -20,20 +21,21 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Iterable, Sequence
 
-from swarm_autoscaler.core.model import Action, Terminate
+from swarm_autoscaler.core.model import Action, Stop, Terminate
 from swarm_autoscaler.core.ports import Workload
 from swarm_autoscaler.core.recheck import Fresh, violations
 
 HostsOf = Callable[[Action], set[str]]
+Ending = Terminate | Stop  # a Stop into the warm pool is fenced exactly as a termination
 
 
 async def fence_terminations(
     workload: Workload,
-    terminations: Sequence[Terminate],
+    terminations: Sequence[Ending],
     fresh: Fresh,
     hosts_of: HostsOf,
     within: float | None,
-) -> tuple[list[tuple[Terminate, str]], list[Terminate], str]:
+) -> tuple[list[tuple[Ending, str]], list[Ending], str]:
     """Fence the hosts of `terminations` in one call, then re-check each on that call's workers (the
     nodes come from `fresh`). Returns (skipped, each with its reasons; those to carry out; a note on
     the fence for the log). Fails
@@ -51,8 +53,8 @@ async def fence_terminations(
         return [(a, f"could not fence its host before terminating ({why})") for a in terminations], [], ""
     seen = Fresh(fresh.nodes, fence.workers)
     refused = set(fence.refused)
-    skipped: list[tuple[Terminate, str]] = []
-    runnable: list[Terminate] = []
+    skipped: list[tuple[Ending, str]] = []
+    runnable: list[Ending] = []
     for action in terminations:
         reasons = violations(action, seen)
         reasons += tuple(

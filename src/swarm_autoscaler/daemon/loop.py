@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from swarm_autoscaler.core.model import Instance, InstanceType, Policy, Unavailable, fields_of
+from swarm_autoscaler.core.model import Instance, InstanceState, InstanceType, Policy, Unavailable, fields_of
 from swarm_autoscaler.core.ports import Cloud, LaunchResult, Lock
 from swarm_autoscaler.daemon.tick import ActConfig, ObserveError, Outcome, Ports, TickResult, run_tick
 from swarm_autoscaler.errors import AutoscalerError
@@ -51,6 +51,9 @@ class InFlightCloud:
         self._clock = clock if clock is not None else inner.now
         self._horizon = horizon
         self._recent: dict[str, tuple[float, Instance]] = {}
+        self._started: dict[
+            str, tuple[float, Instance]
+        ] = {}  # started from the pool, maybe still listed stopped
 
     async def list_instances(self) -> tuple[Instance, ...]:
         listed = await self.inner.list_instances()
@@ -61,6 +64,15 @@ class InFlightCloud:
             for iid, (t, inst) in self._recent.items()
             if iid not in seen and now - t < self._horizon
         }
+        # A start, like a launch, may not show yet: a machine listed still stopped right after its start
+        # is the started one, or the next plan would count it in the pool and start it again.
+        stale = {i.id for i in listed if i.state == InstanceState.STOPPED and i.id in self._started}
+        self._started = {
+            iid: (t, inst)
+            for iid, (t, inst) in self._started.items()
+            if iid in stale and now - t < self._horizon
+        }
+        listed = tuple(self._started[i.id][1] if i.id in self._started else i for i in listed)
         return listed + tuple(inst for _, inst in self._recent.values())
 
     def now(self) -> float:
@@ -69,8 +81,15 @@ class InFlightCloud:
     async def instance_types(self, names: Sequence[str]) -> tuple[InstanceType, ...]:
         return await self.inner.instance_types(names)
 
-    async def launch(self, type_name: str, count: int, labels: Mapping[str, str]) -> LaunchResult:
-        result = await self.inner.launch(type_name, count, labels)
+    async def launch(
+        self, type_name: str, count: int, labels: Mapping[str, str], pool: bool = False
+    ) -> LaunchResult:
+        inner = self.inner
+        result = await (
+            inner.launch(type_name, count, labels, pool=True)
+            if pool
+            else inner.launch(type_name, count, labels)
+        )
         now = self._clock()
         for inst in result.instances:
             self._recent[inst.id] = (now, inst)
@@ -79,7 +98,20 @@ class InFlightCloud:
     async def terminate(self, instance_ids: Sequence[str]) -> None:
         for iid in instance_ids:
             self._recent.pop(iid, None)
+            self._started.pop(iid, None)
         await self.inner.terminate(instance_ids)
+
+    async def start_instances(self, instance_ids: Sequence[str]) -> LaunchResult:
+        result = await self.inner.start_instances(instance_ids)
+        now = self._clock()
+        for inst in result.instances:
+            self._started[inst.id] = (now, inst)
+        return result
+
+    async def stop_instances(self, instance_ids: Sequence[str]) -> None:
+        for iid in instance_ids:
+            self._started.pop(iid, None)
+        await self.inner.stop_instances(instance_ids)
 
     def unavailable(self, now: float) -> tuple[Unavailable, ...]:
         return self.inner.unavailable(now)

@@ -20,6 +20,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from swarm_autoscaler.daemon.pool_metrics import PoolMetrics
 from swarm_autoscaler.daemon.tick import TickResult
 
 # /healthz turns 503 when the last successful tick is older than this many poll intervals.
@@ -101,6 +102,7 @@ class Metrics:
             ["cluster"],
             registry=r,
         )
+        self.pool = PoolMetrics(cluster, r)
 
     def follow(self, daemon: DaemonState) -> None:
         """Read leadership and staleness from `daemon` at every scrape: they stay true while a tick hangs."""
@@ -126,6 +128,7 @@ class Metrics:
         for (bucket, type_name), count in result.cluster.counts_by_type().items():
             self.buckets.labels(self.cluster, bucket, type_name).set(count)
         self.cordoned.labels(self.cluster).set(sum(1 for m in result.cluster.active if m.cordoned))
+        self.pool.observe(result)
         for outcome in result.outcomes:
             label = "ok" if outcome.ok else outcome.kind or "error"
             self.actions.labels(self.cluster, outcome.action_kind, label).inc()

@@ -13,7 +13,7 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 
-from swarm_autoscaler.core.model import Launch
+from swarm_autoscaler.core.model import Launch, Start
 from swarm_autoscaler.daemon.tick import TickResult
 
 
@@ -30,16 +30,17 @@ class View:
     done: int = 0
     total: int = 0
     unplaceable: int = 0
+    pool: list[str] = field(default_factory=list)  # warm pool lines (`commands.pool_lines`)
     actions: deque[str] = field(default_factory=lambda: deque(maxlen=8))
 
     def record_actions(self, result: TickResult, elapsed: float) -> None:
         for outcome in result.outcomes:
             action = outcome.action
-            what = (
-                outcome.action_kind
-                if not isinstance(action, Launch)
-                else f"Launch {action.count}x{action.type_name}"
-            )
+            what = outcome.action_kind
+            if isinstance(action, Launch):
+                what = f"Launch {action.count}x{action.type_name}" + (" into the pool" if action.pool else "")
+            elif isinstance(action, Start):
+                what = f"Start {len(action.instance_ids)}x{action.type_name} from the pool"
             status = "ok" if outcome.ok else f"FAILED ({outcome.detail})"
             self.actions.append(f"{elapsed:6.1f}s {what}: {action.reason} -> {status}")
 
@@ -71,9 +72,11 @@ class Dashboard:
         if now - self._last_plain >= self._plain_every:
             self._last_plain = now
             buckets = " ".join(f"{k}={v}" for k, v in sorted(view.buckets.items()) if v)
+            pool = "".join(f" | {line}" for line in view.pool)
             print(
                 f"[{view.elapsed:6.1f}s] tasks done {view.done}/{view.total} running {view.running} "
-                f"pending {view.pending} unplaceable {view.unplaceable} | workers {view.workers} | {buckets}",
+                f"pending {view.pending} unplaceable {view.unplaceable} | workers {view.workers} | {buckets}"
+                f"{pool}",
                 flush=True,
             )
 
@@ -103,4 +106,6 @@ def render(view: View) -> Group:
     header = Panel(f"swarm-autoscaler demo - {view.elapsed:.1f}s", style="bold")
     grid = Table.grid(expand=True)
     grid.add_row(fleet, types, tasks)
+    if view.pool:
+        return Group(header, grid, Panel("\n".join(view.pool), title="warm pool and base"), actions)
     return Group(header, grid, actions)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from swarm_autoscaler.core.model import GIB, Terminate
+from swarm_autoscaler.daemon.commands import pool_lines
 from swarm_autoscaler.daemon.tick import TickResult
 from swarm_autoscaler.demo.dashboard import Dashboard, View
 from swarm_autoscaler.demo.timeline import Sample, Timeline
@@ -103,6 +104,7 @@ class Recorder:
         for inst in live:
             types[inst.type_name] = types.get(inst.type_name, 0) + 1
         self.view.elapsed, self.view.buckets, self.view.types = t, counts, types
+        self.view.pool = pool_lines(result)
         self.view.workers, self.view.pending, self.view.running = (
             len(snap.workers),
             result.plan.pending,

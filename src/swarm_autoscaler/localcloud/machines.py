@@ -12,6 +12,13 @@ time (`boot_delay` plus a uniform draw in `[0, boot_jitter)`, from when the emul
 joins and starts its worker at once, whatever the other machines are doing. `step()` only finds new and
 gone instances and keeps each booted machine's worker in line with its node (drain, activate).
 
+Warm pool: a machine whose user data has no join line but ends with the pool's stop line (a launch
+into the warm pool) boots, and stops itself (StopInstances on its own id, as its `shutdown -h now`
+would with InstanceInitiatedShutdownBehavior=stop), never joining. A stopped machine leaves like a
+terminated one (worker stopped, its dockerd node gone); when it is started again it boots after
+`start_boot_delay` (a started machine boots faster than a new one: no image to pull) and joins with
+the join line the daemon wrote into its user data before the start.
+
 Faults for tests: `never_join` (instance ids or a probability) makes a machine boot but never join.
 """
 
@@ -31,6 +38,7 @@ import structlog
 from distributed import Worker
 
 from swarm_autoscaler.adapters.dask import PIN_PREFIX
+from swarm_autoscaler.adapters.ec2_support import POOL_STOP_LINE
 from swarm_autoscaler.core.model import Availability, InstanceType, NodeStatus
 from swarm_autoscaler.core.ports import Orchestrator
 
@@ -77,6 +85,7 @@ class Machine:
     booting: asyncio.Task[None] | None = None  # its boot, while under way
     committed: bool = False  # the boot got past its sleep: joining or starting its worker
     worker_up_at: float | None = None  # when its worker first registered (emulator clock)
+    prepared: bool = False  # booted into the warm pool and stopped itself
 
 
 @dataclass
@@ -92,6 +101,7 @@ class MachineEmulator:
     catalogue: Mapping[str, InstanceType]
     boot_delay: float = 3.0
     boot_jitter: float = 0.0  # each machine boots within [boot_delay, boot_delay + boot_jitter)
+    start_boot_delay: float = 0.5  # a stopped machine started again boots after this long
     never_join_rate: float = 0.0
     never_join_ids: set[str] = field(default_factory=set)
     worker_resources: Callable[[InstanceType], dict[str, float]] = dask_resources
@@ -99,6 +109,8 @@ class MachineEmulator:
     clock: Callable[[], float] = lambda: asyncio.get_running_loop().time()
     machines: dict[str, Machine] = field(default_factory=dict)
     joined_total: int = 0
+    prepared_total: int = 0  # machines that booted into the warm pool and stopped themselves
+    booted: set[str] = field(default_factory=set)  # instance ids that booted at least once
     stopping: bool = False  # set to end `run()` after the current step (a half-done leave is never abandoned)
 
     def __post_init__(self) -> None:
@@ -128,6 +140,8 @@ class MachineEmulator:
                 machine = Machine(iid, hostname, type_name, now, never_joins=never)
                 jitter = self._rng.uniform(0.0, self.boot_jitter) if self.boot_jitter else 0.0  # seeded draws
                 machine.boot_at = now + self.boot_delay + jitter  # as before when there is no jitter
+                if iid in self.booted:  # started again: its volume kept everything
+                    machine.boot_at = now + self.start_boot_delay
                 self.machines[iid] = machine
         for iid in [i for i in self.machines if i not in live]:
             await self._shutdown(self.machines.pop(iid))
@@ -135,7 +149,7 @@ class MachineEmulator:
         for machine in self.machines.values():
             if machine.booting is not None and machine.booting.done():
                 machine.booting = None  # a failed boot is tried again below
-            if machine.booting is not None or machine.never_joins:
+            if machine.booting is not None or machine.never_joins or machine.prepared:
                 continue
             if not machine.joined:
                 machine.booting = asyncio.create_task(self._boot_and_start(machine))
@@ -168,9 +182,17 @@ class MachineEmulator:
             machine.committed = False
 
     async def _boot(self, machine: Machine) -> None:
-        """Join the swarm (once)."""
+        """Join the swarm (once), or stop into the warm pool when the user data says so."""
         if not machine.joined:
-            token, address = await asyncio.to_thread(self._join_line, machine.instance_id)
+            line = await asyncio.to_thread(self._join_line, machine.instance_id)
+            self.booted.add(machine.instance_id)
+            if line is None:  # prepared for the warm pool: the machine shuts itself down
+                await asyncio.to_thread(self._ec2.stop_instances, InstanceIds=[machine.instance_id])
+                machine.prepared = True
+                self.prepared_total += 1
+                log.info("machine prepared for the warm pool and stopped", hostname=machine.hostname)
+                return
+            token, address = line
             await self.joiner.join(machine.hostname, token, address)
             machine.joined = True
             machine.joined_at = self.clock()
@@ -179,6 +201,8 @@ class MachineEmulator:
 
     async def _run_worker(self, machine: Machine, node_active: bool) -> None:
         """A worker runs exactly while the machine's node is active and ready (a global service)."""
+        if machine.prepared:
+            return
         if node_active and machine.worker is None:
             machine.worker = await self._start_worker(machine)
             if machine.worker_up_at is None:
@@ -243,12 +267,16 @@ class MachineEmulator:
                     out[inst["InstanceId"]] = (hostname, inst["InstanceType"])
         return out
 
-    def _join_line(self, instance_id: str) -> tuple[str, str]:
+    def _join_line(self, instance_id: str) -> tuple[str, str] | None:
+        """(token, manager address) from the user data's join line; None for a warm-pool machine's first
+        boot (no join line, the pool's stop line)."""
         attr = self._ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
         raw = attr.get("UserData", {}).get("Value", "")
         text = base64.b64decode(raw).decode() if raw else ""
         match = JOIN_RE.search(text)
         if match is None:
+            if POOL_STOP_LINE in text:
+                return None
             raise RuntimeError(f"instance {instance_id}: no 'docker swarm join' line in its user data")
         return match.group(1), match.group(2)
 

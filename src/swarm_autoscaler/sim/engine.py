@@ -126,8 +126,10 @@ def start_time_warnings(knobs: Knobs, policy: Policy) -> list[str]:
 
 
 def settled_fleet(policy: Policy) -> int:
-    """How many live instances the planner keeps with no work: the minimum plus the warm reserve."""
-    return policy.min_instances + sum(tp.reserve for tp in policy.allowed_types)
+    """How many live instances the planner keeps with no work: the minimum (at least the per-type
+    bases) plus the warm reserve. Stopped warm-pool machines are not live."""
+    base = max(policy.min_instances, sum(tp.minimum for tp in policy.allowed_types))
+    return base + sum(tp.reserve for tp in policy.allowed_types)
 
 
 def daemon_ports(world: World, subnets: Sequence[str] = ()) -> Ports:

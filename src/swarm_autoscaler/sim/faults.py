@@ -33,10 +33,15 @@ class RandomFaults(Faults):
     refusal_rate: float = 0.0
     refusal_rates: Mapping[str, float] = field(default_factory=dict)
     never_join_rate: float = 0.0
+    start_refusal_rate: float = 0.0  # a warm-pool machine's start refused for capacity
 
     def refuse(self, call_no: int, type_name: str, subnet_id: str = "") -> bool:
         rate = self.refusal_rates.get(type_name, self.refusal_rate)
         return rate > 0 and _uniform(self.seed, "refuse", call_no) < rate
+
+    def refuse_start(self, call_no: int, type_name: str) -> bool:
+        rate = self.start_refusal_rate
+        return rate > 0 and _uniform(self.seed, "start", call_no) < rate
 
     def never_joins(self, instance_no: int) -> bool:
         return self.never_join_rate > 0 and _uniform(self.seed, "never", instance_no) < self.never_join_rate
@@ -56,9 +61,13 @@ class ScriptedFaults(Faults):
     never_join: frozenset[int] = frozenset()
     restarts: frozenset[int] = frozenset()
     refused_in: frozenset[tuple[str, str]] = frozenset()
+    refused_starts: frozenset[int] = frozenset()  # warm-pool starts refused for capacity (by call, from 1)
 
     def refuse(self, call_no: int, type_name: str, subnet_id: str = "") -> bool:
         return call_no in self.refused_calls or (type_name, subnet_id) in self.refused_in
+
+    def refuse_start(self, call_no: int, type_name: str) -> bool:
+        return call_no in self.refused_starts
 
     def never_joins(self, instance_no: int) -> bool:
         return instance_no in self.never_join

@@ -30,10 +30,12 @@ from dataclasses import dataclass, replace
 
 from swarm_autoscaler.core.model import (
     DrainNode,
+    InstanceState,
     Policy,
     RemoveNode,
     Resources,
     RetireWorkers,
+    Stop,
     Terminate,
     TypePolicy,
 )
@@ -71,6 +73,7 @@ class Case:
             *(("refuse-launch-call", n) for n in sorted(f.refused_calls)),
             *(("never-joins-instance", n) for n in sorted(f.never_join)),
             *(("restart-at-tick", n) for n in sorted(f.restarts)),
+            *(("refuse-start-call", n) for n in sorted(f.refused_starts)),
         ]
 
     def with_events(self, events: Sequence[tuple[str, object]]) -> Case:
@@ -79,7 +82,11 @@ class Case:
 
         jobs = tuple(v for k, v in events if k == "job" and isinstance(v, Job))
         faults = ScriptedFaults(
-            self.seed, ints("refuse-launch-call"), ints("never-joins-instance"), ints("restart-at-tick")
+            self.seed,
+            ints("refuse-launch-call"),
+            ints("never-joins-instance"),
+            ints("restart-at-tick"),
+            refused_starts=ints("refuse-start-call"),
         )
         return replace(self, jobs=jobs, faults=faults)
 
@@ -114,7 +121,27 @@ def generate(seed: int) -> Case:
         frozenset(n for n in range(1, 40) if rng.random() < 0.1),
         frozenset(n for n in range(1, 400) if rng.random() < 0.02),
     )
-    return Case(seed, policy, tuple(jobs), faults)
+    return _with_pools(Case(seed, policy, tuple(jobs), faults))
+
+
+def _with_pools(case: Case) -> Case:
+    """Warm pools, per-type bases and refused starts on about half the cases, drawn from a generator of
+    their own so that the cases of the seeds stay what they were before pools existed otherwise."""
+    rng = random.Random(f"pool:{case.seed}")
+    if rng.random() < 0.5:
+        return case
+    types = tuple(
+        replace(tp, warm_pool=rng.choice((0, 1, 2)), minimum=rng.choice((0, 0, 0, 1)))
+        for tp in case.policy.allowed_types
+    )
+    bases = sum(tp.minimum for tp in types)
+    policy = replace(
+        case.policy,
+        allowed_types=types,
+        max_instances=max(case.policy.max_instances, bases + sum(tp.reserve for tp in types) + 1),
+    )
+    refused = frozenset(n for n in range(1, 30) if rng.random() < 0.3)
+    return replace(case, policy=policy, faults=replace(case.faults, refused_starts=refused))
 
 
 def check(case: Case, strategy: Strategy | None = None) -> list[str]:
@@ -152,7 +179,7 @@ def _tick_problems(run: Run, result: TickResult) -> list[str]:
         hosts: list[str] = []
         if isinstance(action, DrainNode | RemoveNode):
             hosts = [action.hostname]
-        elif isinstance(action, Terminate):
+        elif isinstance(action, Terminate | Stop):
             hosts = [host_of_instance.get(i, "") for i in action.instance_ids]
             hosts += [host_of_node.get(n, "") for n in action.node_ids]
         elif isinstance(action, RetireWorkers) and busy_addresses & set(action.addresses):
@@ -187,6 +214,24 @@ def _final_problems(run: Run) -> list[str]:
         for n in world.nodes.values()
         if n.instance_id not in alive_ids
     ]
+    return out + _pool_problems(run)
+
+
+def _pool_problems(run: Run) -> list[str]:
+    """At the end, no type holds more stopped machines than its pool (a stray is terminated), and each
+    pool is full when the maximum leaves room for it beside the settled fleet."""
+    world, policy = run.world, run.policy
+    stopped: dict[str, int] = {}
+    for inst in world.instances.values():
+        if inst.state is InstanceState.STOPPED:  # (billing closed every instance at the end)
+            stopped[inst.type_name] = stopped.get(inst.type_name, 0) + 1
+    out = []
+    room = policy.max_instances - settled_fleet(policy) >= sum(tp.warm_pool for tp in policy.allowed_types)
+    for tp in policy.allowed_types:
+        have = stopped.pop(tp.name, 0)
+        if have > tp.warm_pool or (room and have < tp.warm_pool):
+            out.append(f"the warm pool of {tp.name} ended with {have} stopped machines, not {tp.warm_pool}")
+    out += [f"{n} stopped {name} outside any warm pool at the end" for name, n in stopped.items()]
     return out
 
 

@@ -42,6 +42,26 @@ def gpu_surge(seed: int = 4) -> tuple[Job, ...]:
     return _sorted(raw)
 
 
+def gpu_pool(seed: int = 4) -> tuple[Job, ...]:
+    """Seed 004 with surges the maximum can meet: GPU jobs (1 GPU, 1 CPU, 8 GiB, 10 to 25 minutes) about
+    every 12 minutes for five hours on an always-on base of two GPU machines, plus a surge of 6 jobs
+    within two minutes every hour from the first: each surge needs new capacity at once, which a warm
+    pool of stopped machines starts in about a minute where launches take two. The settings keep 3 of a
+    g4dn.xlarge's 4 CPUs back, so its worker runs one thread: one GPU job at a time, as GPU workers are
+    run, and dask's work stealing (which counts threads, not GPUs) moves jobs queued on a busy one."""
+    rng = random.Random(seed)
+    raw: list[tuple[float, float, float, float, int, str | None]] = []
+    t = 0.0
+    while t < 5 * 3600:
+        t += rng.expovariate(1 / 720)
+        raw.append((t, rng.uniform(600, 1500), 1.0, 8.0, 1, None))
+    for hour in range(1, 5):
+        raw += [
+            (hour * 3600 + rng.uniform(0, 120), rng.uniform(600, 1500), 1.0, 8.0, 1, None) for _ in range(6)
+        ]
+    return _sorted(raw)
+
+
 def _job_mix(rng: random.Random) -> tuple[float, float, float, int, str | None]:
     """(duration, cpus, ram_gib, gpus, pinned type): small, medium and memory-heavy jobs."""
     kind = rng.random()
@@ -192,5 +212,20 @@ SCENARIOS: dict[str, tuple[Callable[[], tuple[Job, ...]], str]] = {
         + ", ".join(f'"{t}": {{"ami_id": "ami-00000000000000000"}}' for t in HEAVY_TYPES)
         + "}\n"
         + "AUTOSCALER_EC2_MIN_INSTANCES=0\nAUTOSCALER_EC2_MAX_INSTANCES=40\n",
+    ),
+}
+
+
+# The warm-pool scenario (`python -m swarm_autoscaler.sim.pooltable`), kept apart from SCENARIOS: it
+# compares one policy with and without a pool, not the policies. A base of two GPU machines always runs
+# ("min"), a pool of six stopped ones waits ("warm_pool"); the run without a pool drops "warm_pool".
+POOL_SCENARIOS: dict[str, tuple[Callable[[], tuple[Job, ...]], str]] = {
+    "gpu_pool": (
+        gpu_pool,
+        ENV_COMMON
+        + "AUTOSCALER_TOLERATED_WAIT=0\n"  # a surge buys capacity at once, whatever dask estimates
+        + 'AUTOSCALER_EC2_ALLOWED_TYPES={"g4dn.xlarge": {"ami_id": "ami-00000000000000000", "min": 2, '
+        + '"warm_pool": 6, "overhead": {"cpus": 3}}}\n'
+        + "AUTOSCALER_EC2_MIN_INSTANCES=0\nAUTOSCALER_EC2_MAX_INSTANCES=10\n",
     ),
 }

@@ -32,6 +32,7 @@ from swarm_autoscaler.core.model import (
     Node,
     NodeMarks,
     NodeStatus,
+    PoolPhase,
     Resources,
     Unavailable,
     Worker,
@@ -46,6 +47,9 @@ EPOCH = 1_700_000_000.0  # virtual t=0, so that times look like the real epoch s
 # The cluster the simulated daemon runs for: its launches carry OWNERSHIP_LABEL=SIM_CLUSTER, and a node
 # carrying it is ours (the engine passes the same name to `run_tick`).
 SIM_CLUSTER = "sim"
+# The subnet of an instance launched without one (EC2 picks): a start refused there backs off that
+# (type, subnet) pair only, never the launches that let EC2 pick, as on EC2.
+DEFAULT_SUBNET = "subnet-default"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,9 @@ class Knobs:
     shutdown_s: float = 30.0
     backoff_initial_s: float = DEFAULT_INITIAL  # the daemon's capacity back-off (settings), doubling
     backoff_max_s: float = DEFAULT_MAXIMUM
+    pool_start_s: float = 30.0  # a stopped warm-pool machine started: until its node joins
+    volume_gib: float = 100.0  # each machine's EBS volume, paid while it is stopped in the warm pool
+    gib_month_usd: float = 0.08  # gp3's price per GiB-month
 
 
 class Faults:
@@ -78,6 +85,10 @@ class Faults:
     def join_delay(self, instance_no: int, knobs: Knobs) -> float:
         return knobs.join_s
 
+    def refuse_start(self, call_no: int, type_name: str) -> bool:
+        """Whether the `call_no`-th start of a warm-pool machine is refused for capacity."""
+        return False
+
 
 @dataclass(slots=True)
 class SimInstance:
@@ -92,6 +103,9 @@ class SimInstance:
     node_id: str | None = None
     view: Instance | None = None
     subnet_id: str = ""
+    pool: PoolPhase | None = None
+    billed_from: float = 0.0  # start of the stretch not billed yet (running, or stopped: disk only)
+    joins: int = 0
 
     def as_model(self) -> Instance:
         if self.view is None:
@@ -104,6 +118,7 @@ class SimInstance:
                 subnet_id=self.subnet_id,
                 tags=self.tags,
                 labels=self.tags,  # the launch labels, kept as tags as the EC2 adapter does
+                pool=self.pool,
             )
         return self.view
 
@@ -158,6 +173,9 @@ class World:
     terminations: int = 0
     instance_seconds: float = 0.0
     cost_usd: float = 0.0
+    disk_usd: float = 0.0  # EBS volumes of stopped warm-pool machines (part of cost_usd)
+    starts: int = 0  # warm-pool machines started
+    start_calls: int = 0
     violations: list[Violation] = field(default_factory=list)
     on_violation: Callable[[Violation], None] | None = None
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -186,6 +204,8 @@ class World:
             self._join(payload)
         elif kind == "running":
             self._set_state(payload, InstanceState.RUNNING)
+        elif kind == "prepared":
+            self._stop(payload)
         elif kind == "worker":
             node_id, generation = payload
             self._start_worker(node_id, generation)
@@ -204,7 +224,7 @@ class World:
         ]
 
     def launch(
-        self, type_name: str, count: int, labels: Mapping[str, str], subnet_id: str = ""
+        self, type_name: str, count: int, labels: Mapping[str, str], subnet_id: str = "", pool: bool = False
     ) -> LaunchResult:
         """One RunInstances call in one subnet: all `count` instances, or a capacity refusal."""
         if type_name not in self.catalogue:
@@ -212,10 +232,10 @@ class World:
         self.launch_calls += 1
         if self.faults.refuse(self.launch_calls, type_name, subnet_id):
             return LaunchResult(refused=(Unavailable(type_name, self.now, subnet_id),))
-        launched = tuple(self._launch_one(type_name, labels, subnet_id) for _ in range(count))
+        launched = tuple(self._launch_one(type_name, labels, subnet_id, pool) for _ in range(count))
         return LaunchResult(instances=launched)
 
-    def _launch_one(self, type_name: str, labels: Mapping[str, str], subnet_id: str) -> Instance:
+    def _launch_one(self, type_name: str, labels: Mapping[str, str], subnet_id: str, pool: bool) -> Instance:
         no = next(self._ids)
         inst = SimInstance(
             f"i-{no:08x}",
@@ -224,11 +244,15 @@ class World:
             self.now,
             f"ip-10-{no // 65536}-{no // 256 % 256}-{no % 256}",
             dict(labels),
-            subnet_id=subnet_id,
+            subnet_id=subnet_id or DEFAULT_SUBNET,  # an instance always lives in a subnet
+            pool=PoolPhase.PREPARE if pool else None,
+            billed_from=self.now,
         )
         self.instances[inst.id] = inst
         self.launches += 1
-        if self.faults.never_joins(no):
+        if pool:  # boots, runs its boot script and stops itself, never joining
+            self.events.push(self.now + self.faults.join_delay(no, self.knobs), "prepared", inst.id)
+        elif self.faults.never_joins(no):
             self.events.push(self.now + self.knobs.running_after_s, "running", inst.id)
         else:
             self.events.push(self.now + self.faults.join_delay(no, self.knobs), "join", inst.id)
@@ -251,10 +275,55 @@ class World:
                 node.view = None
 
     def _bill(self, inst: SimInstance, until: float) -> None:
-        seconds = max(0.0, until - inst.launched_at)
+        """Bill the stretch since `billed_from`: the type's price while running, the volume while stopped."""
+        seconds = max(0.0, until - inst.billed_from)
+        inst.billed_from = max(inst.billed_from, until)
+        if inst.state is InstanceState.STOPPED:
+            disk = seconds * self.knobs.volume_gib * self.knobs.gib_month_usd / (730 * 3600.0)
+            self.disk_usd += disk
+            self.cost_usd += disk
+            return
         self.instance_seconds += seconds
         price = self.catalogue[inst.type_name].price_per_hour or 0.0
         self.cost_usd += seconds * price / 3600.0
+
+    def stop(self, instance_ids: Sequence[str]) -> None:
+        """StopInstances: a live machine stops at once (its worker dies with it; its node goes down)."""
+        for iid in instance_ids:
+            self._stop(iid)
+
+    def _stop(self, iid: str) -> None:
+        inst = self.instances.get(iid)
+        if inst is None or inst.ended_at is not None or inst.state is InstanceState.STOPPED:
+            return
+        self._bill(inst, self.now)
+        self._set_state(iid, InstanceState.STOPPED)
+        node = self.nodes.get(inst.node_id or "")
+        if node is not None:
+            self._stop_worker(node, f"stopped instance {iid}")
+            node.status = NodeStatus.DOWN
+            node.view = None
+
+    def start(self, instance_ids: Sequence[str]) -> tuple[list[Instance], list[str]]:
+        """StartInstances, one call per instance: (started, refused types). A started machine joins
+        `pool_start_s` later; its start time becomes its `launched_at`, as on EC2."""
+        started: list[Instance] = []
+        refused: list[str] = []
+        for iid in instance_ids:
+            inst = self.instances.get(iid)
+            if inst is None or inst.ended_at is not None or inst.state is not InstanceState.STOPPED:
+                continue
+            self.start_calls += 1
+            if self.faults.refuse_start(self.start_calls, inst.type_name):
+                refused.append(inst.type_name)
+                continue
+            self._bill(inst, self.now)
+            inst.pool, inst.launched_at = PoolPhase.START, self.now
+            self._set_state(iid, InstanceState.PENDING)
+            self.starts += 1
+            self.events.push(self.now + self.knobs.pool_start_s, "join", iid)
+            started.append(inst.as_model())
+        return started, refused
 
     def bill_open(self, until: float) -> None:
         """Bill every instance still alive up to `until` (the end of the run)."""
@@ -276,8 +345,12 @@ class World:
         inst = self.instances.get(iid)
         if inst is None or inst.ended_at is not None:
             return
+        if inst.state is InstanceState.STOPPED:
+            return  # stopped before it joined
         self._set_state(iid, InstanceState.RUNNING)
-        node = SimNode(f"n{inst.no:06d}", inst.hostname, iid, inst.type_name, dict(inst.tags))
+        suffix = f"-{inst.joins}" if inst.joins else ""  # a started pool machine joins as a new node
+        inst.joins += 1
+        node = SimNode(f"n{inst.no:06d}{suffix}", inst.hostname, iid, inst.type_name, dict(inst.tags))
         self.nodes[node.id] = node
         inst.node_id = node.id
         self._schedule_worker(node)
@@ -399,14 +472,16 @@ class SimCloud:
             raise ConfigurationError(f"unknown instance types: {', '.join(unknown)}")
         return tuple(self.world.catalogue[n] for n in names)
 
-    async def launch(self, type_name: str, count: int, labels: Mapping[str, str]) -> LaunchResult:
+    async def launch(
+        self, type_name: str, count: int, labels: Mapping[str, str], pool: bool = False
+    ) -> LaunchResult:
         now = self.world.now
         launched: list[Instance] = []
         refused: list[Unavailable] = []
         for subnet in self._backoff.open_subnets(type_name, self.subnets, now):
             if len(launched) >= count:
                 break
-            result = self.world.launch(type_name, count - len(launched), labels, subnet)
+            result = self.world.launch(type_name, count - len(launched), labels, subnet, pool)
             if result.refused:
                 refused.append(self._backoff.refused(type_name, subnet, now))
                 continue
@@ -418,6 +493,20 @@ class SimCloud:
 
     async def terminate(self, instance_ids: Sequence[str]) -> None:
         self.world.terminate(instance_ids)
+
+    async def start_instances(self, instance_ids: Sequence[str]) -> LaunchResult:
+        """As the EC2 adapter: a refused start backs its (type, subnet) off like a refused launch."""
+        started, refused_types = self.world.start(instance_ids)
+        now = self.world.now
+        subnets = {i.id: i.subnet_id for i in self.world.instances.values()}
+        refused = []
+        for type_name in dict.fromkeys(refused_types):
+            subnet = next((subnets[i] for i in instance_ids if i in subnets), "")
+            refused.append(self._backoff.refused(type_name, subnet, now))
+        return LaunchResult(tuple(started), tuple(refused))
+
+    async def stop_instances(self, instance_ids: Sequence[str]) -> None:
+        self.world.stop(instance_ids)
 
     def unavailable(self, now: float) -> tuple[Unavailable, ...]:
         return self._backoff.unavailable(now)
