@@ -23,11 +23,11 @@ from swarm_autoscaler.core.plan import plan
 
 def test_a_stopped_machine_whose_idle_worker_is_still_listed_is_terminated_only_while_it_stays_idle() -> None:
     inst, node, worker = machine(1)
-    stopped = dataclasses.replace(inst, state=InstanceState.STOPPED)  # broken, whatever its worker does
+    stopped = dataclasses.replace(inst, state=InstanceState.STOPPED)  # no pool: ended, whatever its worker does
     (end,) = [
         a for a in plan(assemble((stopped, node, worker)), make_policy()).actions if isinstance(a, Terminate)
     ]
-    assert end.reason.startswith("broken")
+    assert end.reason.startswith("stopped outside the warm pool")
     # Its worker is re-checked as idle right before the termination; "no worker" would never hold for it.
     assert end.expect == (HostIdle(hostname(1)), NodeOurs(node.id))
     assert NoWorker(hostname(1)) not in end.expect
