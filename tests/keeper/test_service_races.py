@@ -6,8 +6,10 @@ overwrite the `ending` just written, and the cluster would live on until its idl
 
 from __future__ import annotations
 
-from tests.keeper.fakes import FakeProbe
-from tests.keeper.test_service import KEY, replica, world
+import asyncio
+
+from tests.keeper.fakes import FakeProbe, ReplicaLocks
+from tests.keeper.test_service import KEY, TIMING, replica, world
 
 from swarm_autoscaler.keeper.lifecycle import Probe
 from swarm_autoscaler.keeper.model import ClusterState
@@ -42,3 +44,41 @@ async def test_an_end_requested_through_another_replica_while_the_holder_marks_i
     assert hosts.terminate_calls == [cluster.cluster_id] and not hosts.live()
     await holder.stop()
     await other.stop()
+
+
+class SwallowingLocks(ReplicaLocks):
+    """Replica locks whose `claim` swallows a cancellation once, as a client library may (seen in the
+    end-to-end tests: a stopped keeper went on checking its cluster until it ended it)."""
+
+    swallowed = 0
+
+    async def claim(self, name: str, ttl: float) -> bool:
+        try:
+            await asyncio.sleep(0.05)
+        except asyncio.CancelledError:
+            SwallowingLocks.swallowed += 1
+        return await super().claim(name, ttl)
+
+
+async def test_a_stopped_keeper_stops_checking_even_when_a_cancellation_is_swallowed() -> None:
+    hosts, probe, locks, clock = world()
+    keeper = Keeper(hosts, probe, SwallowingLocks(locks, "a"), TIMING, interval=0.01, clock=clock)
+    cluster, _ = await keeper.get_or_create(KEY)
+    probe.answers[cluster.dashboard_url] = Probe(answered=True)
+    await asyncio.sleep(0.2)
+    assert keeper.checks > 0
+    await asyncio.wait_for(keeper.stop(), 2.0)
+    checks = keeper.checks
+    await asyncio.sleep(0.2)
+    assert keeper.checks == checks  # no check after stop
+    print(f"cancellations swallowed: {SwallowingLocks.swallowed}")
+
+
+async def test_a_stopped_keeper_releases_its_leases_so_another_replica_takes_over_at_once() -> None:
+    hosts, probe, locks, clock = world()
+    keeper = replica("a", hosts, probe, locks, clock)
+    cluster, _ = await keeper.get_or_create(KEY)
+    await asyncio.sleep(0.2)
+    assert locks.leases[f"cluster:{cluster.cluster_id}"][0] == "a"
+    await keeper.stop()
+    assert f"cluster:{cluster.cluster_id}" not in locks.leases

@@ -150,12 +150,15 @@ class Keeper:
         self.last_discovery = self.clock()
 
     async def stop(self) -> None:
+        """Stop every cluster task, then release their leases (another replica takes the clusters over
+        at once). The ids are taken first: each task leaves `_tasks` as it ends."""
         self._stopping = True
+        held = list(self._tasks)
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for cid in list(self._tasks):
+        for cid in held:
             with contextlib.suppress(AutoscalerError):
                 await self.locks.release(_lease(cid))
         self._tasks.clear()
@@ -194,7 +197,9 @@ class Keeper:
         its lease; end when the cluster is gone."""
         wake = self._wake[cid]
         try:
-            while True:
+            # Not `while True`: a client library that swallows the cancellation from `stop` (seen in the
+            # end-to-end tests) would keep a stopped keeper checking, and ending, its clusters.
+            while not self._stopping:
                 await _wait(wake, self.interval)
                 wake.clear()
                 try:
