@@ -7,8 +7,9 @@ overwrite the `ending` just written, and the cluster would live on until its idl
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
-from tests.keeper.fakes import FakeProbe, ReplicaLocks
+from tests.keeper.fakes import FakeHosts, FakeProbe, ReplicaLocks
 from tests.keeper.test_service import KEY, TIMING, replica, world
 
 from swarm_autoscaler.keeper.lifecycle import Probe
@@ -42,6 +43,41 @@ async def test_an_end_requested_through_another_replica_while_the_holder_marks_i
     assert hosts.clusters[cluster.cluster_id].state == ClusterState.ENDING
     assert await holder.check(cluster.cluster_id)  # the next check terminates it
     assert hosts.terminate_calls == [cluster.cluster_id] and not hosts.live()
+    await holder.stop()
+    await other.stop()
+
+
+class EndDuringRunningWrite(FakeHosts):
+    """EC2 that, while the holder's write of `running` is on its way, lets another replica's DELETE in:
+    the end reaches its own tag write before the holder's write lands, unless something orders them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.other: Keeper | None = None
+        self.ending: asyncio.Task[object] | None = None
+
+    async def update(self, cluster_id: str, **fields: Any) -> None:
+        if fields.get("state") == ClusterState.RUNNING and self.other is not None:
+            other, self.other = self.other, None
+            self.ending = asyncio.create_task(other.end(KEY))
+            await asyncio.sleep(0.05)  # the write is slow; the DELETE runs meanwhile
+        await super().update(cluster_id, **fields)
+
+
+async def test_an_end_requested_while_the_holder_writes_running_lands_after_it() -> None:
+    _, probe, locks, clock = world()
+    hosts = EndDuringRunningWrite()
+    holder, other = replica("a", hosts, probe, locks, clock), replica("b", hosts, probe, locks, clock)
+    cluster, _ = await holder.get_or_create(KEY)
+    probe.answers[cluster.dashboard_url] = Probe(answered=True)
+    hosts.other = other
+    assert not await holder.check(cluster.cluster_id)
+    assert hosts.ending is not None
+    assert await hosts.ending is not None  # the DELETE was accepted...
+    assert hosts.clusters[cluster.cluster_id].state == ClusterState.ENDING  # ...and not overwritten
+    await holder.discover()  # the holder's next listing brings the end in
+    assert await holder.check(cluster.cluster_id)
+    assert not hosts.live()
     await holder.stop()
     await other.stop()
 

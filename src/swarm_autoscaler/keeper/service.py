@@ -104,7 +104,10 @@ class Keeper:
         if live is None:
             return None
         reason = "ended on request"
-        await self.hosts.update(live.cluster_id, state=ClusterState.ENDING, reason=reason)
+        async with self.locks.exclusive(_state_lock(live.cluster_id), self.create_wait) as held:
+            if not held:
+                raise KeeperBusyError(f"cluster {live.cluster_id} is changing state; retry")
+            await self.hosts.update(live.cluster_id, state=ClusterState.ENDING, reason=reason)
         ending = dataclasses.replace(self._known.get(live.cluster_id, live), state=ClusterState.ENDING)
         ending = dataclasses.replace(ending, reason=reason)
         self._adopt(ending, replace=True)
@@ -252,33 +255,49 @@ class Keeper:
         )
         new_state = decision.state is not None and decision.state != cluster.state
         if new_state and updated.state == ClusterState.RUNNING:
+            return await self._mark_running(cluster, updated, now)
+        self._known[cluster.cluster_id] = updated
+        if new_state or now - self._written.get(cluster.cluster_id, 0.0) >= self.write_every:
+            await self._write(
+                updated, now, state=updated.state if new_state else None, reason=decision.reason
+            )
+        if new_state:
+            self._announce(updated, decision.reason)
+        return updated
+
+    async def _mark_running(self, cluster: Cluster, running: Cluster, now: float) -> Cluster:
+        """Write `running`, unless another replica ended the cluster meanwhile (a DELETE through it):
+        writing `running` over that `ending` would lose the end, and the cluster would live on until
+        its idle timeout. EC2 tags have no compare-and-set, so the fresh read and the write happen
+        under the cluster's state lock, which `end` holds for its own write. Not had: next check."""
+        async with self.locks.exclusive(_state_lock(cluster.cluster_id), self.interval) as held:
+            if not held:
+                return cluster
             ended = await self._ended_meanwhile(cluster)
             if ended is not None:
                 self._known[cluster.cluster_id] = ended
                 return ended
-        self._known[cluster.cluster_id] = updated
-        beat_due = now - self._written.get(cluster.cluster_id, 0.0) >= self.write_every
-        if new_state or beat_due:
-            await self.hosts.update(
-                cluster.cluster_id,
-                state=updated.state if new_state else None,
-                heartbeat=updated.last_heartbeat,
-                answered=updated.last_answered,
-                reason=decision.reason or None,
-            )
-            self._written[cluster.cluster_id] = now
-        if new_state:
-            self._emit(str(updated.state))
-            log.info(
-                "cluster state", cluster=cluster.cluster_id, state=str(updated.state), reason=decision.reason
-            )
-        return updated
+            self._known[cluster.cluster_id] = running
+            await self._write(running, now, state=ClusterState.RUNNING, reason="")
+        self._announce(running, "")
+        return running
+
+    async def _write(self, cluster: Cluster, now: float, *, state: ClusterState | None, reason: str) -> None:
+        await self.hosts.update(
+            cluster.cluster_id,
+            state=state,
+            heartbeat=cluster.last_heartbeat,
+            answered=cluster.last_answered,
+            reason=reason or None,
+        )
+        self._written[cluster.cluster_id] = now
+
+    def _announce(self, cluster: Cluster, reason: str) -> None:
+        self._emit(str(cluster.state))
+        log.info("cluster state", cluster=cluster.cluster_id, state=str(cluster.state), reason=reason)
 
     async def _ended_meanwhile(self, cluster: Cluster) -> Cluster | None:
-        """The cluster as its tags say now if another replica ended it since this one last read them (a
-        DELETE through another replica): writing `running` over that `ending` would lose the end, and
-        the cluster would live on until its idle timeout. A fresh read narrows the window to one round
-        trip (EC2 tags have no compare-and-set)."""
+        """The cluster as its tags say now, if it is no longer live there (ended or failed)."""
         for found in await self.hosts.find(cluster.key):
             if found.cluster_id == cluster.cluster_id and not found.live:
                 return found
@@ -309,3 +328,8 @@ def _live(found: tuple[Cluster, ...]) -> Cluster | None:
 
 def _lease(cluster_id: str) -> str:
     return f"cluster:{cluster_id}"
+
+
+def _state_lock(cluster_id: str) -> str:
+    """Held for one write of a cluster's state by `end` or by `_mark_running` (a round trip or two)."""
+    return f"state:{cluster_id}"

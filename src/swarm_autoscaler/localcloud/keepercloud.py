@@ -24,7 +24,7 @@ from typing import Any
 import boto3
 
 from swarm_autoscaler.adapters.ec2 import OWNER_TAG, OWNER_VALUE
-from swarm_autoscaler.adapters.ec2_primaries import CLUSTER_ID_TAG, KEEPER_TAG
+from swarm_autoscaler.adapters.keeper_tags import CLUSTER_ID_TAG, KEEPER_TAG
 from swarm_autoscaler.keeper.service import Keeper
 from swarm_autoscaler.localcloud.cloud import quote_env
 from swarm_autoscaler.localcloud.moto_server import (
