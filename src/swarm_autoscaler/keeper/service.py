@@ -12,14 +12,11 @@ Discovery (a listing every interval) starts the tasks of new clusters, wakes onl
 state it finds changed, and ends the tasks of clusters no longer listed: a listing with no change wakes
 no task, so each cluster is checked on its own interval.
 
-Tags are written only when needed (EC2 throttles mutating calls per account; an idle cluster costs no
-write): the state when it changes; the heartbeat when the one in memory is `write_every` newer than the
-one written (a request or heartbeat, or work in the scheduler, which counts as use: `lifecycle.decide`),
-so a stored heartbeat is never older than the last use by more than that, and the idle decision waits
-that much longer (`KeeperTiming.heartbeat_lag`): a restarted or other replica reading it never ends a
-cluster early; the time its scheduler last answered, when it stops answering. A replica counts a
-scheduler's silence from no earlier than when it began to hold the cluster, so the answer times it
-never saw written cannot make it end a cluster early either.
+Tags are written only when needed (EC2 throttles mutating calls; an idle cluster costs no write): the
+state when it changes; the heartbeat (a use: a request, or work in the scheduler) when it is `write_every`
+newer than the stored one, so the idle decision waits that much longer (`KeeperTiming.heartbeat_lag`) and
+no replica reading a lagging tag ends a cluster early; the last answer time when the scheduler goes
+silent, whose silence a replica counts from no earlier than when it began to hold the cluster.
 """
 
 from __future__ import annotations
@@ -121,7 +118,10 @@ class Keeper:
         if live is None:
             return None
         reason = "ended on request"
-        await self.hosts.update(live.cluster_id, state=ClusterState.ENDING, reason=reason)
+        async with self.locks.exclusive(_state_lock(live.cluster_id), self.create_wait) as held:
+            if not held:
+                raise KeeperBusyError(f"cluster {live.cluster_id} is changing state; retry")
+            await self.hosts.update(live.cluster_id, state=ClusterState.ENDING, reason=reason)
         ending = dataclasses.replace(self._known.get(live.cluster_id, live), state=ClusterState.ENDING)
         ending = dataclasses.replace(ending, reason=reason)
         self._adopt(ending, replace=True)
@@ -196,12 +196,15 @@ class Keeper:
                 self.wake(cid)
 
     async def stop(self) -> None:
+        """Stop every cluster task, then release their leases (another replica takes the clusters over
+        at once). The ids are taken first: each task leaves `_tasks` as it ends."""
         self._stopping = True
+        held = list(self._tasks)
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for cid in list(self._tasks):
+        for cid in held:
             with contextlib.suppress(AutoscalerError):
                 await self.locks.release(_lease(cid))
         self._tasks.clear()
@@ -240,7 +243,9 @@ class Keeper:
         its lease; end when the cluster is gone."""
         wake = self._wake[cid]
         try:
-            while True:
+            # Not `while True`: a client library that swallows the cancellation from `stop` (seen in the
+            # end-to-end tests) would keep a stopped keeper checking, and ending, its clusters.
+            while not self._stopping:
                 await _wait(wake, self.interval)
                 wake.clear()
                 if cid not in self._known:
@@ -270,8 +275,8 @@ class Keeper:
         probe = await self._probe(cluster)
         now = self.clock()
         timing = dataclasses.replace(self.timing, heartbeat_lag=self.write_every)
-        decision = decide(_silent_since(cluster, since), probe, now, timing)
-        cluster = await self._apply(cluster, decision, now)
+        decision = decide(cluster, probe, now, timing, held_since=since)
+        cluster = await self._apply(cluster, decision)
         if not decision.terminate:
             return False
         alive = await self.hosts.terminate(cid)
@@ -288,7 +293,7 @@ class Keeper:
             return None
         return await self.probe.probe(cluster.dashboard_url)
 
-    async def _apply(self, cluster: Cluster, decision: Decision, now: float) -> Cluster:
+    async def _apply(self, cluster: Cluster, decision: Decision) -> Cluster:
         updated = dataclasses.replace(
             cluster,
             state=decision.state or cluster.state,
@@ -298,49 +303,67 @@ class Keeper:
         )
         new_state = decision.state is not None and decision.state != cluster.state
         if new_state and updated.state == ClusterState.RUNNING:
+            return await self._mark_running(cluster, updated)
+        self._known[cluster.cluster_id] = updated
+        beat = updated.last_heartbeat - self._written.get(cluster.cluster_id, 0.0) >= self.write_every
+        if new_state or beat or self._silenced(updated, decision):
+            state = updated.state if new_state else None
+            await self._write(updated, state=state, reason=decision.reason, beat=new_state or beat)
+        if new_state:
+            self._announce(updated, decision.reason)
+        return updated
+
+    async def _mark_running(self, cluster: Cluster, running: Cluster) -> Cluster:
+        """Write `running`, unless another replica ended the cluster meanwhile (a DELETE through it):
+        writing `running` over that `ending` would lose the end, and the cluster would live on until
+        its idle timeout. EC2 tags have no compare-and-set, so the fresh read and the write happen
+        under the cluster's state lock, which `end` holds for its own write. Not had: next check."""
+        async with self.locks.exclusive(_state_lock(cluster.cluster_id), self.interval) as held:
+            if not held:
+                return cluster
             ended = await self._ended_meanwhile(cluster)
             if ended is not None:
                 self._known[cluster.cluster_id] = ended
                 return ended
-        self._known[cluster.cluster_id] = updated
-        await self._write(updated, decision, new_state)
-        if new_state:
-            self._emit(str(updated.state))
-            log.info(
-                "cluster state", cluster=cluster.cluster_id, state=str(updated.state), reason=decision.reason
-            )
-        return updated
+            self._known[cluster.cluster_id] = running
+            await self._write(running, state=ClusterState.RUNNING, reason="")
+        self._announce(running, "")
+        return running
 
-    async def _write(self, cluster: Cluster, decision: Decision, new_state: bool) -> None:
-        """Write what a restarted or other replica needs (see the module docstring), in one call."""
-        cid = cluster.cluster_id
-        beat = cluster.last_heartbeat - self._written.get(cid, 0.0) >= self.write_every
+    def _announce(self, cluster: Cluster, reason: str) -> None:
+        self._emit(str(cluster.state))
+        log.info("cluster state", cluster=cluster.cluster_id, state=str(cluster.state), reason=reason)
+
+    def _silenced(self, cluster: Cluster, decision: Decision) -> bool:
+        """A running cluster's scheduler answered since the stored answer time, and did not answer now."""
         answered = cluster.last_answered
-        silenced = (  # it answered since the stored answer time, and did not answer now
+        return (
             cluster.state == ClusterState.RUNNING
             and answered is not None
-            and answered > self._answer_written.get(cid, 0.0)
+            and answered > self._answer_written.get(cluster.cluster_id, 0.0)
             and decision.answered is None
         )
-        if not (new_state or beat or silenced):
-            return
+
+    async def _write(
+        self, cluster: Cluster, *, state: ClusterState | None, reason: str, beat: bool = True
+    ) -> None:
+        """One CreateTags of what a restarted or other replica needs (see the module docstring): the
+        state if given, the heartbeat if `beat`, and the last answer time."""
+        cid = cluster.cluster_id
         await self.hosts.update(
             cid,
-            state=cluster.state if new_state else None,
-            heartbeat=cluster.last_heartbeat if new_state or beat else None,
-            answered=answered,
-            reason=decision.reason or None,
+            state=state,
+            heartbeat=cluster.last_heartbeat if beat else None,
+            answered=cluster.last_answered,
+            reason=reason or None,
         )
-        if new_state or beat:
+        if beat:
             self._written[cid] = cluster.last_heartbeat
-        if answered is not None:
-            self._answer_written[cid] = answered
+        if cluster.last_answered is not None:
+            self._answer_written[cid] = cluster.last_answered
 
     async def _ended_meanwhile(self, cluster: Cluster) -> Cluster | None:
-        """The cluster as its tags say now if another replica ended it since this one last read them (a
-        DELETE through another replica): writing `running` over that `ending` would lose the end, and
-        the cluster would live on until its idle timeout. A fresh read narrows the window to one round
-        trip (EC2 tags have no compare-and-set)."""
+        """The cluster as its tags say now, if it is no longer live there (ended or failed)."""
         for found in await self.hosts.find(cluster.key):
             if found.cluster_id == cluster.cluster_id and not found.live:
                 return found
@@ -364,15 +387,6 @@ async def _wait(event: asyncio.Event, seconds: float) -> None:
             await event.wait()
 
 
-def _silent_since(cluster: Cluster, since: float) -> Cluster:
-    """The cluster as `decide` sees it: its scheduler's silence counted from no earlier than `since`
-    (when this replica began to hold it), as answers before that may not be in its tags."""
-    if cluster.state != ClusterState.RUNNING:
-        return cluster
-    last = cluster.last_answered if cluster.last_answered is not None else cluster.created_at
-    return cluster if last >= since else dataclasses.replace(cluster, last_answered=since)
-
-
 def _live(found: tuple[Cluster, ...]) -> Cluster | None:
     live = [c for c in found if c.live]
     return max(live, key=lambda c: c.created_at) if live else None
@@ -380,3 +394,8 @@ def _live(found: tuple[Cluster, ...]) -> Cluster | None:
 
 def _lease(cluster_id: str) -> str:
     return f"cluster:{cluster_id}"
+
+
+def _state_lock(cluster_id: str) -> str:
+    """Held for one write of a cluster's state by `end` or by `_mark_running` (a round trip or two)."""
+    return f"state:{cluster_id}"
