@@ -68,7 +68,9 @@ async def test_a_cluster_runs_when_its_scheduler_answers_and_ends_when_unused() 
     assert not await keeper.check(cluster.cluster_id)
     assert hosts.live()
     clock.now += 100
-    assert await keeper.check(cluster.cluster_id)  # unused for 300 s: ended and gone
+    assert not await keeper.check(cluster.cluster_id)  # unused for 300 s, but a stored heartbeat may lag
+    clock.now += keeper.write_every
+    assert await keeper.check(cluster.cluster_id)  # unused for 300 s + that lag: ended and gone
     assert hosts.terminate_calls == [cluster.cluster_id] and not hosts.live()
     assert hosts.clusters[cluster.cluster_id].state == ClusterState.ENDING
     await keeper.stop()
@@ -102,8 +104,8 @@ async def test_a_restarted_keeper_with_stale_heartbeats_keeps_a_busy_cluster() -
     assert not await restarted.check(cluster.cluster_id)
     assert hosts.live() and hosts.clusters[cluster.cluster_id].last_heartbeat == clock.now
     probe.answers[cluster.dashboard_url] = Probe(answered=True, busy=False)
-    clock.now += 300
-    assert await restarted.check(cluster.cluster_id)  # idle now: ended after the timeout
+    clock.now += 300 + restarted.write_every
+    assert await restarted.check(cluster.cluster_id)  # idle now: ended after the timeout (and the lag)
     await restarted.stop()
 
 

@@ -7,7 +7,9 @@ The rules, in order:
    `max_start_time` since it was created fails, with the reason, and its machines are terminated.
 3. Work in the scheduler (tasks processing, waiting or unrunnable) is a heartbeat: a keeper restarted
    with stale heartbeats must never end a cluster that is busy (osparc lost busy clusters that way).
-4. A `running` cluster unused for `idle_timeout` (no heartbeat and no work in its scheduler) ends.
+4. A `running` cluster unused for `idle_timeout` (no heartbeat and no work in its scheduler) ends, once
+   `heartbeat_lag` more has passed: the last heartbeat a replica knows may be older than the last use by
+   up to that much (heartbeats are written to tags at most that often), so it never ends one early.
 5. A `running` cluster whose scheduler stopped answering ends once it has not answered for
    `idle_timeout`.
 """
@@ -30,10 +32,12 @@ class Probe:
 @dataclass(frozen=True, slots=True)
 class KeeperTiming:
     """Seconds. `idle_timeout`: unused this long, a cluster ends. `max_start_time`: a primary whose
-    scheduler does not answer within this long fails."""
+    scheduler does not answer within this long fails. `heartbeat_lag`: how much older than the last use
+    a known heartbeat may be (the keeper's tag write interval); added to the idle timeout."""
 
     idle_timeout: float = 300.0
     max_start_time: float = 600.0
+    heartbeat_lag: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +78,7 @@ def _running(cluster: Cluster, probe: Probe | None, now: float, timing: KeeperTi
         if probe.busy:
             return Decision(heartbeat=now, answered=now)
         idle = now - cluster.last_heartbeat
-        if idle >= timing.idle_timeout:
+        if idle >= timing.idle_timeout + timing.heartbeat_lag:
             reason = f"unused for {idle:.0f}s (idle timeout {timing.idle_timeout:g}s)"
             return Decision(ClusterState.ENDING, answered=now, terminate=True, reason=reason)
         return Decision(answered=now)

@@ -8,9 +8,18 @@ refreshed at every check), so replicas share the clusters between them and a rep
 its clusters over within the lease's TTL. Get-or-create is exclusive per (user, wallet) through the
 lock `create:<user>:<wallet>`, so concurrent requests through any replicas create one cluster.
 
-Heartbeats are kept in memory and written to the primary's tags at most every `write_every` seconds
-(EC2 tag writes are throttled per account), which is what a restarted replica reads back; the
-scheduler's own activity counts as a heartbeat (`lifecycle.decide`).
+Discovery (a listing every interval) starts the tasks of new clusters, wakes only the clusters whose
+state it finds changed, and ends the tasks of clusters no longer listed: a listing with no change wakes
+no task, so each cluster is checked on its own interval.
+
+Tags are written only when needed (EC2 throttles mutating calls per account; an idle cluster costs no
+write): the state when it changes; the heartbeat when the one in memory is `write_every` newer than the
+one written (a request or heartbeat, or work in the scheduler, which counts as use: `lifecycle.decide`),
+so a stored heartbeat is never older than the last use by more than that, and the idle decision waits
+that much longer (`KeeperTiming.heartbeat_lag`): a restarted or other replica reading it never ends a
+cluster early; the time its scheduler last answered, when it stops answering. A replica counts a
+scheduler's silence from no earlier than when it began to hold the cluster, so the answer times it
+never saw written cannot make it end a cluster early either.
 """
 
 from __future__ import annotations
@@ -30,6 +39,8 @@ from swarm_autoscaler.keeper.model import Cluster, ClusterKey, ClusterState
 from swarm_autoscaler.keeper.ports import ClusterHosts, Locks, SchedulerProbe
 
 log = structlog.get_logger("swarm_autoscaler.keeper")
+
+LISTING_GRACE = 60.0  # seconds after its creation during which a cluster missing from a listing is kept
 
 LifecycleHook = Callable[[str], None]
 
@@ -54,7 +65,9 @@ class Keeper:
     checks: int = 0
     last_discovery: float | None = None  # when the last listing of every cluster succeeded (for /healthz)
     _known: dict[str, Cluster] = field(default_factory=dict)
-    _written: dict[str, float] = field(default_factory=dict)
+    _written: dict[str, float] = field(default_factory=dict)  # the heartbeat in the tags, as far as known
+    _answer_written: dict[str, float] = field(default_factory=dict)  # the answer time in the tags
+    _held_since: dict[str, float] = field(default_factory=dict)  # when this replica began to hold each
     _tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     _wake: dict[str, asyncio.Event] = field(default_factory=dict)
     _stopping: bool = False
@@ -66,7 +79,11 @@ class Keeper:
 
     @property
     def write_every(self) -> float:
-        return max(self.timing.idle_timeout / 10.0, self.interval)
+        """How much newer a heartbeat must be than the stored one to be written: a quarter of the idle
+        timeout, at least 30 s (so 1,000 busy clusters cost at most 2,000 CreateTags a minute) but at most
+        half the timeout (so a short one, in tests and demos, does not end clusters much later)."""
+        idle = self.timing.idle_timeout
+        return max(idle / 4.0, min(30.0, idle / 2.0))
 
     # ------------------------------------------------------------------ requests
 
@@ -149,8 +166,37 @@ class Keeper:
             log.warning("listing clusters failed", error=str(exc))
             raise
         for cluster in listed:
-            self._adopt(self._merge(cluster), replace=True)
+            self._discovered(cluster)
+        self._forget_unlisted({c.cluster_id for c in listed})
         self.last_discovery = self.clock()
+
+    def _discovered(self, listed: Cluster) -> None:
+        """Merge one listed cluster in; start its task if it is new, wake it if its state changed."""
+        cid = listed.cluster_id
+        self._written[cid] = max(self._written.get(cid, 0.0), listed.last_heartbeat)
+        if listed.last_answered is not None:
+            self._answer_written[cid] = max(self._answer_written.get(cid, 0.0), listed.last_answered)
+        known = self._known.get(cid)
+        merged = self._merge(listed)
+        if known is None or cid not in self._tasks:
+            self._adopt(merged, replace=True)
+            return
+        self._known[cid] = merged
+        if merged.state != known.state:
+            self.wake(cid)
+
+    def _forget_unlisted(self, listed: set[str]) -> None:
+        """Live clusters with a task here that the listing no longer shows are gone (their primary is
+        terminated, by another replica or by hand): their tasks end. Not those created within
+        `LISTING_GRACE` (a listing may miss an instance launched seconds ago: EC2 is eventually
+        consistent), nor ending or failed ones (their task ends once `terminate` finds nothing alive; an
+        orphan's workers are listed only every few listings)."""
+        now = self.clock()
+        for cid in [c for c in self._tasks if c not in listed]:
+            cluster = self._known.get(cid)
+            if cluster is not None and cluster.live and now - cluster.created_at >= LISTING_GRACE:
+                self._known.pop(cid, None)
+                self.wake(cid)
 
     async def stop(self) -> None:
         """Stop every cluster task, then release their leases (another replica takes the clusters over
@@ -205,14 +251,19 @@ class Keeper:
             while not self._stopping:
                 await _wait(wake, self.interval)
                 wake.clear()
+                if cid not in self._known:
+                    break  # gone from the listing
                 try:
-                    if await self.locks.claim(_lease(cid), self.lease_ttl) and await self.check(cid):
+                    if not await self.locks.claim(_lease(cid), self.lease_ttl):
+                        self._held_since.pop(cid, None)  # another replica holds it
+                    elif await self.check(cid):
                         break
                 except AutoscalerError as exc:
                     log.warning("cluster check failed", cluster=cid, error=str(exc))
         finally:
             self._tasks.pop(cid, None)
             self._wake.pop(cid, None)
+            self._held_since.pop(cid, None)
             if not self._stopping:
                 with contextlib.suppress(AutoscalerError):
                     await self.locks.release(_lease(cid))
@@ -223,9 +274,11 @@ class Keeper:
         if cluster is None:
             return True
         self.checks += 1
+        since = self._held_since.setdefault(cid, self.clock())
         probe = await self._probe(cluster)
         now = self.clock()
-        decision = decide(cluster, probe, now, self.timing)
+        timing = dataclasses.replace(self.timing, heartbeat_lag=self.write_every)
+        decision = decide(_silent_since(cluster, since), probe, now, timing)
         cluster = await self._apply(cluster, decision, now)
         if not decision.terminate:
             return False
@@ -234,8 +287,8 @@ class Keeper:
             return False
         self._emit("ended" if cluster.state == ClusterState.ENDING else "failed")
         log.info("cluster gone", cluster=cid, state=str(cluster.state), reason=cluster.reason)
-        self._known.pop(cid, None)
-        self._written.pop(cid, None)
+        for memo in (self._known, self._written, self._answer_written, self._held_since):
+            memo.pop(cid, None)
         return True
 
     async def _probe(self, cluster: Cluster) -> Probe | None:
@@ -244,8 +297,6 @@ class Keeper:
         return await self.probe.probe(cluster.dashboard_url)
 
     async def _apply(self, cluster: Cluster, decision: Decision, now: float) -> Cluster:
-        if not decision.changes_anything:
-            return cluster
         updated = dataclasses.replace(
             cluster,
             state=decision.state or cluster.state,
@@ -255,17 +306,14 @@ class Keeper:
         )
         new_state = decision.state is not None and decision.state != cluster.state
         if new_state and updated.state == ClusterState.RUNNING:
-            return await self._mark_running(cluster, updated, now)
+            return await self._mark_running(cluster, updated, decision)
         self._known[cluster.cluster_id] = updated
-        if new_state or now - self._written.get(cluster.cluster_id, 0.0) >= self.write_every:
-            await self._write(
-                updated, now, state=updated.state if new_state else None, reason=decision.reason
-            )
+        await self._write(updated, decision, new_state)
         if new_state:
             self._announce(updated, decision.reason)
         return updated
 
-    async def _mark_running(self, cluster: Cluster, running: Cluster, now: float) -> Cluster:
+    async def _mark_running(self, cluster: Cluster, running: Cluster, decision: Decision) -> Cluster:
         """Write `running`, unless another replica ended the cluster meanwhile (a DELETE through it):
         writing `running` over that `ending` would lose the end, and the cluster would live on until
         its idle timeout. EC2 tags have no compare-and-set, so the fresh read and the write happen
@@ -278,23 +326,38 @@ class Keeper:
                 self._known[cluster.cluster_id] = ended
                 return ended
             self._known[cluster.cluster_id] = running
-            await self._write(running, now, state=ClusterState.RUNNING, reason="")
-        self._announce(running, "")
+            await self._write(running, decision, True)
+        self._announce(running, decision.reason)
         return running
-
-    async def _write(self, cluster: Cluster, now: float, *, state: ClusterState | None, reason: str) -> None:
-        await self.hosts.update(
-            cluster.cluster_id,
-            state=state,
-            heartbeat=cluster.last_heartbeat,
-            answered=cluster.last_answered,
-            reason=reason or None,
-        )
-        self._written[cluster.cluster_id] = now
 
     def _announce(self, cluster: Cluster, reason: str) -> None:
         self._emit(str(cluster.state))
         log.info("cluster state", cluster=cluster.cluster_id, state=str(cluster.state), reason=reason)
+
+    async def _write(self, cluster: Cluster, decision: Decision, new_state: bool) -> None:
+        """Write what a restarted or other replica needs (see the module docstring), in one call."""
+        cid = cluster.cluster_id
+        beat = cluster.last_heartbeat - self._written.get(cid, 0.0) >= self.write_every
+        answered = cluster.last_answered
+        silenced = (  # it answered since the stored answer time, and did not answer now
+            cluster.state == ClusterState.RUNNING
+            and answered is not None
+            and answered > self._answer_written.get(cid, 0.0)
+            and decision.answered is None
+        )
+        if not (new_state or beat or silenced):
+            return
+        await self.hosts.update(
+            cid,
+            state=cluster.state if new_state else None,
+            heartbeat=cluster.last_heartbeat if new_state or beat else None,
+            answered=answered,
+            reason=decision.reason or None,
+        )
+        if new_state or beat:
+            self._written[cid] = cluster.last_heartbeat
+        if answered is not None:
+            self._answer_written[cid] = answered
 
     async def _ended_meanwhile(self, cluster: Cluster) -> Cluster | None:
         """The cluster as its tags say now, if it is no longer live there (ended or failed)."""
@@ -319,6 +382,15 @@ async def _wait(event: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(seconds):
             await event.wait()
+
+
+def _silent_since(cluster: Cluster, since: float) -> Cluster:
+    """The cluster as `decide` sees it: its scheduler's silence counted from no earlier than `since`
+    (when this replica began to hold it), as answers before that may not be in its tags."""
+    if cluster.state != ClusterState.RUNNING:
+        return cluster
+    last = cluster.last_answered if cluster.last_answered is not None else cluster.created_at
+    return cluster if last >= since else dataclasses.replace(cluster, last_answered=since)
 
 
 def _live(found: tuple[Cluster, ...]) -> Cluster | None:
