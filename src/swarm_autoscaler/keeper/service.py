@@ -276,7 +276,7 @@ class Keeper:
         now = self.clock()
         timing = dataclasses.replace(self.timing, heartbeat_lag=self.write_every)
         decision = decide(cluster, probe, now, timing, held_since=since)
-        cluster = await self._apply(cluster, decision)
+        cluster = await self._apply(cluster, decision, now)
         if not decision.terminate:
             return False
         alive = await self.hosts.terminate(cid)
@@ -293,7 +293,7 @@ class Keeper:
             return None
         return await self.probe.probe(cluster.dashboard_url)
 
-    async def _apply(self, cluster: Cluster, decision: Decision) -> Cluster:
+    async def _apply(self, cluster: Cluster, decision: Decision, now: float) -> Cluster:
         updated = dataclasses.replace(
             cluster,
             state=decision.state or cluster.state,
@@ -303,17 +303,14 @@ class Keeper:
         )
         new_state = decision.state is not None and decision.state != cluster.state
         if new_state and updated.state == ClusterState.RUNNING:
-            return await self._mark_running(cluster, updated)
+            return await self._mark_running(cluster, updated, decision)
         self._known[cluster.cluster_id] = updated
-        beat = updated.last_heartbeat - self._written.get(cluster.cluster_id, 0.0) >= self.write_every
-        if new_state or beat or self._silenced(updated, decision):
-            state = updated.state if new_state else None
-            await self._write(updated, state=state, reason=decision.reason, beat=new_state or beat)
+        await self._write(updated, decision, new_state)
         if new_state:
             self._announce(updated, decision.reason)
         return updated
 
-    async def _mark_running(self, cluster: Cluster, running: Cluster) -> Cluster:
+    async def _mark_running(self, cluster: Cluster, running: Cluster, decision: Decision) -> Cluster:
         """Write `running`, unless another replica ended the cluster meanwhile (a DELETE through it):
         writing `running` over that `ending` would lose the end, and the cluster would live on until
         its idle timeout. EC2 tags have no compare-and-set, so the fresh read and the write happen
@@ -326,41 +323,38 @@ class Keeper:
                 self._known[cluster.cluster_id] = ended
                 return ended
             self._known[cluster.cluster_id] = running
-            await self._write(running, state=ClusterState.RUNNING, reason="")
-        self._announce(running, "")
+            await self._write(running, decision, True)
+        self._announce(running, decision.reason)
         return running
 
     def _announce(self, cluster: Cluster, reason: str) -> None:
         self._emit(str(cluster.state))
         log.info("cluster state", cluster=cluster.cluster_id, state=str(cluster.state), reason=reason)
 
-    def _silenced(self, cluster: Cluster, decision: Decision) -> bool:
-        """A running cluster's scheduler answered since the stored answer time, and did not answer now."""
+    async def _write(self, cluster: Cluster, decision: Decision, new_state: bool) -> None:
+        """Write what a restarted or other replica needs (see the module docstring), in one call."""
+        cid = cluster.cluster_id
+        beat = cluster.last_heartbeat - self._written.get(cid, 0.0) >= self.write_every
         answered = cluster.last_answered
-        return (
+        silenced = (  # it answered since the stored answer time, and did not answer now
             cluster.state == ClusterState.RUNNING
             and answered is not None
-            and answered > self._answer_written.get(cluster.cluster_id, 0.0)
+            and answered > self._answer_written.get(cid, 0.0)
             and decision.answered is None
         )
-
-    async def _write(
-        self, cluster: Cluster, *, state: ClusterState | None, reason: str, beat: bool = True
-    ) -> None:
-        """One CreateTags of what a restarted or other replica needs (see the module docstring): the
-        state if given, the heartbeat if `beat`, and the last answer time."""
-        cid = cluster.cluster_id
+        if not (new_state or beat or silenced):
+            return
         await self.hosts.update(
             cid,
-            state=state,
-            heartbeat=cluster.last_heartbeat if beat else None,
-            answered=cluster.last_answered,
-            reason=reason or None,
+            state=cluster.state if new_state else None,
+            heartbeat=cluster.last_heartbeat if new_state or beat else None,
+            answered=answered,
+            reason=decision.reason or None,
         )
-        if beat:
+        if new_state or beat:
             self._written[cid] = cluster.last_heartbeat
-        if cluster.last_answered is not None:
-            self._answer_written[cid] = cluster.last_answered
+        if answered is not None:
+            self._answer_written[cid] = answered
 
     async def _ended_meanwhile(self, cluster: Cluster) -> Cluster | None:
         """The cluster as its tags say now, if it is no longer live there (ended or failed)."""
