@@ -93,6 +93,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     if args.clusters:
         from swarm_autoscaler.demo import clusters
 
+        if args.swarm or args.clusters < 0:
+            print(
+                "demo: --clusters N needs N >= 1 and runs on the in-memory swarm (no --swarm)",
+                file=sys.stderr,
+            )
+            return EXIT_CONFIGURATION
+
         return clusters.main(clusters.ClustersOptions(clusters=args.clusters, fast=args.fast, json=args.json))
     opts = demo.DemoOptions(
         tasks=args.tasks, fast=args.fast, swarm=args.swarm, json=args.json, out_dir=Path(args.out_dir)

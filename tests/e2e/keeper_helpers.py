@@ -16,7 +16,7 @@ from typing import Any
 from tests.e2e.helpers import wait_for
 
 from swarm_autoscaler.adapters.ec2 import owner_tags
-from swarm_autoscaler.adapters.ec2_primaries import CLUSTER_ID_TAG, HEARTBEAT_TAG
+from swarm_autoscaler.adapters.keeper_tags import CLUSTER_ID_TAG, HEARTBEAT_TAG
 from swarm_autoscaler.adapters.redis_locks import KEY_PREFIX
 from swarm_autoscaler.demo.clusters import KeeperApi
 from swarm_autoscaler.localcloud.keepercloud import KeeperCloud

@@ -23,7 +23,7 @@ from tests.e2e.keeper_helpers import (
     workers_of,
 )
 
-from swarm_autoscaler.adapters.ec2_primaries import USER_TAG, WALLET_TAG
+from swarm_autoscaler.adapters.keeper_tags import USER_TAG, WALLET_TAG
 from swarm_autoscaler.demo.clusters import KeeperApi
 from swarm_autoscaler.localcloud.keepercloud import KeeperCloud, KeeperCloudOptions
 

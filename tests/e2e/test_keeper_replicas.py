@@ -11,8 +11,16 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.e2e.helpers import wait_for
-from tests.e2e.keeper_helpers import keeper_process, lease_holder, primaries_of, tail, wait_gone, wait_state
+from tests.e2e.helpers import ALL_STATES, wait_for
+from tests.e2e.keeper_helpers import (
+    keeper_process,
+    lease_holder,
+    primaries_of,
+    tags_of,
+    tail,
+    wait_gone,
+    wait_state,
+)
 
 from swarm_autoscaler.adapters.redis_locks import RedisLocks
 from swarm_autoscaler.demo.clusters import KeeperApi
@@ -29,8 +37,8 @@ async def test_twenty_concurrent_get_or_create_calls_through_two_replicas_create
     path = "/v1/clusters/carol/w-7"
     async with (
         KeeperCloud(KeeperCloudOptions(fast=True)) as kc,
-        kc.keeper(idle_timeout_s=IDLE) as (url_a, _),
-        kc.keeper(idle_timeout_s=IDLE) as (url_b, _),
+        kc.keeper(idle_timeout_s=IDLE) as (url_a, replica_a),
+        kc.keeper(idle_timeout_s=IDLE) as (url_b, replica_b),
     ):
         a, b = KeeperApi(url_a, kc.token), KeeperApi(url_b, kc.token)
         try:
@@ -43,7 +51,35 @@ async def test_twenty_concurrent_get_or_create_calls_through_two_replicas_create
             assert len(every) == 1, every  # one primary in all of EC2: nothing else was launched
             status, _ = await b.call("DELETE", path)
             assert status == 202
-            await wait_gone(a, path, 30)
+            try:
+                await wait_gone(a, path, 30)
+            except BaseException:
+                print(
+                    "replica a knows",
+                    replica_a.clusters,
+                    "tasks",
+                    list(replica_a._tasks),
+                    "checks",
+                    replica_a.checks,
+                )
+                print(
+                    "replica b knows",
+                    replica_b.clusters,
+                    "tasks",
+                    list(replica_b._tasks),
+                    "checks",
+                    replica_b.checks,
+                )
+                print(
+                    "lease",
+                    await lease_holder(kc, cid),
+                    "a",
+                    getattr(replica_a.locks, "token", "?"),
+                    "b",
+                    getattr(replica_b.locks, "token", "?"),
+                )
+                print("primary tags", [tags_of(p) for p in primaries_of(kc, cid, ALL_STATES)])
+                raise
             assert kc.instances() == {}
         finally:
             await a.close()

@@ -6,8 +6,11 @@ overwrite the `ending` just written, and the cluster would live on until its idl
 
 from __future__ import annotations
 
-from tests.keeper.fakes import FakeProbe
-from tests.keeper.test_service import KEY, replica, world
+import asyncio
+from typing import Any
+
+from tests.keeper.fakes import FakeHosts, FakeProbe, ReplicaLocks
+from tests.keeper.test_service import KEY, TIMING, replica, world
 
 from swarm_autoscaler.keeper.lifecycle import Probe
 from swarm_autoscaler.keeper.model import ClusterState
@@ -42,3 +45,76 @@ async def test_an_end_requested_through_another_replica_while_the_holder_marks_i
     assert hosts.terminate_calls == [cluster.cluster_id] and not hosts.live()
     await holder.stop()
     await other.stop()
+
+
+class EndDuringRunningWrite(FakeHosts):
+    """EC2 that, while the holder's write of `running` is on its way, lets another replica's DELETE in:
+    the end reaches its own tag write before the holder's write lands, unless something orders them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.other: Keeper | None = None
+        self.ending: asyncio.Task[object] | None = None
+
+    async def update(self, cluster_id: str, **fields: Any) -> None:
+        if fields.get("state") == ClusterState.RUNNING and self.other is not None:
+            other, self.other = self.other, None
+            self.ending = asyncio.create_task(other.end(KEY))
+            await asyncio.sleep(0.05)  # the write is slow; the DELETE runs meanwhile
+        await super().update(cluster_id, **fields)
+
+
+async def test_an_end_requested_while_the_holder_writes_running_lands_after_it() -> None:
+    _, probe, locks, clock = world()
+    hosts = EndDuringRunningWrite()
+    holder, other = replica("a", hosts, probe, locks, clock), replica("b", hosts, probe, locks, clock)
+    cluster, _ = await holder.get_or_create(KEY)
+    probe.answers[cluster.dashboard_url] = Probe(answered=True)
+    hosts.other = other
+    assert not await holder.check(cluster.cluster_id)
+    assert hosts.ending is not None
+    assert await hosts.ending is not None  # the DELETE was accepted...
+    assert hosts.clusters[cluster.cluster_id].state == ClusterState.ENDING  # ...and not overwritten
+    await holder.discover()  # the holder's next listing brings the end in
+    assert await holder.check(cluster.cluster_id)
+    assert not hosts.live()
+    await holder.stop()
+    await other.stop()
+
+
+class SwallowingLocks(ReplicaLocks):
+    """Replica locks whose `claim` swallows a cancellation once, as a client library may (seen in the
+    end-to-end tests: a stopped keeper went on checking its cluster until it ended it)."""
+
+    swallowed = 0
+
+    async def claim(self, name: str, ttl: float) -> bool:
+        try:
+            await asyncio.sleep(0.05)
+        except asyncio.CancelledError:
+            SwallowingLocks.swallowed += 1
+        return await super().claim(name, ttl)
+
+
+async def test_a_stopped_keeper_stops_checking_even_when_a_cancellation_is_swallowed() -> None:
+    hosts, probe, locks, clock = world()
+    keeper = Keeper(hosts, probe, SwallowingLocks(locks, "a"), TIMING, interval=0.01, clock=clock)
+    cluster, _ = await keeper.get_or_create(KEY)
+    probe.answers[cluster.dashboard_url] = Probe(answered=True)
+    await asyncio.sleep(0.2)
+    assert keeper.checks > 0
+    await asyncio.wait_for(keeper.stop(), 2.0)
+    checks = keeper.checks
+    await asyncio.sleep(0.2)
+    assert keeper.checks == checks  # no check after stop
+    print(f"cancellations swallowed: {SwallowingLocks.swallowed}")
+
+
+async def test_a_stopped_keeper_releases_its_leases_so_another_replica_takes_over_at_once() -> None:
+    hosts, probe, locks, clock = world()
+    keeper = replica("a", hosts, probe, locks, clock)
+    cluster, _ = await keeper.get_or_create(KEY)
+    await asyncio.sleep(0.2)
+    assert locks.leases[f"cluster:{cluster.cluster_id}"][0] == "a"
+    await keeper.stop()
+    assert f"cluster:{cluster.cluster_id}" not in locks.leases

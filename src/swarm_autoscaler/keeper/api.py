@@ -9,7 +9,7 @@ compared in constant time and never logged. Errors are JSON `{"error": "..."}`:
     GET    /healthz, /metrics                            no token (no state changes)
 
 401 without a token or with a wrong one, 422 for ids that break `model.ID_RULE`, 503 when the cloud
-cannot be reached or a concurrent creation of the same cluster takes too long (retry).
+cannot be reached or a concurrent creation (or state change) of the same cluster takes too long (retry).
 """
 
 from __future__ import annotations

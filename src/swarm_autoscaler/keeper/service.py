@@ -12,14 +12,11 @@ Discovery (a listing every interval) starts the tasks of new clusters, wakes onl
 state it finds changed, and ends the tasks of clusters no longer listed: a listing with no change wakes
 no task, so each cluster is checked on its own interval.
 
-Tags are written only when needed (EC2 throttles mutating calls per account; an idle cluster costs no
-write): the state when it changes; the heartbeat when the one in memory is `write_every` newer than the
-one written (a request or heartbeat, or work in the scheduler, which counts as use: `lifecycle.decide`),
-so a stored heartbeat is never older than the last use by more than that, and the idle decision waits
-that much longer (`KeeperTiming.heartbeat_lag`): a restarted or other replica reading it never ends a
-cluster early; the time its scheduler last answered, when it stops answering. A replica counts a
-scheduler's silence from no earlier than when it began to hold the cluster, so the answer times it
-never saw written cannot make it end a cluster early either.
+Tags are written only when needed (EC2 throttles mutating calls; an idle cluster costs no write): the
+state when it changes; the heartbeat (a use: a request, or work in the scheduler) when it is `write_every`
+newer than the stored one, so the idle decision waits that much longer (`KeeperTiming.heartbeat_lag`) and
+no replica reading a lagging tag ends a cluster early; the last answer time when the scheduler goes
+silent, whose silence a replica counts from no earlier than when it began to hold the cluster.
 """
 
 from __future__ import annotations
@@ -121,7 +118,10 @@ class Keeper:
         if live is None:
             return None
         reason = "ended on request"
-        await self.hosts.update(live.cluster_id, state=ClusterState.ENDING, reason=reason)
+        async with self.locks.exclusive(_state_lock(live.cluster_id), self.create_wait) as held:
+            if not held:
+                raise KeeperBusyError(f"cluster {live.cluster_id} is changing state; retry")
+            await self.hosts.update(live.cluster_id, state=ClusterState.ENDING, reason=reason)
         ending = dataclasses.replace(self._known.get(live.cluster_id, live), state=ClusterState.ENDING)
         ending = dataclasses.replace(ending, reason=reason)
         self._adopt(ending, replace=True)
@@ -196,12 +196,15 @@ class Keeper:
                 self.wake(cid)
 
     async def stop(self) -> None:
+        """Stop every cluster task, then release their leases (another replica takes the clusters over
+        at once). The ids are taken first: each task leaves `_tasks` as it ends."""
         self._stopping = True
+        held = list(self._tasks)
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for cid in list(self._tasks):
+        for cid in held:
             with contextlib.suppress(AutoscalerError):
                 await self.locks.release(_lease(cid))
         self._tasks.clear()
@@ -240,7 +243,9 @@ class Keeper:
         its lease; end when the cluster is gone."""
         wake = self._wake[cid]
         try:
-            while True:
+            # Not `while True`: a client library that swallows the cancellation from `stop` (seen in the
+            # end-to-end tests) would keep a stopped keeper checking, and ending, its clusters.
+            while not self._stopping:
                 await _wait(wake, self.interval)
                 wake.clear()
                 if cid not in self._known:
@@ -270,7 +275,7 @@ class Keeper:
         probe = await self._probe(cluster)
         now = self.clock()
         timing = dataclasses.replace(self.timing, heartbeat_lag=self.write_every)
-        decision = decide(_silent_since(cluster, since), probe, now, timing)
+        decision = decide(cluster, probe, now, timing, held_since=since)
         cluster = await self._apply(cluster, decision, now)
         if not decision.terminate:
             return False
@@ -298,18 +303,33 @@ class Keeper:
         )
         new_state = decision.state is not None and decision.state != cluster.state
         if new_state and updated.state == ClusterState.RUNNING:
+            return await self._mark_running(cluster, updated, decision)
+        self._known[cluster.cluster_id] = updated
+        await self._write(updated, decision, new_state)
+        if new_state:
+            self._announce(updated, decision.reason)
+        return updated
+
+    async def _mark_running(self, cluster: Cluster, running: Cluster, decision: Decision) -> Cluster:
+        """Write `running`, unless another replica ended the cluster meanwhile (a DELETE through it):
+        writing `running` over that `ending` would lose the end, and the cluster would live on until
+        its idle timeout. EC2 tags have no compare-and-set, so the fresh read and the write happen
+        under the cluster's state lock, which `end` holds for its own write. Not had: next check."""
+        async with self.locks.exclusive(_state_lock(cluster.cluster_id), self.interval) as held:
+            if not held:
+                return cluster
             ended = await self._ended_meanwhile(cluster)
             if ended is not None:
                 self._known[cluster.cluster_id] = ended
                 return ended
-        self._known[cluster.cluster_id] = updated
-        await self._write(updated, decision, new_state)
-        if new_state:
-            self._emit(str(updated.state))
-            log.info(
-                "cluster state", cluster=cluster.cluster_id, state=str(updated.state), reason=decision.reason
-            )
-        return updated
+            self._known[cluster.cluster_id] = running
+            await self._write(running, decision, True)
+        self._announce(running, decision.reason)
+        return running
+
+    def _announce(self, cluster: Cluster, reason: str) -> None:
+        self._emit(str(cluster.state))
+        log.info("cluster state", cluster=cluster.cluster_id, state=str(cluster.state), reason=reason)
 
     async def _write(self, cluster: Cluster, decision: Decision, new_state: bool) -> None:
         """Write what a restarted or other replica needs (see the module docstring), in one call."""
@@ -337,10 +357,7 @@ class Keeper:
             self._answer_written[cid] = answered
 
     async def _ended_meanwhile(self, cluster: Cluster) -> Cluster | None:
-        """The cluster as its tags say now if another replica ended it since this one last read them (a
-        DELETE through another replica): writing `running` over that `ending` would lose the end, and
-        the cluster would live on until its idle timeout. A fresh read narrows the window to one round
-        trip (EC2 tags have no compare-and-set)."""
+        """The cluster as its tags say now, if it is no longer live there (ended or failed)."""
         for found in await self.hosts.find(cluster.key):
             if found.cluster_id == cluster.cluster_id and not found.live:
                 return found
@@ -364,15 +381,6 @@ async def _wait(event: asyncio.Event, seconds: float) -> None:
             await event.wait()
 
 
-def _silent_since(cluster: Cluster, since: float) -> Cluster:
-    """The cluster as `decide` sees it: its scheduler's silence counted from no earlier than `since`
-    (when this replica began to hold it), as answers before that may not be in its tags."""
-    if cluster.state != ClusterState.RUNNING:
-        return cluster
-    last = cluster.last_answered if cluster.last_answered is not None else cluster.created_at
-    return cluster if last >= since else dataclasses.replace(cluster, last_answered=since)
-
-
 def _live(found: tuple[Cluster, ...]) -> Cluster | None:
     live = [c for c in found if c.live]
     return max(live, key=lambda c: c.created_at) if live else None
@@ -380,3 +388,8 @@ def _live(found: tuple[Cluster, ...]) -> Cluster | None:
 
 def _lease(cluster_id: str) -> str:
     return f"cluster:{cluster_id}"
+
+
+def _state_lock(cluster_id: str) -> str:
+    """Held for one write of a cluster's state by `end` or by `_mark_running` (a round trip or two)."""
+    return f"state:{cluster_id}"
