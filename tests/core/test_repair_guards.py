@@ -23,7 +23,9 @@ from swarm_autoscaler.core.plan import plan
 
 def test_a_stopped_machine_whose_idle_worker_is_still_listed_is_terminated_only_while_it_stays_idle() -> None:
     inst, node, worker = machine(1)
-    stopped = dataclasses.replace(inst, state=InstanceState.STOPPED)  # no pool: ended, whatever its worker does
+    stopped = dataclasses.replace(
+        inst, state=InstanceState.STOPPED
+    )  # no pool: ended, whatever its worker does
     (end,) = [
         a for a in plan(assemble((stopped, node, worker)), make_policy()).actions if isinstance(a, Terminate)
     ]
