@@ -191,8 +191,8 @@ PHASES = (
 def scaling_down(draw: st.DrawFn) -> Snapshot:
     """What scale-down and repair act on: a fleet of one or two types whose machines are each in one
     phase of their way out (idle for a while, drained, retiring, broken, down, terminating), beside
-    busy ones, drained ones whose worker holds work or that the scheduler kept (it holds the only copy
-    of a result), nodes of other owners, stale marks and launch times in the future. Work is pending
+    busy ones, idle ones holding results a client keeps, drained ones whose worker holds work or that
+    the scheduler kept (it holds the only copy of a result), nodes of other owners, stale marks and launch times in the future. Work is pending
     one time in three."""
     parts = [draw(leaving(n)) for n in range(1, draw(st.integers(1, 7)) + 1)]
     return Snapshot(
@@ -232,6 +232,8 @@ def leaving(draw: st.DrawFn, n: int) -> tuple[Instance | None, Node | None, Work
     unique = retiring = False
     if phase == "idle":
         marks = NodeMarks(ready=True, empty_since=draw(old))
+        # One idle machine in three holds a result a client keeps (no draw: the samples stay the same)
+        unique = n % 3 == 0
     elif phase == "busy":
         work = draw(tasks(f"w{n}-", 3, executing=True))
         unique = not work or draw(st.booleans())

@@ -39,6 +39,7 @@ from swarm_autoscaler.core.model import (
     NodeDown,
     NodeMarks,
     NodeOurs,
+    NoTasks,
     NodeStatus,
     NothingWaits,
     NotJoined,
@@ -120,6 +121,13 @@ def unlabelled(parts: tuple[Instance, Node, Worker | None]) -> tuple[Instance, N
 def retire(n: int, delay: str = "60s") -> RetireWorkers:
     """The expected retirement of machine `n`'s worker, planned on its host being idle."""
     return RetireWorkers((addr(n),), f"idle for at least drain_delay={delay}", (HostIdle(hostname(n)),))
+
+
+def retire_holder(n: int, delay: str = "60s") -> RetireWorkers:
+    """The expected retirement of machine `n`'s worker that holds results only: planned on its host
+    running nothing (dask moves the results first)."""
+    why = f"idle for at least drain_delay={delay}; its results move to a worker that stays"
+    return RetireWorkers((addr(n),), why, (NoTasks(hostname(n)),))
 
 
 def drain(n: int, reason: str, retired: bool = True) -> DrainNode:
@@ -429,9 +437,62 @@ SCALE_DOWN = [
         ),
     ),
     Case(
-        "a worker holding unique data is never retired nor drained; its empty mark is cleared",
+        "a worker that runs nothing but holds a client's results is marked empty",
+        assemble(machine(1, unique=True), busy_large(2)),  # type: ignore[arg-type]
+        Plan((mark(1, "worker holds results only", empty_since=NOW),)),
+    ),
+    Case(
+        "a worker holding results only, empty for drain_delay, is retired (its results move to a worker "
+        "that stays) and its node drained once it really left",
+        assemble(machine(1, unique=True, marks=EMPTY_LONG), busy_large(2)),  # type: ignore[arg-type]
+        Plan(
+            (
+                mark(1, "drained", empty_since=None, drained_since=NOW),
+                retire_holder(1),
+                drain(1, "empty for 100s (drain_delay 60s)"),
+            )
+        ),
+    ),
+    Case(
+        "the only worker holding results is kept: no other worker could receive them",
         assemble(machine(1, unique=True, marks=NodeMarks(ready=True, empty_since=NOW - 1000))),
-        Plan((mark(1, "has work again", empty_since=None),)),
+        Plan(),
+    ),
+    Case(
+        "of idle workers holding results with no other worker left, all but one (the last by key) go",
+        assemble(machine(1, unique=True, marks=EMPTY_LONG), machine(2, unique=True, marks=EMPTY_LONG)),
+        Plan(
+            (
+                mark(1, "drained", empty_since=None, drained_since=NOW),
+                retire_holder(1),
+                drain(1, "empty for 100s (drain_delay 60s)"),
+            )
+        ),
+    ),
+    Case(
+        "an idle worker without results goes, the one holding results stays to receive nothing more",
+        assemble(machine(1, marks=EMPTY_LONG), machine(2, unique=True, marks=EMPTY_LONG)),
+        Plan(
+            (
+                mark(1, "drained", empty_since=None, drained_since=NOW),
+                retire(1),
+                drain(1, "empty for 100s (drain_delay 60s)"),
+            )
+        ),
+    ),
+    Case(
+        "a cordoned worker holding results stays when no uncordoned worker would be left to take them",
+        assemble(
+            machine(1, unique=True, retiring=True, marks=replace(EMPTY_LONG, cordoned_since=NOW - 200)),
+            machine(2, marks=EMPTY_LONG),
+        ),
+        Plan(
+            (
+                mark(2, "drained", empty_since=None, drained_since=NOW),
+                retire(2),
+                drain(2, "empty for 100s (drain_delay 60s)"),
+            )
+        ),
     ),
     Case(
         "pending work blocks scale-down",

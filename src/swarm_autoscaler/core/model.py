@@ -236,6 +236,13 @@ class Worker:
     def busy(self) -> bool:
         return bool(self.processing) or self.has_unique_data
 
+    @property
+    def holding(self) -> bool:
+        """It runs and queues nothing but holds a result no other worker has (typically one a client
+        has not released yet): dask's `retire_workers` can move such results to another worker first
+        (and keeps the worker when it cannot), so it may be retired, never drained or terminated."""
+        return not self.processing and self.has_unique_data
+
 
 @dataclass(frozen=True, slots=True)
 class Unavailable:
@@ -278,6 +285,15 @@ class Snapshot:
 class HostIdle:
     """No dask worker on `hostname` runs or queues a task or holds a result no other worker has. A
     worker that connected since the snapshot counts too."""
+
+    hostname: str
+
+
+@dataclass(frozen=True, slots=True)
+class NoTasks:
+    """No dask worker on `hostname` runs or queues a task (results it holds are allowed: this is the
+    check of a RetireWorkers of a worker holding results, which dask's `retire_workers` moves to another
+    worker before it closes the worker, keeping the worker when it cannot)."""
 
     hostname: str
 
@@ -327,7 +343,7 @@ class Retired:
     hostname: str
 
 
-Check = HostIdle | NoWorker | NotJoined | NodeOurs | NodeDown | NothingWaits | Retired
+Check = HostIdle | NoTasks | NoWorker | NotJoined | NodeOurs | NodeDown | NothingWaits | Retired
 
 
 # --------------------------------------------------------------------------------------------- policy

@@ -12,7 +12,8 @@ the instance *shutting-down* (listed for `shutdown_s`, then gone), kills its wor
 down. Draining a node stops its worker; activating it starts one again; a retired worker is restarted
 by swarm after `worker_start_s` while its node stays active (docker's default restart policy).
 
-Safety accounting: draining, terminating, removing or retiring a machine whose worker holds tasks is a
+Safety accounting: draining, terminating, removing or retiring a machine whose worker holds tasks (or
+the only copy of a result: retiring moves results first) is a
 *busy termination*; each one is recorded with its time and reason in `violations`.
 """
 
@@ -59,6 +60,8 @@ class Knobs:
     shutdown_s: float = 30.0
     backoff_initial_s: float = DEFAULT_INITIAL  # the daemon's capacity back-off (settings), doubling
     backoff_max_s: float = DEFAULT_MAXIMUM
+    # The client keeps every result until the last job finished (False: releases each as it arrives).
+    hold_results: bool = False
 
 
 class Faults:
@@ -163,7 +166,7 @@ class World:
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def __post_init__(self) -> None:
-        self.scheduler = Scheduler(self.jobs, self.events)
+        self.scheduler = Scheduler(self.jobs, self.events, hold=self.knobs.hold_results)
         self.fences = SimFences(self.scheduler, self.events)
 
     # ------------------------------------------------------------------ time
@@ -312,6 +315,8 @@ class World:
         if worker is not None and worker.busy:
             held = len(worker.running) + len(worker.waiting)
             self._violate(f"{why}: node {node.hostname} held {held} task(s)")
+        if worker is not None and worker.held:
+            self._violate(f"{why}: node {node.hostname} held the only copy of {len(worker.held)} result(s)")
         self.scheduler.remove_worker(node.worker, self.now)
         node.worker = None
 
@@ -360,11 +365,13 @@ class World:
     # ------------------------------------------------------------------ dask
 
     def retire(self, addresses: Sequence[str]) -> tuple[str, ...]:
+        """dask's `retire_workers`: results move first; a worker whose results cannot is kept."""
         retired = []
         by_address = {n.worker: n for n in self.nodes.values() if n.worker is not None}
+        kept = self.scheduler.move_results([a for a in addresses if a in by_address])
         for address in addresses:
             node = by_address.get(address)
-            if node is None:
+            if node is None or address in kept:
                 continue
             self._stop_worker(node, "worker retired")
             retired.append(address)
