@@ -14,7 +14,14 @@ p50 and p95 wait (submission to start), instance-seconds (launch to termination,
 included). The simulator runs five seeds per figure (median); live runs repeat `--reps` times
 (default 2, `--quick` 1) and report medians with their spread.
 
-Run: `python -m bench fidelity` (niced: the machine is shared). Writes `bench/fidelity_results.json`.
+With `--hold`, the client keeps every result until the last one arrived and then releases them all (as
+`client.gather` of a whole batch does), and the simulator models it (`Knobs.hold_results`): a worker
+holding the only copy of a result is then retired through dask's `retire_workers`, which moves it first.
+It also adds `tail`, a burst whose few long jobs keep the run going while the machines that ran short ones
+idle with their results. `--policy=ours` (or `adaptive`) runs one side only.
+
+Run: `python -m bench fidelity` (niced: the machine is shared). Writes `bench/fidelity_results.json`
+(`bench/fidelity_hold_results.json` with `--hold`).
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).with_name("fidelity_results.json")
+HOLD_RESULTS = Path(__file__).with_name("fidelity_hold_results.json")
+MODE = {"hold": False}  # --hold: the client keeps every result until the last one arrived
 ROOT = Path(__file__).resolve().parents[1]
 TYPE = "m5.large"
 BOOT_S = 3.0
@@ -69,7 +78,11 @@ def workloads() -> list[Workload]:
     for _ in range(30):
         t += rng.expovariate(1 / 0.5)
         mixed.append((round(t, 2), rng.choice((1.0, 1.0, 3.0, 3.0, 8.0)), rng.choice((1, 1, 2))))
+    # With --hold only: a burst with a long tail (four 24 s jobs among 28 short ones), where machines that
+    # ran only short jobs sit idle holding results while the long ones run (issue 15's burst tail).
+    tail = tuple((0.0, 24.0 if i % 8 == 0 else 2.0, 1) for i in range(32))
     return [
+        *((Workload("tail", tail, 4),) if MODE["hold"] else ()),
         Workload("burst", tuple((0.0, 3.0, 1) for _ in range(32)), 4),
         Workload("waves", tuple((0.0 if i < 16 else 15.0, 3.0, 1) for i in range(32)), 4),
         Workload("mixed", tuple(mixed), 4),
@@ -96,17 +109,18 @@ def _task(seconds: float) -> float:
 
 
 async def _collect(fut: Any) -> float:
-    """A job's start time; its result is released as soon as it arrives. The simulator does not model
-    results a client keeps (the daemon counts a worker holding one as busy: issue 15, item 2)."""
+    """A job's start time; its result is released as soon as it arrives, unless `--hold` (then
+    `_submit_all` releases every result once the last one arrived)."""
     started = float(await fut)
-    fut.release()
+    if not MODE["hold"]:
+        fut.release()
     return started
 
 
 async def _submit_all(client: Any, w: Workload) -> tuple[float, list[float], float]:
     """Submit each job at its offset; returns (t0, waits, makespan)."""
     t0 = time.time()
-    pending = []
+    pending, futures = [], []
     for i, (at, seconds, cpus) in enumerate(w.jobs):
         delay = t0 + at - time.time()
         if delay > 0:
@@ -117,11 +131,14 @@ async def _submit_all(client: Any, w: Workload) -> tuple[float, list[float], flo
         key = f"{w.name}-{('one', 'two')[cpus - 1]}-cpu-{i}"
         fut = client.submit(_task, seconds, key=key, resources={"CPU": cpus}, pure=False)
         pending.append((submitted, seconds, asyncio.ensure_future(_collect(fut))))
+        futures.append(fut)
     waits, last = [], t0
     for submitted, seconds, started in pending:
         start = await started
         waits.append(start - submitted)
         last = max(last, start + seconds)
+    for fut in futures:  # (already released unless --hold)
+        fut.release()
     return t0, waits, last - t0
 
 
@@ -298,6 +315,7 @@ def simulated(w: Workload, policy: str) -> list[dict[str, float]]:
         join_s=BOOT_S + JITTER_S / 2 + EMULATOR_LAG_S,
         join_jitter_s=JITTER_S / 2,
         worker_start_s=0.0,
+        hold_results=MODE["hold"],
     )
     options = dataclasses.replace(options, first_tick_s=REACTION_S[policy])
     out = []
@@ -318,13 +336,15 @@ def _medians(runs: Sequence[Mapping[str, float]]) -> dict[str, dict[str, float]]
     }
 
 
-def measure(reps: int, names: Sequence[str]) -> dict[str, Any]:
+def measure(reps: int, names: Sequence[str], policies: Sequence[str] = ()) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for w in workloads():
         if names and w.name not in names:
             continue
         row: dict[str, Any] = {}
         for policy, live in (("ours", live_ours), ("adaptive", live_adaptive)):
+            if policies and policy not in policies:
+                continue
             runs = []
             for rep in range(reps):
                 runs.append(asyncio.run(live(w, rep)))
@@ -343,6 +363,9 @@ def table(results: Mapping[str, Any]) -> str:
         for k in FIGURES:
             cells = []
             for policy in ("ours", "adaptive"):
+                if policy not in row:
+                    cells.append(f"{'-':>16} {'-':>9} {'-':>8}")
+                    continue
                 live, sim = row[policy]["live"][k], row[policy]["sim"][k]["median"]
                 spread = f"{live['median']:g} ({live['min']:g}-{live['max']:g})"
                 ratio = sim / live["median"] if live["median"] else float("nan")
@@ -361,6 +384,9 @@ def markdown(results: Mapping[str, Any]) -> str:
         for k in FIGURES:
             cells = []
             for policy in ("ours", "adaptive"):
+                if policy not in row:
+                    cells += ["-", "-", "-"]
+                    continue
                 live, sim = row[policy]["live"][k], row[policy]["sim"][k]["median"]
                 ratio = sim / live["median"] if live["median"] else float("nan")
                 cells += [f"{live['median']:g} ({live['min']:g}-{live['max']:g})", f"{sim:g}", f"{ratio:.2f}"]
@@ -376,12 +402,17 @@ def main(flags: list[str]) -> None:
         if flag.startswith("--reps="):
             reps = int(flag.split("=", 1)[1])
     names = [f.split("=", 1)[1] for f in flags if f.startswith("--workload=")]
+    policies = [f.split("=", 1)[1] for f in flags if f.startswith("--policy=")]
+    MODE["hold"] = hold = "--hold" in flags
     _quiet()
-    results = measure(reps, names)
+    results = measure(reps, names, policies)
     print(table(results))
     print(markdown(results))
-    RESULTS.write_text(json.dumps({"reps": reps, "results": results}, indent=2, sort_keys=True) + "\n")
-    print(f"wrote {RESULTS.relative_to(ROOT)}")
+    out = HOLD_RESULTS if hold else RESULTS
+    out.write_text(
+        json.dumps({"reps": reps, "hold": hold, "results": results}, indent=2, sort_keys=True) + "\n"
+    )
+    print(f"wrote {out.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":
