@@ -283,7 +283,13 @@ def policies(draw: st.DrawFn) -> Policy:
     overhead = draw(st.sampled_from((Resources(), Resources(0.25, 512 * 1024**2))))
     return Policy(
         allowed_types=tuple(
-            TypePolicy(name, reserve=draw(st.sampled_from((0, 0, 0, 1, 2))), overhead=overhead)
+            # A queue threshold on two types (no draw: the samples stay the same)
+            TypePolicy(
+                name,
+                reserve=draw(st.sampled_from((0, 0, 0, 1, 2))),
+                overhead=overhead,
+                surge_above=2 if name in ("m5.large", "g4dn.xlarge") else 0,
+            )
             for name in allowed
         ),
         min_instances=draw(st.sampled_from((0, 0, 1, 3))),
@@ -383,7 +389,11 @@ def quiet_fleets(draw: st.DrawFn) -> Snapshot:
     """What consolidation acts on: joined machines of one or two types whose workers run a few tasks
     (some may wait, some workers may be cordoned), often with nothing pending."""
     parts = []
-    kinds = draw(st.sampled_from((("m5.xlarge",), ("c5.2xlarge",), ("m5.xlarge", "c5.2xlarge"))))
+    kinds = draw(
+        st.sampled_from(
+            (("m5.xlarge",), ("c5.2xlarge",), ("m5.xlarge", "c5.2xlarge"), ("m5.xlarge", "g4dn.xlarge"))
+        )
+    )
     load = draw(st.sampled_from((1, 2, 4)))  # most tasks a worker runs: light fleets are the ones to shrink
     for n in range(1, draw(st.integers(2, 7)) + 1):
         type_name = draw(st.sampled_from(kinds))

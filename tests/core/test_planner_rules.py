@@ -873,6 +873,8 @@ def with_foo(parts: tuple[Instance, Node, Worker | None]) -> tuple[Instance, Nod
 
 CORDONED = NodeMarks(ready=True, cordoned_since=NOW - 30)
 USES_25 = "uses 25% of its machine; the rest of its type has room for its tasks"
+SURGE_ABOVE_2 = make_policy(types=(TypePolicy("m5.large", surge_above=2), "m5.xlarge", "c5.2xlarge"))
+GPU_IDLE = "runs no GPU task on its g4dn.xlarge (75% used); cheaper machines have room for its tasks"
 
 CONSOLIDATE = [
     Case(
@@ -997,6 +999,82 @@ CONSOLIDATE = [
             xlarge(4, running(3, "d")),
         ),
         Plan((cordon(1, USES_25),)),
+    ),
+    Case(
+        "under load, with the pending work placed on one worker, an under-used other is cordoned",
+        # node-1 runs 4 tasks with 2 more waiting: they go on node-2 (the fullest with room); node-3's
+        # task and the next fit on node-4
+        assemble(
+            xlarge(1, (*running(4, "a"), *make_tasks(2, "w"))),
+            *(xlarge(n, running(1, f"b{n}-")) for n in (2, 3, 4)),
+        ),
+        Plan((cordon(3, USES_25),), pending=2, placed=(("active", 2),)),
+    ),
+    Case(
+        "under load, a cordoned worker that emptied is drained; an idle uncordoned one is left to take work",
+        assemble(
+            xlarge(1, (*running(4, "a"), *make_tasks(1, "w"))),
+            xlarge(2, running(1, "b")),
+            xlarge(3, (), retiring=True, marks=replace(CORDONED, empty_since=NOW - 61)),
+            xlarge(4, (), marks=EMPTY_LONG),
+        ),
+        Plan(
+            (
+                mark(3, "drained", empty_since=None, drained_since=NOW, cordoned_since=None),
+                retire(3),
+                drain(3, "empty for 61s (drain_delay 60s)"),
+            ),
+            pending=1,
+            placed=(("active", 1),),
+        ),
+    ),
+    Case(
+        "a GPU machine running only CPU tasks is cordoned when cheaper machines have room for them",
+        assemble(
+            machine(1, "g4dn.xlarge", processing=running(3, "g")),
+            machine(2, "c5.2xlarge", processing=running(6, "c2-")),
+            machine(3, "c5.2xlarge", processing=running(6, "c3-")),
+        ),
+        Plan((cordon(1, GPU_IDLE),)),
+    ),
+    Case(
+        "an expensive machine under the threshold is cordoned when cheaper machines have room for its tasks",
+        assemble(
+            machine(1, "c5.2xlarge", processing=running(2, "c")),
+            *(xlarge(n, running(3, f"b{n}-")) for n in (2, 3, 4)),
+        ),
+        Plan((cordon(1, "uses 25% of its c5.2xlarge; cheaper machines have room for its tasks"),)),
+    ),
+    Case(
+        "a machine whose task is pinned to its type is not cordoned for cheaper ones",
+        assemble(
+            machine(1, "c5.2xlarge", processing=running(2, "c", pinned="c5.2xlarge")),
+            *(xlarge(n, running(3, f"b{n}-")) for n in (2, 3, 4)),
+        ),
+        Plan(),
+    ),
+    Case(
+        "of two light machines of different types, the dearer is cordoned, never the cheaper onto it",
+        assemble(xlarge(1, running(1, "a")), machine(2, "c5.2xlarge", processing=running(1, "c"))),
+        Plan((cordon(2, "uses 12% of its c5.2xlarge; cheaper machines have room for its tasks"),)),
+    ),
+    Case(
+        "a type with a queue threshold launches nothing while at most that many tasks wait on its workers",
+        assemble(machine(1, processing=(*running(2, "a"), *make_tasks(2, "w")))),
+        Plan(pending=2, placed=(("below-surge", 2),)),
+        SURGE_ABOVE_2,
+    ),
+    Case(
+        "a type with a queue threshold launches once more tasks than that wait",
+        assemble(machine(1, processing=(*running(2, "a"), *make_tasks(3, "w")))),
+        Plan((launch("m5.large", 2, 3),), pending=3, placed=(("new", 3),)),
+        SURGE_ABOVE_2,
+    ),
+    Case(
+        "a queue threshold does not hold back the first machine of its type (none is up to run the tasks)",
+        assemble(unrunnable=make_tasks(2, "u")),
+        Plan((launch("m5.large", 1, 2),), pending=2, placed=(("new", 2),)),
+        SURGE_ABOVE_2,
     ),
     Case(
         "a cordon mark whose worker takes tasks again (restarted) is cleared",

@@ -30,7 +30,7 @@ from swarm_autoscaler.core.model import (
     Terminate,
     Uncordon,
 )
-from swarm_autoscaler.core.plan import plan
+from swarm_autoscaler.core.plan import BELOW_SURGE, plan
 
 SAMPLES = 400
 
@@ -126,8 +126,16 @@ CASES: dict[str, tuple[Case, float]] = {
     "rule: terminate broken": (_terminates("broken"), 0.07),
     "rule: drain": (_does(DrainNode), 0.09),
     "rule: retire": (_does(RetireWorkers), 0.09),
-    "rule: retire a worker holding results": (_retires_a_holder, 0.03),
+    "rule: retire a worker holding results": (_retires_a_holder, 0.022),
     "rule: cordon": (_does(Cordon), 0.05),
+    "rule: cordon under load": (
+        lambda s, p, r, c: r.pending > 0 and _does(Cordon)(s, p, r, c),
+        0.006,
+    ),
+    "rule: cordon for cheaper machines": (
+        lambda s, p, r, c: any(isinstance(a, Cordon) and "cheaper machines" in a.reason for a in r.actions),
+        0.0075,
+    ),
     "rule: uncordon": (_does(Uncordon), 0.04),
     "rule: remove node": (_removes_a_node, 0.07),
     "rule: activate": (_does(ActivateNode), 0.015),
@@ -161,7 +169,11 @@ CASES: dict[str, tuple[Case, float]] = {
     "guard: max_instances binds": (_at_max, 0.07),
     "guard: busy drained node due for termination": (_busy_drained_due, 0.08),
     "guard: min_instances keeps a drained node": (_min_holds, 0.005),
-    "guard: a worker holding results stays to receive them": (_holder_stays, 0.009),
+    "guard: a queue threshold holds launches back": (
+        lambda s, p, r, c: any(name == BELOW_SURGE for name, _ in r.placed),
+        0.0075,
+    ),
+    "guard: a worker holding results stays to receive them": (_holder_stays, 0.013),
 }
 
 

@@ -355,12 +355,15 @@ class TypePolicy:
 
     `reserve`: drained nodes of this type kept warm. `overhead`: resources the OS and sidecars take,
     subtracted from the type's capacity before fitting tasks. `price_per_hour` overrides the catalogue.
+    `surge_above`: while a worker of this type is up, new machines of it are launched only for more than
+    this many pending tasks (0: for any; see surge.py).
     """
 
     name: str
     reserve: int = 0
     overhead: Resources = Resources()
     price_per_hour: float | None = None
+    surge_above: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,6 +379,8 @@ class Policy:
     - `max_launch_per_tick`: cap on new instances per plan (0 = no cap beyond max_instances).
     - `consolidate_below`: a worker using at most this fraction of its machine is cordoned (takes no new
       tasks, so that it empties) when others of its type have room for its tasks (0 = never).
+    - `consolidate_under_load`: consolidation also runs while work is pending, when the plan placed all
+      of it on capacity that is up (and cordoned workers are then drained as they empty).
     - `tolerated_wait`: a task queued behind a busy worker that dask's duration estimates say starts
       there within this long buys no new instance (0 = every queued task may buy one).
     - `subnets`: the subnets a launch may use (empty: one, chosen by EC2). A type counts as refused for
@@ -391,6 +396,7 @@ class Policy:
     node_down_timeout: float = 300.0
     max_launch_per_tick: int = 0
     consolidate_below: float = 0.5
+    consolidate_under_load: bool = True
     tolerated_wait: float = 120.0
     subnets: tuple[str, ...] = ()
 

@@ -126,11 +126,18 @@ def _stuck(facts: Facts, member: Member) -> bool:
     return started is not None and facts.now - started >= facts.policy.termination_delay
 
 
-def scale_down(facts: Facts, received: Mapping[str, int], launching: Collection[str], launched: int) -> Step:
+def scale_down(
+    facts: Facts,
+    received: Mapping[str, int],
+    launching: Collection[str],
+    launched: int,
+    cordoned_only: bool = False,
+) -> Step:
     """Retire and drain nodes empty for `drain_delay`; terminate drained nodes beyond the reserve.
     `received`: members scale-up placed tasks on (never touched); `launching`: the types this plan
-    launches (never terminated in the same plan); `launched`: how many instances it launches."""
-    drain = _drain(facts, received)
+    launches (never terminated in the same plan); `launched`: how many instances it launches;
+    `cordoned_only` (under load): only cordoned members are drained (they take no new task)."""
+    drain = _drain(facts, received, cordoned_only)
     chosen = _beyond_reserve(facts, received, launching, launched)
     reason = f"drained for at least termination_delay={facts.policy.termination_delay:g}s, beyond the reserve"
     ends = [terminate(m, reason, _idle_and_ours(m), facts.now) for m in chosen]
@@ -140,7 +147,7 @@ def scale_down(facts: Facts, received: Mapping[str, int], launching: Collection[
     )
 
 
-def _drain(facts: Facts, received: Mapping[str, int]) -> Step:
+def _drain(facts: Facts, received: Mapping[str, int], cordoned_only: bool = False) -> Step:
     """Active members empty (running and queuing nothing) for `drain_delay`: their workers retired (one
     action per node), then their nodes drained, each drain expecting its workers really retired.
 
@@ -153,7 +160,11 @@ def _drain(facts: Facts, received: Mapping[str, int]) -> Step:
     drain: list[Action] = []
     marks: list[Mark] = []
     delay = facts.policy.drain_delay
-    due = [m for m in facts.cluster.active if _empty_for(facts, m, received, delay)]
+    due = [
+        m
+        for m in facts.cluster.active
+        if _empty_for(facts, m, received, delay) and (m.cordoned or not cordoned_only)
+    ]
     kept = _holders_kept(facts.cluster.active, due)
     for member in (m for m in due if m.key not in kept):
         node = member.node
