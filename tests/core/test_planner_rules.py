@@ -1071,6 +1071,13 @@ CONSOLIDATE = [
         SURGE_ABOVE_2,
     ),
     Case(
+        "a queue longer than the threshold is not held back when the maximum caps the launch below it",
+        # one new m5.large may be launched (max 2): it takes 2 of the 5 waiting tasks, 3 find no room
+        assemble(machine(1, processing=(*running(2, "a"), *make_tasks(5, "w")))),
+        Plan((launch("m5.large", 1, 2),), pending=5, placed=(("new", 2),)),
+        replace(SURGE_ABOVE_2, max_instances=2),
+    ),
+    Case(
         "a queue threshold does not hold back the first machine of its type (none is up to run the tasks)",
         assemble(unrunnable=make_tasks(2, "u")),
         Plan((launch("m5.large", 1, 2),), pending=2, placed=(("new", 2),)),

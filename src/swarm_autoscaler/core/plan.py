@@ -103,7 +103,7 @@ def _decide(
     capacity = type_capacity(snapshot, options, space)
     budget = LaunchBook.of(snapshot, policy).budget
     up = scale_up(facts, pool, options, capacity, budget, tracing=ledger is not None)
-    up = hold_back(up, below_threshold(up.new_bins, facts.cluster, policy))
+    up = hold_back(up, below_threshold(up.new_bins, facts.cluster, policy, pool.left))
     launches = plan_launches(
         snapshot, policy, facts.cluster, up.new_bins, up.received, options, fill_reserve=nothing_pending
     )

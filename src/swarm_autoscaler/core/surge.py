@@ -24,9 +24,13 @@ from swarm_autoscaler.core.scaleup import NEW, Placement
 BELOW_SURGE = "below-surge"  # `Plan.placed`: tasks left to the workers of a type, at or below its threshold
 
 
-def below_threshold(new_bins: Sequence[NewBins], cluster: Cluster, policy: Policy) -> dict[str, int]:
+def below_threshold(
+    new_bins: Sequence[NewBins], cluster: Cluster, policy: Policy, unplaced: int = 0
+) -> dict[str, int]:
     """Type name -> the number of pending tasks `new_bins` put on new machines of that type, for each
-    type whose launches the threshold holds back (N or fewer tasks, and a worker of the type up)."""
+    type whose launches the threshold holds back (N or fewer tasks, and a worker of the type up).
+    `unplaced`: pending tasks left without capacity (the launch budget or max_instances ran out): they
+    count as waiting for every type, so a queue longer than the budget is never held back."""
     tasks: dict[str, int] = {}
     for b in new_bins:
         tasks[b.type_name] = tasks.get(b.type_name, 0) + b.count * b.tasks_each
@@ -34,7 +38,7 @@ def below_threshold(new_bins: Sequence[NewBins], cluster: Cluster, policy: Polic
     held = {}
     for type_name, n in tasks.items():
         tp = policy.type_policy(type_name)
-        if tp is not None and tp.surge_above > 0 and n <= tp.surge_above and type_name in up:
+        if tp is not None and tp.surge_above > 0 and n + unplaced <= tp.surge_above and type_name in up:
             held[type_name] = n
     return held
 
