@@ -79,10 +79,17 @@ def tasks(draw: st.DrawFn, prefix: str, max_size: int, executing: bool = False) 
 ESTIMATES = st.sampled_from((None, 30.0, 100.0, 600.0))
 
 
-def timed(draw: st.DrawFn, task: Task, executing: bool) -> Task:
-    """`task` with dask's duration estimate and, when executing, a start time (either may be absent)."""
-    started = draw(st.sampled_from((None, NOW - 500, NOW - 90, NOW - 10))) if executing else None
-    return dataclasses.replace(task, executing=executing, expected=draw(ESTIMATES), started=started)
+SHORT = st.sampled_from((None, 30.0, 60.0, 100.0))  # estimates of tasks ending within the tolerated wait
+
+
+def timed(draw: st.DrawFn, task: Task, executing: bool, short: bool = False) -> Task:
+    """`task` with dask's duration estimate and, when executing, a start time (either may be absent);
+    `short`: estimates and starts that mostly end it within the default tolerated wait."""
+    starts = (None, NOW - 20, NOW - 10, NOW - 5) if short else (None, NOW - 500, NOW - 90, NOW - 10)
+    started = draw(st.sampled_from(starts)) if executing else None
+    return dataclasses.replace(
+        task, executing=executing, expected=draw(SHORT if short else ESTIMATES), started=started
+    )
 
 
 @st.composite
@@ -278,6 +285,43 @@ def worlds(draw: st.DrawFn) -> Snapshot:
 
 
 @st.composite
+def cost_fleets(draw: st.DrawFn) -> Snapshot:
+    """What the cost levers act on (tests/core/test_cost_levers.py), one of two fleets: full m5.large
+    workers, some with one to three tasks waiting (the queue threshold); or m5.large workers with room
+    beside dearer machines (c5.2xlarge, g4dn.xlarge) running a few short CPU tasks that the cheaper
+    workers could take (the cost-aware pass). Tasks carry dask's estimates, mostly ending soon."""
+    queue = draw(st.booleans())
+    parts = []
+    for n in range(1, draw(st.integers(2, 6)) + 1):
+        dear = (not queue and n == 1) or draw(st.integers(0, 5)) == 0
+        type_name = draw(st.sampled_from(("c5.2xlarge", "g4dn.xlarge"))) if dear else "m5.large"
+        host = hostname(n)
+        res = next(t.resources for t in CATALOGUE if t.name == type_name)
+        running = 2 if queue and not dear else 1 if type_name == "m5.large" else draw(st.integers(1, 2))
+        waiting = draw(st.integers(0, 3)) if queue and not dear else 0
+        work = tuple(
+            timed(draw, make_task(f"w{n}-{i}", cpus=1, ram_gib=1), True, short=True) for i in range(running)
+        )  # the waiting ones without an estimate: each may buy a machine (tolerated_wait aside)
+        work += tuple(make_task(f"q{n}-{i}", cpus=1, ram_gib=1) for i in range(waiting))
+        marks = NodeMarks(True)
+        parts.append(
+            (
+                Instance(f"i-{n:04d}", type_name, InstanceState.RUNNING, NOW - 1000, host),
+                Node(f"node-{n}", host, Availability.ACTIVE, NodeStatus.READY, marks=marks, ours=True),
+                Worker(f"tcp://{host}:8786", host, host, res, processing=work),
+            )
+        )
+    return Snapshot(
+        now=NOW,
+        instance_types=CATALOGUE,
+        instances=tuple(i for i, _, _ in parts),
+        nodes=tuple(n for _, n, _ in parts),
+        workers=tuple(w for _, _, w in parts),
+        unrunnable=(),
+    )
+
+
+@st.composite
 def policies(draw: st.DrawFn) -> Policy:
     allowed = draw(st.lists(st.sampled_from(TYPES), min_size=1, max_size=4, unique=True))
     overhead = draw(st.sampled_from((Resources(), Resources(0.25, 512 * 1024**2))))
@@ -288,7 +332,7 @@ def policies(draw: st.DrawFn) -> Policy:
                 name,
                 reserve=draw(st.sampled_from((0, 0, 0, 1, 2))),
                 overhead=overhead,
-                surge_above=2 if name in ("m5.large", "g4dn.xlarge") else 0,
+                surge_above=2 if name != "c5.2xlarge" else 0,
             )
             for name in allowed
         ),
@@ -395,6 +439,7 @@ def quiet_fleets(draw: st.DrawFn) -> Snapshot:
         )
     )
     load = draw(st.sampled_from((1, 2, 4)))  # most tasks a worker runs: light fleets are the ones to shrink
+    short = "g4dn.xlarge" in kinds  # a GPU fleet's tasks end soon: the cost-aware pass may move them
     for n in range(1, draw(st.integers(2, 7)) + 1):
         type_name = draw(st.sampled_from(kinds))
         host = hostname(n)
@@ -403,7 +448,7 @@ def quiet_fleets(draw: st.DrawFn) -> Snapshot:
         marks = NodeMarks(ready=True, cordoned_since=NOW - 30 if cordoned else None)
         shapes = draw(st.lists(st.sampled_from(SHAPES[:4]), max_size=load))
         work = tuple(
-            timed(draw, make_task(f"w{n}-{i}", **shape), draw(st.integers(0, 5)) > 0)  # type: ignore[arg-type]
+            timed(draw, make_task(f"w{n}-{i}", **shape), draw(st.integers(0, 5)) > 0, short)  # type: ignore[arg-type]
             for i, shape in enumerate(shapes)
         )
         parts.append(

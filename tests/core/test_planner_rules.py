@@ -858,6 +858,11 @@ def running(n: int, prefix: str, **shape: float | str | None) -> tuple[Task, ...
     return tuple(replace(t, executing=True) for t in make_tasks(n, prefix, **shape))
 
 
+def ending(n: int, prefix: str, in_s: float = 30.0, **shape: float | str | None) -> tuple[Task, ...]:
+    """`n` executing tasks that dask's estimates say end in `in_s` seconds."""
+    return tuple(replace(t, started=NOW + in_s - 60.0, expected=60.0) for t in running(n, prefix, **shape))
+
+
 def xlarge(n: int, tasks: tuple[Task, ...], **kw: object) -> tuple[Instance, Node, Worker | None]:
     return machine(n, "m5.xlarge", processing=tasks, **kw)  # type: ignore[arg-type]
 
@@ -1031,7 +1036,7 @@ CONSOLIDATE = [
     Case(
         "a GPU machine running only CPU tasks is cordoned when cheaper machines have room for them",
         assemble(
-            machine(1, "g4dn.xlarge", processing=running(3, "g")),
+            machine(1, "g4dn.xlarge", processing=ending(3, "g")),
             machine(2, "c5.2xlarge", processing=running(6, "c2-")),
             machine(3, "c5.2xlarge", processing=running(6, "c3-")),
         ),
@@ -1040,22 +1045,31 @@ CONSOLIDATE = [
     Case(
         "an expensive machine under the threshold is cordoned when cheaper machines have room for its tasks",
         assemble(
-            machine(1, "c5.2xlarge", processing=running(2, "c")),
+            machine(1, "c5.2xlarge", processing=ending(2, "c")),
             *(xlarge(n, running(3, f"b{n}-")) for n in (2, 3, 4)),
         ),
         Plan((cordon(1, "uses 25% of its c5.2xlarge; cheaper machines have room for its tasks"),)),
     ),
     Case(
+        "an expensive machine whose tasks dask expects to run past the tolerated wait is not cordoned for "
+        "cheaper ones (its room would be lost while they run on)",
+        assemble(
+            machine(1, "c5.2xlarge", processing=ending(2, "c", in_s=600.0)),
+            *(xlarge(n, running(3, f"b{n}-")) for n in (2, 3, 4)),
+        ),
+        Plan(),
+    ),
+    Case(
         "a machine whose task is pinned to its type is not cordoned for cheaper ones",
         assemble(
-            machine(1, "c5.2xlarge", processing=running(2, "c", pinned="c5.2xlarge")),
+            machine(1, "c5.2xlarge", processing=ending(2, "c", pinned="c5.2xlarge")),
             *(xlarge(n, running(3, f"b{n}-")) for n in (2, 3, 4)),
         ),
         Plan(),
     ),
     Case(
         "of two light machines of different types, the dearer is cordoned, never the cheaper onto it",
-        assemble(xlarge(1, running(1, "a")), machine(2, "c5.2xlarge", processing=running(1, "c"))),
+        assemble(xlarge(1, running(1, "a")), machine(2, "c5.2xlarge", processing=ending(1, "c"))),
         Plan((cordon(2, "uses 12% of its c5.2xlarge; cheaper machines have room for its tasks"),)),
     ),
     Case(

@@ -30,7 +30,7 @@ from swarm_autoscaler.core.model import (
     Terminate,
     Uncordon,
 )
-from swarm_autoscaler.core.plan import BELOW_SURGE, plan
+from swarm_autoscaler.core.plan import plan
 
 SAMPLES = 400
 
@@ -132,10 +132,6 @@ CASES: dict[str, tuple[Case, float]] = {
         lambda s, p, r, c: r.pending > 0 and _does(Cordon)(s, p, r, c),
         0.006,
     ),
-    "rule: cordon for cheaper machines": (
-        lambda s, p, r, c: any(isinstance(a, Cordon) and "cheaper machines" in a.reason for a in r.actions),
-        0.0075,
-    ),
     "rule: uncordon": (_does(Uncordon), 0.04),
     "rule: remove node": (_removes_a_node, 0.07),
     "rule: activate": (_does(ActivateNode), 0.015),
@@ -169,10 +165,7 @@ CASES: dict[str, tuple[Case, float]] = {
     "guard: max_instances binds": (_at_max, 0.07),
     "guard: busy drained node due for termination": (_busy_drained_due, 0.08),
     "guard: min_instances keeps a drained node": (_min_holds, 0.005),
-    "guard: a queue threshold holds launches back": (
-        lambda s, p, r, c: any(name == BELOW_SURGE for name, _ in r.placed),
-        0.0075,
-    ),
+    # (the cost-aware cordon and the queue threshold: tests/core/test_cost_levers.py, on fleets drawn for them)
     "guard: a worker holding results stays to receive them": (_holder_stays, 0.013),
 }
 

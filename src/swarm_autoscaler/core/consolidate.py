@@ -49,6 +49,7 @@ def choose_cordons(
     threshold: float,
     space: Space,
     prices: Mapping[str, float | None] | None = None,
+    by: float = float("inf"),
 ) -> list[Cordon]:
     """Cordon actions for `candidates` (active, uncordoned members with workers). `free` is each worker's
     free capacity, `capacity` a whole machine's per type; `space` turns task needs into vectors;
@@ -68,7 +69,7 @@ def choose_cordons(
     if prices:
         cordoned = {a for c in out for a in c.addresses}
         rest = [m for ms in by_type.values() for m in ms if not cordoned & {w.address for w in m.workers}]
-        out.extend(_to_cheaper(rest, (left, free), capacity, threshold, space, prices))
+        out.extend(_to_cheaper(rest, (left, free), capacity, threshold, space, prices, by))
     return out
 
 
@@ -118,6 +119,7 @@ def _to_cheaper(
     threshold: float,
     space: Space,
     prices: Mapping[str, float | None],
+    by: float,
 ) -> list[Cordon]:
     """The cost-aware pass (module doc): dearest first, then least used, then by key. `room` is (the
     room of every candidate worker still uncordoned, consumed; each worker's free room). A member that
@@ -127,7 +129,7 @@ def _to_cheaper(
     ranked = []
     for m in members:
         price, whole = prices.get(m.type_name), capacity.get(m.type_name)
-        if price is None or whole is None or not _movable(m, rooms, free):
+        if price is None or whole is None or not _movable(m, rooms, free, by):
             continue
         share = _share(m, free, whole)
         idle_gpus = whole[2] > 0 and not any(t.needs.gpus for w in m.workers for t in w.processing)
@@ -156,11 +158,15 @@ def _to_cheaper(
     return out
 
 
-def _movable(member: Member, rooms: Rooms, free: Mapping[str, Vec]) -> bool:
-    """It runs tasks, every one of them (none waits), none pinned to its type, and its workers took no
-    task of a worker cordoned before (their room is still their free room)."""
+def _movable(member: Member, rooms: Rooms, free: Mapping[str, Vec], by: float) -> bool:
+    """It runs tasks, every one of them (none waits), none pinned to its type, all expected (by dask's
+    estimates) to end by `by`, and its workers took no task of a worker cordoned before."""
     tasks = [t for w in member.workers for t in w.processing]
     if not tasks or not all(t.executing and t.pinned_type is None for t in tasks):
+        return False
+    if not all(
+        t.expected is not None and t.started is not None and t.started + t.expected <= by for t in tasks
+    ):
         return False
     return all(rooms.get(w.address) == free[w.address] for w in member.workers)
 

@@ -191,5 +191,13 @@ def _consolidate(
         and m.node.id not in draining
     ]
     return tuple(
-        choose_cordons(candidates, facts.demand.free, capacity, facts.policy.consolidate_below, space, prices)
+        choose_cordons(
+            candidates,
+            facts.demand.free,
+            capacity,
+            facts.policy.consolidate_below,
+            space,
+            prices,
+            facts.now + facts.policy.tolerated_wait,
+        )
     )
