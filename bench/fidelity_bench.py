@@ -16,7 +16,14 @@ included). The simulator runs five seeds per figure (median); live runs repeat `
 
 The live runs are `bench.live`'s, shared with `python -m bench peer`.
 
-Run: `python -m bench fidelity` (niced: the machine is shared). Writes `bench/fidelity_results.json`.
+With `--hold`, the client keeps every result until the last one arrived and then releases them all (as
+`client.gather` of a whole batch does), and the simulator models it (`Knobs.hold_results`): a worker
+holding the only copy of a result is then retired through dask's `retire_workers`, which moves it first.
+It also adds `tail`, a burst whose few long jobs keep the run going while the machines that ran short ones
+idle with their results. `--policy=ours` (or `adaptive`) runs one side only.
+
+Run: `python -m bench fidelity` (niced: the machine is shared). Writes `bench/fidelity_results.json`
+(`bench/fidelity_hold_results.json` with `--hold`).
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ from typing import Any
 from bench.live import TYPE, Workload, live_adaptive, live_ours, quiet, spread
 
 RESULTS = Path(__file__).with_name("fidelity_results.json")
+HOLD_RESULTS = Path(__file__).with_name("fidelity_hold_results.json")
+MODE = {"hold": False}  # --hold: the client keeps every result until the last one arrived
 ROOT = Path(__file__).resolve().parents[1]
 BOOT_S = 3.0
 JITTER_S = 2.0  # EC2's joins spread by about as much as the boot itself
@@ -62,7 +71,11 @@ def workloads() -> list[Workload]:
     for _ in range(30):
         t += rng.expovariate(1 / 0.5)
         mixed.append((round(t, 2), rng.choice((1.0, 1.0, 3.0, 3.0, 8.0)), rng.choice((1, 1, 2))))
+    # With --hold only: a burst with a long tail (four 24 s jobs among 28 short ones), where machines that
+    # ran only short jobs sit idle holding results while the long ones run (issue 15's burst tail).
+    tail = tuple((0.0, 24.0 if i % 8 == 0 else 2.0, 1) for i in range(32))
     return [
+        *((Workload("tail", tail, 4, BOOT_S, JITTER_S),) if MODE["hold"] else ()),
         Workload("burst", tuple((0.0, 3.0, 1) for _ in range(32)), 4, BOOT_S, JITTER_S),
         Workload("waves", tuple((0.0 if i < 16 else 15.0, 3.0, 1) for i in range(32)), 4, BOOT_S, JITTER_S),
         Workload("mixed", tuple(mixed), 4, BOOT_S, JITTER_S),
@@ -91,6 +104,7 @@ def simulated(w: Workload, policy: str) -> list[dict[str, float]]:
         join_s=w.boot_s + w.jitter_s / 2 + EMULATOR_LAG_S,
         join_jitter_s=w.jitter_s / 2,
         worker_start_s=0.0,
+        hold_results=MODE["hold"],
     )
     options = dataclasses.replace(options, first_tick_s=REACTION_S[policy])
     out = []
@@ -104,16 +118,22 @@ def _medians(runs: Sequence[Mapping[str, float]]) -> dict[str, dict[str, float]]
     return spread(runs, FIGURES)
 
 
-def measure(reps: int, names: Sequence[str]) -> dict[str, Any]:
+def measure(reps: int, names: Sequence[str], policies: Sequence[str] = ()) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for w in workloads():
         if names and w.name not in names:
             continue
         row: dict[str, Any] = {}
         for policy in ("ours", "adaptive"):
+            if policies and policy not in policies:
+                continue
             runs = []
             for rep in range(reps):
-                run = live_ours(w, rep, SETTINGS) if policy == "ours" else live_adaptive(w, rep)
+                run = (
+                    live_ours(w, rep, SETTINGS, MODE["hold"])
+                    if policy == "ours"
+                    else live_adaptive(w, rep, MODE["hold"])
+                )
                 runs.append(asyncio.run(run))
                 print(f"  {w.name} {policy} live #{rep}: {runs[-1]}", flush=True)
             row[policy] = {"live": _medians(runs), "sim": _medians(simulated(w, policy)), "live_runs": runs}
@@ -130,6 +150,9 @@ def table(results: Mapping[str, Any]) -> str:
         for k in FIGURES:
             cells = []
             for policy in ("ours", "adaptive"):
+                if policy not in row:
+                    cells.append(f"{'-':>16} {'-':>9} {'-':>8}")
+                    continue
                 live, sim = row[policy]["live"][k], row[policy]["sim"][k]["median"]
                 spread = f"{live['median']:g} ({live['min']:g}-{live['max']:g})"
                 ratio = sim / live["median"] if live["median"] else float("nan")
@@ -148,6 +171,9 @@ def markdown(results: Mapping[str, Any]) -> str:
         for k in FIGURES:
             cells = []
             for policy in ("ours", "adaptive"):
+                if policy not in row:
+                    cells += ["-", "-", "-"]
+                    continue
                 live, sim = row[policy]["live"][k], row[policy]["sim"][k]["median"]
                 ratio = sim / live["median"] if live["median"] else float("nan")
                 cells += [f"{live['median']:g} ({live['min']:g}-{live['max']:g})", f"{sim:g}", f"{ratio:.2f}"]
@@ -163,12 +189,17 @@ def main(flags: list[str]) -> None:
         if flag.startswith("--reps="):
             reps = int(flag.split("=", 1)[1])
     names = [f.split("=", 1)[1] for f in flags if f.startswith("--workload=")]
+    policies = [f.split("=", 1)[1] for f in flags if f.startswith("--policy=")]
+    MODE["hold"] = hold = "--hold" in flags
     quiet()
-    results = measure(reps, names)
+    results = measure(reps, names, policies)
     print(table(results))
     print(markdown(results))
-    RESULTS.write_text(json.dumps({"reps": reps, "results": results}, indent=2, sort_keys=True) + "\n")
-    print(f"wrote {RESULTS.relative_to(ROOT)}")
+    out = HOLD_RESULTS if hold else RESULTS
+    out.write_text(
+        json.dumps({"reps": reps, "hold": hold, "results": results}, indent=2, sort_keys=True) + "\n"
+    )
+    print(f"wrote {out.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

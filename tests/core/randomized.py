@@ -79,10 +79,17 @@ def tasks(draw: st.DrawFn, prefix: str, max_size: int, executing: bool = False) 
 ESTIMATES = st.sampled_from((None, 30.0, 100.0, 600.0))
 
 
-def timed(draw: st.DrawFn, task: Task, executing: bool) -> Task:
-    """`task` with dask's duration estimate and, when executing, a start time (either may be absent)."""
-    started = draw(st.sampled_from((None, NOW - 500, NOW - 90, NOW - 10))) if executing else None
-    return dataclasses.replace(task, executing=executing, expected=draw(ESTIMATES), started=started)
+SHORT = st.sampled_from((None, 30.0, 60.0, 100.0))  # estimates of tasks ending within the tolerated wait
+
+
+def timed(draw: st.DrawFn, task: Task, executing: bool, short: bool = False) -> Task:
+    """`task` with dask's duration estimate and, when executing, a start time (either may be absent);
+    `short`: estimates and starts that mostly end it within the default tolerated wait."""
+    starts = (None, NOW - 20, NOW - 10, NOW - 5) if short else (None, NOW - 500, NOW - 90, NOW - 10)
+    started = draw(st.sampled_from(starts)) if executing else None
+    return dataclasses.replace(
+        task, executing=executing, expected=draw(SHORT if short else ESTIMATES), started=started
+    )
 
 
 @st.composite
@@ -191,8 +198,8 @@ PHASES = (
 def scaling_down(draw: st.DrawFn) -> Snapshot:
     """What scale-down and repair act on: a fleet of one or two types whose machines are each in one
     phase of their way out (idle for a while, drained, retiring, broken, down, terminating), beside
-    busy ones, drained ones whose worker holds work or that the scheduler kept (it holds the only copy
-    of a result), nodes of other owners, stale marks and launch times in the future. Work is pending
+    busy ones, idle ones holding results a client keeps, drained ones whose worker holds work or that
+    the scheduler kept (it holds the only copy of a result), nodes of other owners, stale marks and launch times in the future. Work is pending
     one time in three."""
     parts = [draw(leaving(n)) for n in range(1, draw(st.integers(2, 8)) + 1)]
     return Snapshot(
@@ -268,6 +275,8 @@ def leaving(draw: st.DrawFn, n: int) -> tuple[Instance | None, Node | None, Work
     unique = retiring = False
     if phase == "idle":
         marks = NodeMarks(ready=True, empty_since=draw(old))
+        # One idle machine in three holds a result a client keeps (no draw: the samples stay the same)
+        unique = n % 3 == 0
     elif phase == "busy":
         work = _running(draw, draw(tasks(f"w{n}-", 3, executing=True)))
         unique = not work or draw(st.booleans())
@@ -312,12 +321,55 @@ def worlds(draw: st.DrawFn) -> Snapshot:
 
 
 @st.composite
+def cost_fleets(draw: st.DrawFn) -> Snapshot:
+    """What the cost levers act on (tests/core/test_cost_levers.py), one of two fleets: full m5.large
+    workers, some with one to three tasks waiting (the queue threshold); or m5.large workers with room
+    beside dearer machines (c5.2xlarge, g4dn.xlarge) running a few short CPU tasks that the cheaper
+    workers could take (the cost-aware pass). Tasks carry dask's estimates, mostly ending soon."""
+    queue = draw(st.booleans())
+    parts = []
+    for n in range(1, draw(st.integers(2, 6)) + 1):
+        dear = (not queue and n == 1) or draw(st.integers(0, 5)) == 0
+        type_name = draw(st.sampled_from(("c5.2xlarge", "g4dn.xlarge"))) if dear else "m5.large"
+        host = hostname(n)
+        res = next(t.resources for t in CATALOGUE if t.name == type_name)
+        running = 2 if queue and not dear else 1 if type_name == "m5.large" else draw(st.integers(1, 2))
+        waiting = draw(st.integers(0, 3)) if queue and not dear else 0
+        work = tuple(
+            timed(draw, make_task(f"w{n}-{i}", cpus=1, ram_gib=1), True, short=True) for i in range(running)
+        )  # the waiting ones without an estimate: each may buy a machine (tolerated_wait aside)
+        work += tuple(make_task(f"q{n}-{i}", cpus=1, ram_gib=1) for i in range(waiting))
+        marks = NodeMarks(True)
+        parts.append(
+            (
+                Instance(f"i-{n:04d}", type_name, InstanceState.RUNNING, NOW - 1000, host),
+                Node(f"node-{n}", host, Availability.ACTIVE, NodeStatus.READY, marks=marks, ours=True),
+                Worker(f"tcp://{host}:8786", host, host, res, processing=work),
+            )
+        )
+    return Snapshot(
+        now=NOW,
+        instance_types=CATALOGUE,
+        instances=tuple(i for i, _, _ in parts),
+        nodes=tuple(n for _, n, _ in parts),
+        workers=tuple(w for _, _, w in parts),
+        unrunnable=(),
+    )
+
+
+@st.composite
 def policies(draw: st.DrawFn) -> Policy:
     allowed = draw(st.lists(st.sampled_from(TYPES), min_size=1, max_size=4, unique=True))
     overhead = draw(st.sampled_from((Resources(), Resources(0.25, 512 * 1024**2))))
     return Policy(
         allowed_types=tuple(
-            TypePolicy(name, reserve=draw(st.sampled_from((0, 0, 0, 1, 2))), overhead=overhead)
+            # A queue threshold on two types (no draw: the samples stay the same)
+            TypePolicy(
+                name,
+                reserve=draw(st.sampled_from((0, 0, 0, 1, 2))),
+                overhead=overhead,
+                surge_above=2 if name != "c5.2xlarge" else 0,
+            )
             for name in allowed
         ),
         min_instances=draw(st.sampled_from((0, 0, 1, 3))),
@@ -426,6 +478,7 @@ def quiet_fleets(draw: st.DrawFn) -> Snapshot:
     flavour = draw(st.sampled_from(QUIET))
     parts = []
     kinds = draw(st.sampled_from(FLEET_TYPES))
+    short = "g4dn.xlarge" in kinds  # a GPU fleet's tasks end soon: the cost-aware pass may move them
     load = draw(st.sampled_from((1, 2, 4)))  # most tasks a worker runs: light fleets are the ones to shrink
     for n in range(1, draw(st.integers(2 if flavour == "mixed" else 3, 7)) + 1):
         type_name = draw(st.sampled_from(kinds))
@@ -444,7 +497,7 @@ def quiet_fleets(draw: st.DrawFn) -> Snapshot:
         elif flavour == "recovering" and not cordoned:
             work = _full(n, type_name)  # the work that comes goes to cordoned or drained machines
         else:
-            work = _quiet_work(draw, n, flavour, cordoned, load, type_name)
+            work = _quiet_work(draw, n, flavour, cordoned, load, type_name, short)
         availability = Availability.DRAIN if drained else Availability.ACTIVE
         parts.append(
             (
@@ -480,6 +533,7 @@ FLEET_TYPES = (
     ("m5.large", "m5.xlarge"),
     ("m5.xlarge", "c5.2xlarge"),
     ("m5.large", "c5.2xlarge"),
+    ("m5.xlarge", "g4dn.xlarge"),
 )
 
 
@@ -490,17 +544,17 @@ def _cordoned(draw: st.DrawFn, flavour: str) -> bool:
 
 
 def _quiet_work(
-    draw: st.DrawFn, n: int, flavour: str, cordoned: bool, load: int, type_name: str
+    draw: st.DrawFn, n: int, flavour: str, cordoned: bool, load: int, type_name: str, short: bool
 ) -> tuple[Task, ...]:
     """A quiet worker's tasks, each executing (five times in six) or waiting on it; when consolidating,
     one or two executing small ones; when recovering, a cordoned worker has one waiting half the time."""
     if flavour == "consolidating":
         shapes = draw(st.lists(st.sampled_from(SHAPES[:3]), min_size=1, max_size=2))
-        return tuple(timed(draw, make_task(f"w{n}-{i}", **s), True) for i, s in enumerate(shapes))  # type: ignore[arg-type]
+        return tuple(timed(draw, make_task(f"w{n}-{i}", **s), True, short) for i, s in enumerate(shapes))  # type: ignore[arg-type]
     fitting = SHAPES[:3] if type_name == "m5.large" else SHAPES[:4]  # 3 CPUs do not fit an m5.large
     shapes = draw(st.lists(st.sampled_from(fitting), max_size=load))
     work = tuple(
-        timed(draw, make_task(f"w{n}-{i}", **shape), draw(st.integers(0, 5)) > 0)  # type: ignore[arg-type]
+        timed(draw, make_task(f"w{n}-{i}", **shape), draw(st.integers(0, 5)) > 0, short)  # type: ignore[arg-type]
         for i, shape in enumerate(shapes)
     )
     if flavour == "recovering" and cordoned and draw(st.booleans()):

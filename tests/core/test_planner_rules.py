@@ -40,6 +40,7 @@ from swarm_autoscaler.core.model import (
     NodeMarks,
     NodeOurs,
     NodeStatus,
+    NoTasks,
     NothingWaits,
     NotJoined,
     NoWorker,
@@ -120,6 +121,13 @@ def unlabelled(parts: tuple[Instance, Node, Worker | None]) -> tuple[Instance, N
 def retire(n: int, delay: str = "60s") -> RetireWorkers:
     """The expected retirement of machine `n`'s worker, planned on its host being idle."""
     return RetireWorkers((addr(n),), f"idle for at least drain_delay={delay}", (HostIdle(hostname(n)),))
+
+
+def retire_holder(n: int, delay: str = "60s") -> RetireWorkers:
+    """The expected retirement of machine `n`'s worker that holds results only: planned on its host
+    running nothing (dask moves the results first)."""
+    why = f"idle for at least drain_delay={delay}; its results move to a worker that stays"
+    return RetireWorkers((addr(n),), why, (NoTasks(hostname(n)),))
 
 
 def drain(n: int, reason: str, retired: bool = True) -> DrainNode:
@@ -429,9 +437,62 @@ SCALE_DOWN = [
         ),
     ),
     Case(
-        "a worker holding unique data is never retired nor drained; its empty mark is cleared",
+        "a worker that runs nothing but holds a client's results is marked empty",
+        assemble(machine(1, unique=True), busy_large(2)),  # type: ignore[arg-type]
+        Plan((mark(1, "worker holds results only", empty_since=NOW),)),
+    ),
+    Case(
+        "a worker holding results only, empty for drain_delay, is retired (its results move to a worker "
+        "that stays) and its node drained once it really left",
+        assemble(machine(1, unique=True, marks=EMPTY_LONG), busy_large(2)),  # type: ignore[arg-type]
+        Plan(
+            (
+                mark(1, "drained", empty_since=None, drained_since=NOW),
+                retire_holder(1),
+                drain(1, "empty for 100s (drain_delay 60s)"),
+            )
+        ),
+    ),
+    Case(
+        "the only worker holding results is kept: no other worker could receive them",
         assemble(machine(1, unique=True, marks=NodeMarks(ready=True, empty_since=NOW - 1000))),
-        Plan((mark(1, "has work again", empty_since=None),)),
+        Plan(),
+    ),
+    Case(
+        "of idle workers holding results with no other worker left, all but one (the last by key) go",
+        assemble(machine(1, unique=True, marks=EMPTY_LONG), machine(2, unique=True, marks=EMPTY_LONG)),
+        Plan(
+            (
+                mark(1, "drained", empty_since=None, drained_since=NOW),
+                retire_holder(1),
+                drain(1, "empty for 100s (drain_delay 60s)"),
+            )
+        ),
+    ),
+    Case(
+        "an idle worker without results goes, the one holding results stays to receive nothing more",
+        assemble(machine(1, marks=EMPTY_LONG), machine(2, unique=True, marks=EMPTY_LONG)),
+        Plan(
+            (
+                mark(1, "drained", empty_since=None, drained_since=NOW),
+                retire(1),
+                drain(1, "empty for 100s (drain_delay 60s)"),
+            )
+        ),
+    ),
+    Case(
+        "a cordoned worker holding results stays when no uncordoned worker would be left to take them",
+        assemble(
+            machine(1, unique=True, retiring=True, marks=replace(EMPTY_LONG, cordoned_since=NOW - 200)),
+            machine(2, marks=EMPTY_LONG),
+        ),
+        Plan(
+            (
+                mark(2, "drained", empty_since=None, drained_since=NOW),
+                retire(2),
+                drain(2, "empty for 100s (drain_delay 60s)"),
+            )
+        ),
     ),
     Case(
         "pending work blocks scale-down",
@@ -797,6 +858,11 @@ def running(n: int, prefix: str, **shape: float | str | None) -> tuple[Task, ...
     return tuple(replace(t, executing=True) for t in make_tasks(n, prefix, **shape))
 
 
+def ending(n: int, prefix: str, in_s: float = 30.0, **shape: float | str | None) -> tuple[Task, ...]:
+    """`n` executing tasks that dask's estimates say end in `in_s` seconds."""
+    return tuple(replace(t, started=NOW + in_s - 60.0, expected=60.0) for t in running(n, prefix, **shape))
+
+
 def xlarge(n: int, tasks: tuple[Task, ...], **kw: object) -> tuple[Instance, Node, Worker | None]:
     return machine(n, "m5.xlarge", processing=tasks, **kw)  # type: ignore[arg-type]
 
@@ -812,6 +878,8 @@ def with_foo(parts: tuple[Instance, Node, Worker | None]) -> tuple[Instance, Nod
 
 CORDONED = NodeMarks(ready=True, cordoned_since=NOW - 30)
 USES_25 = "uses 25% of its machine; the rest of its type has room for its tasks"
+SURGE_ABOVE_2 = make_policy(types=(TypePolicy("m5.large", surge_above=2), "m5.xlarge", "c5.2xlarge"))
+GPU_IDLE = "runs no GPU task on its g4dn.xlarge (75% used); cheaper machines have room for its tasks"
 
 CONSOLIDATE = [
     Case(
@@ -936,6 +1004,98 @@ CONSOLIDATE = [
             xlarge(4, running(3, "d")),
         ),
         Plan((cordon(1, USES_25),)),
+    ),
+    Case(
+        "under load, with the pending work placed on one worker, an under-used other is cordoned",
+        # node-1 runs 4 tasks with 2 more waiting: they go on node-2 (the fullest with room); node-3's
+        # task and the next fit on node-4
+        assemble(
+            xlarge(1, (*running(4, "a"), *make_tasks(2, "w"))),
+            *(xlarge(n, running(1, f"b{n}-")) for n in (2, 3, 4)),
+        ),
+        Plan((cordon(3, USES_25),), pending=2, placed=(("active", 2),)),
+    ),
+    Case(
+        "under load, a cordoned worker that emptied is drained; an idle uncordoned one is left to take work",
+        assemble(
+            xlarge(1, (*running(4, "a"), *make_tasks(1, "w"))),
+            xlarge(2, running(1, "b")),
+            xlarge(3, (), retiring=True, marks=replace(CORDONED, empty_since=NOW - 61)),
+            xlarge(4, (), marks=EMPTY_LONG),
+        ),
+        Plan(
+            (
+                mark(3, "drained", empty_since=None, drained_since=NOW, cordoned_since=None),
+                retire(3),
+                drain(3, "empty for 61s (drain_delay 60s)"),
+            ),
+            pending=1,
+            placed=(("active", 1),),
+        ),
+    ),
+    Case(
+        "a GPU machine running only CPU tasks is cordoned when cheaper machines have room for them",
+        assemble(
+            machine(1, "g4dn.xlarge", processing=ending(3, "g")),
+            machine(2, "c5.2xlarge", processing=running(6, "c2-")),
+            machine(3, "c5.2xlarge", processing=running(6, "c3-")),
+        ),
+        Plan((cordon(1, GPU_IDLE),)),
+    ),
+    Case(
+        "an expensive machine under the threshold is cordoned when cheaper machines have room for its tasks",
+        assemble(
+            machine(1, "c5.2xlarge", processing=ending(2, "c")),
+            *(xlarge(n, running(3, f"b{n}-")) for n in (2, 3, 4)),
+        ),
+        Plan((cordon(1, "uses 25% of its c5.2xlarge; cheaper machines have room for its tasks"),)),
+    ),
+    Case(
+        "an expensive machine whose tasks dask expects to run past the tolerated wait is not cordoned for "
+        "cheaper ones (its room would be lost while they run on)",
+        assemble(
+            machine(1, "c5.2xlarge", processing=ending(2, "c", in_s=600.0)),
+            *(xlarge(n, running(3, f"b{n}-")) for n in (2, 3, 4)),
+        ),
+        Plan(),
+    ),
+    Case(
+        "a machine whose task is pinned to its type is not cordoned for cheaper ones",
+        assemble(
+            machine(1, "c5.2xlarge", processing=ending(2, "c", pinned="c5.2xlarge")),
+            *(xlarge(n, running(3, f"b{n}-")) for n in (2, 3, 4)),
+        ),
+        Plan(),
+    ),
+    Case(
+        "of two light machines of different types, the dearer is cordoned, never the cheaper onto it",
+        assemble(xlarge(1, running(1, "a")), machine(2, "c5.2xlarge", processing=ending(1, "c"))),
+        Plan((cordon(2, "uses 12% of its c5.2xlarge; cheaper machines have room for its tasks"),)),
+    ),
+    Case(
+        "a type with a queue threshold launches nothing while at most that many tasks wait on its workers",
+        assemble(machine(1, processing=(*running(2, "a"), *make_tasks(2, "w")))),
+        Plan(pending=2, placed=(("below-surge", 2),)),
+        SURGE_ABOVE_2,
+    ),
+    Case(
+        "a type with a queue threshold launches once more tasks than that wait",
+        assemble(machine(1, processing=(*running(2, "a"), *make_tasks(3, "w")))),
+        Plan((launch("m5.large", 2, 3),), pending=3, placed=(("new", 3),)),
+        SURGE_ABOVE_2,
+    ),
+    Case(
+        "a queue longer than the threshold is not held back when the maximum caps the launch below it",
+        # one new m5.large may be launched (max 2): it takes 2 of the 5 waiting tasks, 3 find no room
+        assemble(machine(1, processing=(*running(2, "a"), *make_tasks(5, "w")))),
+        Plan((launch("m5.large", 1, 2),), pending=5, placed=(("new", 2),)),
+        replace(SURGE_ABOVE_2, max_instances=2),
+    ),
+    Case(
+        "a queue threshold does not hold back the first machine of its type (none is up to run the tasks)",
+        assemble(unrunnable=make_tasks(2, "u")),
+        Plan((launch("m5.large", 1, 2),), pending=2, placed=(("new", 2),)),
+        SURGE_ABOVE_2,
     ),
     Case(
         "a cordon mark whose worker takes tasks again (restarted) is cleared",

@@ -83,6 +83,27 @@ def _busy_drained_due(snapshot: Snapshot, policy: Policy, _p: Plan, cluster: Clu
     )
 
 
+def _retires_a_holder(snapshot: Snapshot, policy: Policy, result: Plan, _c: Cluster) -> bool:
+    """A worker that runs nothing but holds the only copy of a result is retired (its results move)."""
+    holding = {w.address for w in snapshot.workers if w.holding}
+    return any(isinstance(a, RetireWorkers) and holding & set(a.addresses) for a in result.actions)
+
+
+def _holder_stays(snapshot: Snapshot, policy: Policy, result: Plan, cluster: Cluster) -> bool:
+    """An active worker holding results is due for retirement, yet is not retired: no uncordoned
+    worker would be left to receive its results (nothing is pending: scale-down runs)."""
+    retired = {a for r in result.actions if isinstance(r, RetireWorkers) for a in r.addresses}
+    return result.pending == 0 and any(
+        m.busy
+        and not m.working
+        and m.node is not None
+        and (since := m.node.marks.empty_since) is not None
+        and snapshot.now - since >= policy.drain_delay
+        and not retired & {w.address for w in m.workers}
+        for m in cluster.active
+    )
+
+
 def _min_holds(snapshot: Snapshot, policy: Policy, result: Plan, cluster: Cluster) -> bool:
     """An idle drained node is due for termination, yet none is terminated: min_instances (or the
     reserve) keeps it."""
@@ -104,11 +125,16 @@ def _min_holds(snapshot: Snapshot, policy: Policy, result: Plan, cluster: Cluste
 CASES: dict[str, tuple[Case, float]] = {
     # rules: each action the planner takes
     "rule: terminate drained": (_terminates("drained"), 0.11),
-    "rule: terminate broken": (_terminates("broken"), 0.11),
+    "rule: terminate broken": (_terminates("broken"), 0.085),
     "rule: drain": (_does(DrainNode), 0.10),
     "rule: retire": (_does(RetireWorkers), 0.10),
+    "rule: retire a worker holding results": (_retires_a_holder, 0.022),
     "rule: cordon": (_does(Cordon), 0.10),
-    "rule: uncordon": (_does(Uncordon), 0.11),
+    "rule: cordon under load": (
+        lambda s, p, r, c: r.pending > 0 and _does(Cordon)(s, p, r, c),
+        0.006,
+    ),
+    "rule: uncordon": (_does(Uncordon), 0.08),
     "rule: remove node": (_removes_a_node, 0.24),
     "rule: activate": (_does(ActivateNode), 0.075),
     "rule: launch": (_does(Launch), 0.13),
@@ -138,9 +164,11 @@ CASES: dict[str, tuple[Case, float]] = {
     ),
     "input: node not ours": (lambda s, p, r, c: any(not n.ours and not n.is_manager for n in s.nodes), 0.10),
     # guards: a sample where the guard alone decides
-    "guard: max_instances binds": (_at_max, 0.10),
+    "guard: max_instances binds": (_at_max, 0.055),
     "guard: busy drained node due for termination": (_busy_drained_due, 0.13),
     "guard: min_instances keeps a drained node": (_min_holds, 0.02),
+    # (the cost-aware cordon and the queue threshold: tests/core/test_cost_levers.py, on fleets drawn for them)
+    "guard: a worker holding results stays to receive them": (_holder_stays, 0.013),
 }
 
 

@@ -135,3 +135,59 @@ async def test_retired_idle_worker_is_restarted_by_swarm_while_its_node_is_activ
     assert world.violations == [] and (await SimWorkload(world).observe()).workers == ()
     world.advance(EPOCH + 130)
     assert len((await SimWorkload(world).observe()).workers) == 1
+
+
+def holding_world(*jobs: Job) -> World:
+    knobs = Knobs(join_s=90.0, join_jitter_s=0.0, worker_start_s=20.0, shutdown_s=30.0, hold_results=True)
+    return World(CATALOGUE, {j.key: j for j in jobs}, {}, knobs, ScriptedFaults())
+
+
+async def test_a_worker_whose_held_results_have_nowhere_to_go_is_kept_on_retirement() -> None:
+    """With `hold_results`, a finished job's result stays on its worker (unique data) until every job
+    has finished; retiring the only worker moves nothing and keeps it, as dask's `retire_workers` does."""
+    world = holding_world(Job(0, 0.0, 10.0, 1.0, 1.0, 0), Job(1, 5000.0, 10.0, 1.0, 1.0, 0))
+    cloud, dask = SimCloud(world), SimWorkload(world)
+    await cloud.launch("m5.large", 1, {"instance-type": "m5.large"})
+    world.advance(EPOCH + 110)
+    world.scheduler.submit("job-000000", world.now)
+    world.advance(EPOCH + 121)
+    (holder,) = (await dask.observe()).workers
+    assert holder.holding
+    assert await dask.retire([holder.address]) == ()
+    assert [w.address for w in (await dask.observe()).workers if w.holding] == [holder.address]
+    assert world.violations == []
+
+
+async def test_a_holder_retired_beside_a_running_worker_hands_its_results_over() -> None:
+    """Retiring moves the results to a running worker first; the client releases them all once the
+    last job finished."""
+    long, short = Job(0, 0.0, 300.0, 1.0, 1.0, 0), Job(1, 0.0, 10.0, 1.0, 1.0, 0)
+    world = holding_world(long, short)
+    cloud, dask = SimCloud(world), SimWorkload(world)
+    await cloud.launch("m5.large", 2, {"instance-type": "m5.large"})
+    world.advance(EPOCH + 110)
+    world.scheduler.submit(long.key, world.now)  # to the first worker
+    world.scheduler.submit(short.key, world.now)  # to the least busy: the second
+    world.advance(EPOCH + 121)
+    running, holder = (await dask.observe()).workers
+    assert holder.holding and running.processing and not running.has_unique_data
+    assert await dask.retire([holder.address]) == (holder.address,)
+    (receiver,) = (await dask.observe()).workers
+    assert receiver.address == running.address and receiver.has_unique_data and world.violations == []
+    world.advance(EPOCH + 420)
+    assert not any(w.has_unique_data for w in (await dask.observe()).workers)
+
+
+async def test_draining_a_node_whose_worker_holds_the_only_copy_of_a_result_is_a_violation() -> None:
+    job = Job(0, 0.0, 10.0, 1.0, 1.0, 0)
+    world = holding_world(job, Job(1, 5000.0, 10.0, 1.0, 1.0, 0))  # the second keeps results held
+    cloud, swarm = SimCloud(world), SimOrchestrator(world)
+    await cloud.launch("m5.large", 1, {"instance-type": "m5.large"})
+    world.advance(EPOCH + 110)
+    world.scheduler.submit(job.key, world.now)
+    world.advance(EPOCH + 130)
+    (node,) = await swarm.list_nodes()
+    await swarm.set_availability(node.id, Availability.DRAIN)
+    assert [v.what for v in world.violations] == [
+        f"drain set: node {node.hostname} held the only copy of 1 result(s)"
+    ]

@@ -53,6 +53,7 @@ def build_policy(
         termination_delay=timing.termination_delay,
         node_down_timeout=timing.node_down_timeout,
         consolidate_below=timing.consolidate_below,
+        consolidate_under_load=timing.consolidate_under_load,
         tolerated_wait=timing.tolerated_wait,
         max_launch_per_tick=max_launch_per_tick,
         subnets=subnets,
@@ -81,4 +82,5 @@ def _type_policy(name: str, allowed: AllowedType, known: InstanceType | None) ->
         price_per_hour=allowed.price_per_hour,
         minimum=allowed.min,
         warm_pool=allowed.warm_pool,
+        surge_above=allowed.surge_above,
     )

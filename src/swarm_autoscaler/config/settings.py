@@ -139,6 +139,15 @@ class TimingSettings(BaseSettings):
             "tasks, so that it empties and is drained. 0 turns consolidation off."
         ),
     )
+    consolidate_under_load: bool = Field(
+        default=True,
+        description=(
+            "Consolidate also while work is pending, when every pending task fits on machines that are "
+            "up (Karpenter's WhenEmptyOrUnderutilized); cordoned workers are then drained as they empty. "
+            "Cheaper under a steady stream of tasks, at some waiting: false consolidates only when "
+            "nothing is pending."
+        ),
+    )
     tolerated_wait: Duration = Field(
         default=120.0,
         description=(
@@ -229,7 +238,9 @@ class Ec2Settings(Ec2AccessSettings):
         'default 0), "warm_pool" (stopped machines kept ready to start, default 0; each costs its EBS '
         'volume), "price_per_hour" (USD, overrides the catalogue), '
         '"overhead" ({"cpus", "ram_gib", "gpus"} kept back for the OS and sidecars), "boot_script" (shell '
-        "run at boot)}. Key order is the order of preference on price ties.",
+        'run at boot), "surge_above" (while a worker of the type is up, launch more of it only when more '
+        "than this many pending tasks would go on them; default 0: for any)}. Key order is the order of "
+        "preference on price ties.",
         json_schema_extra={"example": '{"m5.large": {"ami_id": "ami-0123456789abcdef0", "reserve": 1}}'},
     )
     min_instances: int = Field(

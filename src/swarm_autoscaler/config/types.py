@@ -184,6 +184,12 @@ class AllowedType(BaseModel):
     boot_script: Annotated[str, AfterValidator(_boot_script)] = Field(
         default="", description="Shell commands run at boot before joining; empty = none."
     )
+    surge_above: int = Field(
+        default=0,
+        ge=0,
+        le=100_000,
+        description="While a worker of this type is up, launch more only for more than this many tasks.",
+    )
 
 
 def known_types(types: dict[str, AllowedType]) -> dict[str, AllowedType]:

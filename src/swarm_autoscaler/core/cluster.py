@@ -207,6 +207,11 @@ class Member:
         return any(w.busy for w in self.workers)
 
     @property
+    def working(self) -> bool:
+        """A worker on it runs or queues a task (results it holds do not count: see `Worker.holding`)."""
+        return any(w.processing for w in self.workers)
+
+    @property
     def cordoned(self) -> bool:
         """The daemon cordoned its worker: the node is marked and the worker takes no new tasks."""
         marked = self.node is not None and self.node.marks.cordoned_since is not None

@@ -16,8 +16,19 @@ on one worker, and summed room let a cordon be undone a tick later). Dask queues
 busy worker rather than wait for a cordoned one, and does not reliably move it once queued, so the
 room must be there when the task arrives. The room a cordoned worker's tasks take stays taken for
 the next candidates, and those tasks move on with a worker that is itself cordoned later. One worker of each type always stays uncordoned,
-and a worker with a task waiting on it is never cordoned (that task would never start). plan() only
-calls this when nothing is pending.
+and a worker with a task waiting on it is never cordoned (that task would never start).
+
+**Cost-aware, across types** (after the per-type pass, most expensive machine first): a worker of a
+type dearer than others present is also cordoned when its tasks, and then one more of its largest,
+each fit on ONE uncordoned worker of a strictly cheaper type (first fit decreasing, as above; a task
+pinned to its type never moves): an expensive machine whose tasks fit on cheaper ones, paid for anyway,
+goes. A machine with GPUs running no GPU task is a candidate whatever its share (its GPUs, what it is
+paid for, are idle). Such a cordon may leave no uncordoned worker of its type: a task only it can run
+then waits on it and takes it back (uncordoned) at once.
+
+plan() calls this when nothing is pending, and **under load** (Karpenter's `WhenEmptyOrUnderutilized`)
+when the plan placed every pending task on existing capacity: members that received pending tasks are
+no candidates, and their room counts for nobody (the plan gave it to that work).
 """
 
 from __future__ import annotations
@@ -37,23 +48,35 @@ def choose_cordons(
     capacity: Mapping[str, Vec],
     threshold: float,
     space: Space,
+    prices: Mapping[str, float | None] | None = None,
+    by: float = float("inf"),
 ) -> list[Cordon]:
     """Cordon actions for `candidates` (active, uncordoned members with workers). `free` is each worker's
-    free capacity, `capacity` a whole machine's per type; `space` turns task needs into vectors."""
+    free capacity, `capacity` a whole machine's per type; `space` turns task needs into vectors;
+    `prices` (per type, None: unknown) enables the cost-aware pass across types."""
     by_type: dict[str, list[Member]] = {}
     for member in candidates:
         by_type.setdefault(member.type_name, []).append(member)
     out: list[Cordon] = []
+    left: Rooms = {}  # the room of every worker still uncordoned after the per-type pass
     for type_name, members in sorted(by_type.items()):
         whole = capacity.get(type_name)
+        rooms = {w.address: free[w.address] for m in members for w in m.workers}
         if whole is not None and len(members) > 1:
-            out.extend(_of_type(members, free, whole, threshold, space))
+            cordons, rooms = _of_type(members, free, whole, threshold, space)
+            out.extend(cordons)
+        left.update(rooms)
+    if prices:
+        cordoned = {a for c in out for a in c.addresses}
+        rest = [m for ms in by_type.values() for m in ms if not cordoned & {w.address for w in m.workers}]
+        out.extend(_to_cheaper(rest, (left, free), capacity, threshold, space, prices, by))
     return out
 
 
 def _of_type(
     members: Sequence[Member], free: Mapping[str, Vec], whole: Vec, threshold: float, space: Space
-) -> list[Cordon]:
+) -> tuple[list[Cordon], Rooms]:
+    """The per-type pass: its cordons, and the room left on the workers it left uncordoned."""
     needs = [space.vec(t.needs) for m in members for w in m.workers for t in w.processing]
     rooms = _Rooms({w.address: free[w.address] for m in members for w in m.workers}, needs, space)
     out: list[Cordon] = []
@@ -75,9 +98,102 @@ def _of_type(
         node = member.node
         assert node is not None
         reason = f"uses {share:.0%} of its machine; the rest of its type has room for its tasks"
-        expect: tuple[Check, ...] = (NothingWaits(member.hostname), NodeOurs(node.id))
-        out.append(Cordon(node.id, node.hostname, tuple(sorted(mine)), reason, expect=expect))
+        out.append(_cordon(member, reason))
+    gone = {a for c in out for a in c.addresses}
+    return out, {a: room for a, room in rooms.rooms.items() if a not in gone}
+
+
+def _cordon(member: Member, reason: str) -> Cordon:
+    node = member.node
+    assert node is not None
+    expect: tuple[Check, ...] = (NothingWaits(member.hostname), NodeOurs(node.id))
+    return Cordon(
+        node.id, node.hostname, tuple(sorted(w.address for w in member.workers)), reason, expect=expect
+    )
+
+
+def _to_cheaper(
+    members: Sequence[Member],
+    room: tuple[Rooms, Mapping[str, Vec]],
+    capacity: Mapping[str, Vec],
+    threshold: float,
+    space: Space,
+    prices: Mapping[str, float | None],
+    by: float,
+) -> list[Cordon]:
+    """The cost-aware pass (module doc): dearest first, then least used, then by key. `room` is (the
+    room of every candidate worker still uncordoned, consumed; each worker's free room). A member that
+    runs nothing, or took tasks of a worker cordoned by the per-type pass, stays out."""
+    rooms, free = room
+    type_of = {w.address: m.type_name for m in members for w in m.workers}
+    ranked = []
+    for m in members:
+        price, whole = prices.get(m.type_name), capacity.get(m.type_name)
+        if price is None or whole is None or not _movable(m, rooms, free, by):
+            continue
+        share = _share(m, free, whole)
+        idle_gpus = whole[2] > 0 and not any(t.needs.gpus for w in m.workers for t in w.processing)
+        if share <= threshold or idle_gpus:
+            ranked.append((-price, share, m.key, m))
+    out: list[Cordon] = []
+    for neg_price, share, _, member in sorted(ranked, key=lambda r: r[:3]):
+        mine = {w.address for w in member.workers}
+        if not mine <= rooms.keys():
+            continue  # it took tasks of a worker cordoned in this pass
+        cheaper = [a for a in sorted(rooms) if (p := prices.get(type_of[a])) is not None and p < -neg_price]
+        tasks = [space.vec(t.needs) for w in member.workers for t in w.processing]
+        packed = _pack(tasks, cheaper, rooms, space)
+        if packed is None:
+            continue
+        for a in mine:
+            del rooms[a]
+        rooms.update(packed)
+        t = member.type_name
+        what = (
+            f"runs no GPU task on its {t} ({share:.0%} used)"
+            if share > threshold
+            else f"uses {share:.0%} of its {t}"
+        )
+        out.append(_cordon(member, f"{what}; cheaper machines have room for its tasks"))
     return out
+
+
+def _movable(member: Member, rooms: Rooms, free: Mapping[str, Vec], by: float) -> bool:
+    """It runs tasks, every one of them (none waits), none pinned to its type, all expected (by dask's
+    estimates) to end by `by`, and its workers took no task of a worker cordoned before."""
+    tasks = [t for w in member.workers for t in w.processing]
+    if not tasks or not all(t.executing and t.pinned_type is None for t in tasks):
+        return False
+    if not all(
+        t.expected is not None and t.started is not None and t.started + t.expected <= by for t in tasks
+    ):
+        return False
+    return all(rooms.get(w.address) == free[w.address] for w in member.workers)
+
+
+def _share(member: Member, free: Mapping[str, Vec], whole: Vec) -> float:
+    """The share of its machine it uses, in its most used resource."""
+    room = tuple(0.0 for _ in whole)
+    for w in member.workers:
+        room = plus(room, free[w.address])
+    used = minus(whole, room)
+    return max((u / c for u, c in zip(used, whole, strict=True) if c > 0), default=0.0)
+
+
+def _pack(tasks: Sequence[Vec], targets: Sequence[str], rooms: Rooms, space: Space) -> Rooms | None:
+    """The rooms of `targets` after each of `tasks`, largest first, went to the first with room; None
+    when one fits none, or when none is left with room for one more of the largest task (the next
+    such task must find room when it arrives)."""
+    changed: Rooms = {}
+    for need in sorted(tasks, reverse=True):
+        target = next((a for a in targets if fits(need, changed.get(a, rooms[a]))), None)
+        if target is None:
+            return None
+        changed[target] = minus(changed.get(target, rooms[target]), need)
+    largest = _largest(tasks, space)
+    if not any(fits(largest, changed.get(a, rooms[a])) for a in targets):
+        return None
+    return changed
 
 
 class _Rooms:

@@ -50,9 +50,11 @@ def _active_marks(member: Member, received: bool, now: float) -> list[Mark]:
     out = []
     if member.workers and not node.marks.ready:
         out.append(mark(node.id, "joined with a connected worker", ready=True))
-    idle = not member.busy and not received
+    # A worker that only holds results is empty too: the drain retires it (its results moved first).
+    idle = not member.working and not received
     if idle and node.marks.empty_since is None:
-        out.append(mark(node.id, "worker idle" if member.workers else "no worker", empty_since=now))
+        why = "worker holds results only" if member.busy else "worker idle" if member.workers else "no worker"
+        out.append(mark(node.id, why, empty_since=now))
     elif not idle and node.marks.empty_since is not None:
         out.append(mark(node.id, "has work again", empty_since=None))
     if node.marks.drained_since is not None:

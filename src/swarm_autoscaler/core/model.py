@@ -247,6 +247,13 @@ class Worker:
     def busy(self) -> bool:
         return bool(self.processing) or self.has_unique_data
 
+    @property
+    def holding(self) -> bool:
+        """It runs and queues nothing but holds a result no other worker has (typically one a client
+        has not released yet): dask's `retire_workers` can move such results to another worker first
+        (and keeps the worker when it cannot), so it may be retired, never drained or terminated."""
+        return not self.processing and self.has_unique_data
+
 
 @dataclass(frozen=True, slots=True)
 class Unavailable:
@@ -289,6 +296,15 @@ class Snapshot:
 class HostIdle:
     """No dask worker on `hostname` runs or queues a task or holds a result no other worker has. A
     worker that connected since the snapshot counts too."""
+
+    hostname: str
+
+
+@dataclass(frozen=True, slots=True)
+class NoTasks:
+    """No dask worker on `hostname` runs or queues a task (results it holds are allowed: this is the
+    check of a RetireWorkers of a worker holding results, which dask's `retire_workers` moves to another
+    worker before it closes the worker, keeping the worker when it cannot)."""
 
     hostname: str
 
@@ -338,7 +354,7 @@ class Retired:
     hostname: str
 
 
-Check = HostIdle | NoWorker | NotJoined | NodeOurs | NodeDown | NothingWaits | Retired
+Check = HostIdle | NoTasks | NoWorker | NotJoined | NodeOurs | NodeDown | NothingWaits | Retired
 
 
 # --------------------------------------------------------------------------------------------- policy
@@ -352,6 +368,8 @@ class TypePolicy:
     subtracted from the type's capacity before fitting tasks. `price_per_hour` overrides the catalogue.
     `minimum`: machines of this type always running (the base). `warm_pool`: stopped machines of this
     type kept ready to start (see core/pool.py).
+    `surge_above`: while a worker of this type is up, new machines of it are launched only for more than
+    this many pending tasks (0: for any; see surge.py).
     """
 
     name: str
@@ -360,6 +378,7 @@ class TypePolicy:
     price_per_hour: float | None = None
     minimum: int = 0
     warm_pool: int = 0
+    surge_above: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,6 +394,8 @@ class Policy:
     - `max_launch_per_tick`: cap on new instances per plan (0 = no cap beyond max_instances).
     - `consolidate_below`: a worker using at most this fraction of its machine is cordoned (takes no new
       tasks, so that it empties) when others of its type have room for its tasks (0 = never).
+    - `consolidate_under_load`: consolidation also runs while work is pending, when the plan placed all
+      of it on capacity that is up (and cordoned workers are then drained as they empty).
     - `tolerated_wait`: a task queued behind a busy worker that dask's duration estimates say starts
       there within this long buys no new instance (0 = every queued task may buy one).
     - `subnets`: the subnets a launch may use (empty: one, chosen by EC2). A type counts as refused for
@@ -390,6 +411,7 @@ class Policy:
     node_down_timeout: float = 300.0
     max_launch_per_tick: int = 0
     consolidate_below: float = 0.5
+    consolidate_under_load: bool = True
     tolerated_wait: float = 120.0
     subnets: tuple[str, ...] = ()
 

@@ -11,7 +11,8 @@ same snapshot always gives an equal Plan. The recipe:
 3. scale up: place pending tasks virtually on free capacity of active workers, then of cordoned
    workers (which get uncordoned), then drained and reserve nodes (which get activated), then joining nodes, then launched instances (in-flight capacity always
    counts, so a task never causes two launches), then new instances of the cheapest fitting type, within
-   `max_instances`; top up to `min_instances`; when nothing is pending, launch what each type's reserve
+   `max_instances`, except for a type with a queue threshold (`surge_above`, surge.py) while one of its
+   workers is up and at most that many tasks would go on its new machines; top up to `min_instances`; when nothing is pending, launch what each type's reserve
    lacks (a reserve is only warm if the machines exist: they join, idle, and are drained into it);
 3b. the warm pool and the per-type bases (pool.py): stopped pool machines are a scale-up tier after
    in-flight capacity (started: `Start`), each type is topped up to its base, scale-down stops a
@@ -24,9 +25,11 @@ same snapshot always gives an equal Plan. The recipe:
    `max_instances`, or its types refused) so idle machines it cannot use must make room: retire idle workers and drain nodes that stayed
    empty for `drain_delay`, then terminate drained nodes beyond the reserve after `termination_delay`,
    never below `min_instances` and never a type launched in the same plan;
-6. consolidate when nothing is pending (and no cordon is being undone): cordon under-used workers (no new tasks reach them) while
-   others of their type have room for their tasks, so that they empty and step 5 drains them; a
-   cordoned worker is uncordoned when pending work fits it or a task waits on it;
+6. consolidate when nothing is pending, or under load (`consolidate_under_load`) when every pending task
+   was placed on existing capacity (and no cordon is being undone, nothing launched): cordon under-used
+   workers (no new tasks reach them) while others of their type, or (nothing pending) cheaper machines,
+   have room for their tasks, so that they empty and step 5 drains them (under load, step 5 drains only
+   cordoned workers); a cordoned worker is uncordoned when pending work fits it or a task waits on it;
 7. keep the lifecycle marks (node labels) up to date so the timing survives a restart, and give every
    node of ours the labels its instance was launched with (the ownership label among them); a mark
    stamped in the future (by a clock ahead of the cloud's) is restamped now (clockmarks.py).
@@ -58,9 +61,10 @@ from swarm_autoscaler.core.pool import into_pool, refill, repair_pool, started
 from swarm_autoscaler.core.scaleup import NEW, OWN_WORKER, TIERS, Placement, scale_up
 from swarm_autoscaler.core.shrink import repair, scale_down
 from swarm_autoscaler.core.steps import Facts, Step, mark, mark_actions
+from swarm_autoscaler.core.surge import BELOW_SURGE, below_threshold, hold_back
 from swarm_autoscaler.core.vectors import Space, Vec
 
-__all__ = ["NEW", "OWN_WORKER", "TIERS", "Trace", "plan", "plan_traced"]
+__all__ = ["BELOW_SURGE", "NEW", "OWN_WORKER", "TIERS", "Trace", "plan", "plan_traced"]
 
 
 def plan(snapshot: Snapshot, policy: Policy) -> Plan:
@@ -104,6 +108,7 @@ def _decide(
     capacity = type_capacity(snapshot, options, space)
     budget = LaunchBook.of(snapshot, policy).budget
     up = scale_up(facts, pool, options, capacity, budget, tracing=ledger is not None)
+    up = hold_back(up, below_threshold(up.new_bins, facts.cluster, policy, pool.left))
     starting = started(up.start)
     launches = plan_launches(
         snapshot,
@@ -119,12 +124,31 @@ def _decide(
     # capacity (max_instances reached, or its types refused): placement put nothing on them, so they
     # cannot serve it, and keeping them would block the launches it needs forever.
     shrink = Step()
-    if nothing_pending or pool.left > 0:
+    # Under load with every pending task placed on capacity that exists, only cordoned workers (which
+    # take no new task) are drained: consolidation under load empties them.
+    placed_all = not nothing_pending and pool.left == 0
+    if nothing_pending or pool.left > 0 or (placed_all and policy.consolidate_under_load):
         launching = set(launches.by_type) | set(starting)
-        shrink = scale_down(facts, up.received, launching, launches.total + starting.total())
+        shrink = scale_down(
+            facts,
+            up.received,
+            launching,
+            launches.total + starting.total(),
+            cordoned_only=placed_all,
+        )
     shrink = into_pool(facts, shrink)
     refills = refill(facts, shrink, launches.left) if nothing_pending else ()
-    actions = _assemble(facts, up, (launches, refills), shrink, nothing_pending, (capacity, space))
+    # The cost-aware pass runs only when nothing is pending: under load it took room the arriving tasks
+    # needed while the expensive machine's long tasks ran on (measured: dearer and slower on a
+    # heavy-tailed mix). Prices: the policy's of each allowed type, the catalogue's of a type no longer
+    # allowed.
+    prices: dict[str, float | None] = {}
+    if nothing_pending:
+        prices = {t.name: t.price_per_hour for t in snapshot.instance_types} | {
+            o.name: o.price for o in options
+        }
+    settled = nothing_pending or (placed_all and policy.consolidate_under_load)
+    actions = _assemble(facts, up, (launches, refills), shrink, settled, (capacity, space, prices))
     result = Plan(actions, unplaceable, demand.pending, up.placed)
     if ledger is None:
         return result, None
@@ -136,10 +160,11 @@ def _assemble(
     up: Placement,
     launching: tuple[LaunchBook, tuple[Launch, ...]],
     shrink: Step,
-    nothing_pending: bool,
-    room: tuple[Mapping[str, Vec], Space],
+    settled: bool,
+    room: tuple[Mapping[str, Vec], Space, Mapping[str, float | None]],
 ) -> tuple[Action, ...]:
-    """The bookkeeping and repair steps, consolidation when it may run, and every action in order."""
+    """The bookkeeping and repair steps, consolidation when it may run (`settled`: nothing is pending,
+    or every pending task was placed on existing capacity), and every action in order."""
     launches, refills = launching
     fixed = repair(facts)
     pooled = repair_pool(facts)
@@ -148,7 +173,7 @@ def _assemble(
     stale, uncordon = keep_cordons(facts.cluster, {u.node_id for u in up.uncordon})
     cordons: tuple[Cordon, ...] = ()
     # Not while this plan undoes a cordon (a task waits on a cordoned worker): one change at a time.
-    quiet = nothing_pending and not launches and not refills and not up.uncordon and not uncordon
+    quiet = settled and not launches and not refills and not up.uncordon and not uncordon
     if quiet and facts.policy.consolidate_below > 0:
         cordons = _consolidate(facts, up, shrink, *room)
     # First: any later decision on the same node overrides a restamp.
@@ -171,10 +196,15 @@ def _assemble(
 
 
 def _consolidate(
-    facts: Facts, up: Placement, shrink: Step, capacity: Mapping[str, Vec], space: Space
+    facts: Facts,
+    up: Placement,
+    shrink: Step,
+    capacity: Mapping[str, Vec],
+    space: Space,
+    prices: Mapping[str, float | None],
 ) -> tuple[Cordon, ...]:
-    """Cordon under-used workers while nothing is pending (see consolidate.py): never one that received
-    tasks or that this plan drains."""
+    """Cordon under-used workers (see consolidate.py): never one that received pending tasks (whose
+    room, given to that work, counts for no other either) or that this plan drains."""
     draining = {a.node_id for a in shrink.actions if isinstance(a, DrainNode)}
     candidates = [
         m
@@ -186,5 +216,13 @@ def _consolidate(
         and m.node.id not in draining
     ]
     return tuple(
-        choose_cordons(candidates, facts.demand.free, capacity, facts.policy.consolidate_below, space)
+        choose_cordons(
+            candidates,
+            facts.demand.free,
+            capacity,
+            facts.policy.consolidate_below,
+            space,
+            prices,
+            facts.now + facts.policy.tolerated_wait,
+        )
     )

@@ -25,6 +25,7 @@ from swarm_autoscaler.core.model import (
     NodeDown,
     NodeOurs,
     NodeStatus,
+    NoTasks,
     NothingWaits,
     NotJoined,
     NoWorker,
@@ -59,9 +60,13 @@ class Fresh:
 def violated(check: Check, fresh: Fresh) -> str | None:
     """Why `check` no longer holds on `fresh`, or None when it holds."""
     match check:
-        case HostIdle(hostname=host):
-            busy = [w.name for w in fresh.workers_by_host.get(host, ()) if w.busy]
-            return f"worker {', '.join(busy)} on {host} has work or unique results now" if busy else None
+        case HostIdle(hostname=host) | NoTasks(hostname=host):
+            results = isinstance(check, HostIdle)  # NoTasks allows results (retire_workers moves them)
+            busy = [
+                w.name for w in fresh.workers_by_host.get(host, ()) if (w.busy if results else w.processing)
+            ]
+            what = "work or unique results" if results else "work"
+            return f"worker {', '.join(busy)} on {host} has {what} now" if busy else None
         case NoWorker(hostname=host):
             names = [w.name for w in fresh.workers_by_host.get(host, ())]
             return f"a worker connected on {host} since the plan ({', '.join(names)})" if names else None

@@ -9,13 +9,14 @@ types), so that `act` can re-check it on a fresh read right before it runs:
 - Terminate of a drained machine beyond the reserve, or a re-asked termination: HostIdle + NodeOurs;
 - Terminate of a machine whose node stayed down: HostIdle + NodeDown + NodeOurs;
 - RemoveNode: HostIdle + NodeDown + NodeOurs;
-- RetireWorkers (one per node): HostIdle;
+- RetireWorkers (one per node): HostIdle, or NoTasks for a worker holding results only (dask's
+  `retire_workers` moves them to a worker that stays first, and keeps the worker when it cannot);
 - DrainNode: HostIdle + NodeOurs, and Retired when the plan retires its workers first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 from swarm_autoscaler.core.cluster import Member, broken_reason
 from swarm_autoscaler.core.launches import useful, useful_of
@@ -27,6 +28,7 @@ from swarm_autoscaler.core.model import (
     NodeDown,
     NodeOurs,
     NodeStatus,
+    NoTasks,
     NotJoined,
     NoWorker,
     RemoveNode,
@@ -125,11 +127,18 @@ def _stuck(facts: Facts, member: Member) -> bool:
     return started is not None and facts.now - started >= facts.policy.termination_delay
 
 
-def scale_down(facts: Facts, received: Mapping[str, int], launching: Collection[str], launched: int) -> Step:
+def scale_down(
+    facts: Facts,
+    received: Mapping[str, int],
+    launching: Collection[str],
+    launched: int,
+    cordoned_only: bool = False,
+) -> Step:
     """Retire and drain nodes empty for `drain_delay`; terminate drained nodes beyond the reserve.
     `received`: members scale-up placed tasks on (never touched); `launching`: the types this plan
-    launches (never terminated in the same plan); `launched`: how many instances it launches."""
-    drain = _drain(facts, received)
+    launches (never terminated in the same plan); `launched`: how many instances it launches;
+    `cordoned_only` (under load): only cordoned members are drained (they take no new task)."""
+    drain = _drain(facts, received, cordoned_only)
     chosen = _beyond_reserve(facts, received, launching, launched)
     reason = f"drained for at least termination_delay={facts.policy.termination_delay:g}s, beyond the reserve"
     ends = [terminate(m, reason, _idle_and_ours(m), facts.now) for m in chosen]
@@ -139,31 +148,68 @@ def scale_down(facts: Facts, received: Mapping[str, int], launching: Collection[
     )
 
 
-def _drain(facts: Facts, received: Mapping[str, int]) -> Step:
-    """Active members empty for `drain_delay`: their workers retired (one action per node), then their
-    nodes drained, each drain expecting its workers really retired."""
+def _drain(facts: Facts, received: Mapping[str, int], cordoned_only: bool = False) -> Step:
+    """Active members empty (running and queuing nothing) for `drain_delay`: their workers retired (one
+    action per node), then their nodes drained, each drain expecting its workers really retired.
+
+    A member whose workers only hold results (a client's, not yet released) is empty too: dask's
+    `retire_workers` moves such results to a worker that stays before it closes the worker, and keeps
+    the worker when none can take them (the drain, expecting `Retired`, is then skipped). It takes its
+    recipients among running workers only, so such a member is retired only while an uncordoned worker
+    that is not retired stays (`_holders_kept`)."""
     retire: list[Action] = []
     drain: list[Action] = []
     marks: list[Mark] = []
     delay = facts.policy.drain_delay
-    for member in facts.cluster.active:
+    due = [
+        m
+        for m in facts.cluster.active
+        if _empty_for(facts, m, received, delay) and (m.cordoned or not cordoned_only)
+    ]
+    kept = _holders_kept(facts.cluster.active, due)
+    for member in (m for m in due if m.key not in kept):
         node = member.node
         assert node is not None
-        since = node.marks.empty_since
-        if member.busy or member.key in received or since is None or facts.now - since < delay:
-            continue
         host = member.hostname
         expect: tuple[Check, ...] = (HostIdle(host), NodeOurs(node.id))
         if member.workers:
             addresses = tuple(w.address for w in member.workers)
+            # A holder's retirement checks that it still runs nothing; its results may move.
+            check: Check = NoTasks(host) if member.busy else HostIdle(host)
+            holds = "; its results move to a worker that stays" if member.busy else ""
             retire.append(
-                RetireWorkers(addresses, f"idle for at least drain_delay={delay:g}s", (HostIdle(host),))
+                RetireWorkers(addresses, f"idle for at least drain_delay={delay:g}s{holds}", (check,))
             )
             expect += (Retired(host),)
+        since = node.marks.empty_since
+        assert since is not None
         reason = f"empty for {facts.now - since:.0f}s (drain_delay {delay:g}s)"
         drain.append(DrainNode(node.id, node.hostname, reason, expect=expect))
         marks.append(mark(node.id, "drained", drained_since=facts.now, empty_since=None, cordoned_since=None))
     return Step((*retire, *drain), tuple(marks))
+
+
+def _empty_for(facts: Facts, member: Member, received: Mapping[str, int], delay: float) -> bool:
+    """The member runs and queues nothing, received no task in this plan and has been empty for
+    `delay` (results its workers hold do not count)."""
+    since = member.node.marks.empty_since if member.node is not None else None
+    if member.working or member.key in received or since is None:
+        return False
+    return facts.now - since >= delay
+
+
+def _holders_kept(active: Sequence[Member], due: Sequence[Member]) -> frozenset[str]:
+    """The keys of members holding results that are not retired now: all of them when no uncordoned
+    worker would be left to receive their results (only cordoned holders), else one uncordoned holder
+    (the last by key) when every other uncordoned worker is retired in this plan."""
+    leaving = {m.key for m in due}
+    holders = [m for m in due if m.busy]
+    if not holders or any(m.workers and not m.cordoned and m.key not in leaving for m in active):
+        return frozenset()
+    open_holders = [m for m in holders if not m.cordoned]
+    if not open_holders:
+        return frozenset(m.key for m in holders)
+    return frozenset({max(m.key for m in open_holders)})
 
 
 def _beyond_reserve(

@@ -104,6 +104,11 @@ class Fleet:
         worker = self.worker_of.get(iid)
         return worker is not None and not worker.busy
 
+    def empty(self, iid: str) -> bool:
+        """Its worker runs and queues nothing (it may hold results, which retiring it moves first)."""
+        worker = self.worker_of.get(iid)
+        return worker is not None and not worker.processing
+
     def count(self, type_name: str | None = None) -> int:
         return sum(1 for i in self.live if type_name is None or i.type_name == type_name)
 
@@ -295,7 +300,11 @@ class AdaptiveLike:
         return Plan(tuple(actions), pending=len(queued(snapshot)))
 
     def _close(self, fl: Fleet, n: int) -> list[str]:
-        candidates = [i.id for i in fl.live if fl.idle(i.id)][:n]
+        """`workers_to_close`: workers running nothing (holding results or not: `retire_workers` moves
+        them first); one holder stays when every worker would go, its results having nowhere to go."""
+        candidates = [i.id for i in fl.live if fl.empty(i.id)][:n]
+        if len(candidates) == fl.count() and any(not fl.idle(i) for i in candidates):
+            candidates.remove(next(i for i in candidates if not fl.idle(i)))
         self.close_counts = {i: self.close_counts.get(i, 0) + 1 for i in candidates}
         return [i for i, c in self.close_counts.items() if c >= self.wait_count]
 

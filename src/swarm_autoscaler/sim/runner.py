@@ -31,7 +31,7 @@ def make_strategy(name: str, jobs: Sequence[Job], settings: SimSettings) -> Stra
     raise ValueError(f"unknown policy {name!r}; expected one of {', '.join(POLICIES)}")
 
 
-def default_options(settings: SimSettings, **knobs: float) -> Options:
+def default_options(settings: SimSettings, **knobs: Any) -> Options:
     """Options with the settings' tick interval and capacity back-off, and `knobs` overriding
     `Knobs` fields."""
     base = Knobs(backoff_initial_s=settings.backoff_initial, backoff_max_s=settings.backoff_max)

@@ -26,6 +26,12 @@ It follows distributed's rules closely enough for the planner to face the same s
   start, as the daemon's dask adapter does. Measured on distributed 2026.8 (tests/sim pin the figures).
 - A worker that leaves (drain, termination, retirement) releases its tasks: they are decided again from
   scratch, losing the progress of the running ones.
+- With `hold` (`Knobs.hold_results`), the client keeps every result until the last job has finished
+  (it gathers them at the end): a finished task's result stays on its worker, which then holds data no
+  other worker has (`Worker.has_unique_data`). Retiring workers moves their results first, to the
+  running worker holding the fewest (dask's `RetireWorker` policy takes its recipients among running
+  workers not being retired); a worker whose results have nowhere to go is kept (`retire` does not
+  return it). Without `hold` (the default), results are released as they arrive.
 - A cordoned worker (dask's `closing_gracefully` status) gets no new task, steals none and starts none
   of those waiting on it; its running tasks finish. Uncordoned, it is like a worker that joined.
 """
@@ -35,7 +41,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +82,7 @@ class SimWorker:
     running: dict[str, float] = field(default_factory=dict)  # key -> end time
     waiting: list[str] = field(default_factory=list)
     cordoned: bool = False
+    held: set[str] = field(default_factory=set)  # results a client keeps, only here
     counts: dict[Kind, int] = field(default_factory=dict)  # processing tasks per prefix
     view: Worker | None = None  # cached model value, dropped on every change
     nthreads: int = field(init=False, default=1)  # one per CPU, as the emulator and deployment start it
@@ -99,8 +106,9 @@ class SimWorker:
 class Scheduler:
     """Tasks and workers. `events` receives ("done", (address, key, end)) completions."""
 
-    def __init__(self, jobs: Mapping[str, Job], events: EventQueue) -> None:
+    def __init__(self, jobs: Mapping[str, Job], events: EventQueue, hold: bool = False) -> None:
         self.jobs = jobs
+        self.hold = hold
         self.tasks: dict[str, Task] = {k: j.task() for k, j in jobs.items()}
         self._executing: dict[str, Task] = {}  # the tasks' views while they run
         self._waiting: dict[str, Task] = {}  # the tasks' views while they wait on a worker
@@ -157,6 +165,7 @@ class Scheduler:
                 hostname=w.hostname,
                 resources=w.capacity,
                 processing=(*map(self._executing_view, w.running), *map(self._waiting_view, w.waiting)),
+                has_unique_data=bool(w.held),
                 retiring=w.cordoned,
             )
         return w.view
@@ -283,6 +292,13 @@ class Scheduler:
         del self.where[key]
         worker.free = worker.free + self.tasks[key].needs
         self.completed_at[key] = end
+        if self.hold:
+            worker.held.add(key)
+            if len(self.completed_at) == len(self.jobs):  # the client gathers everything, then releases
+                for w in self.workers.values():
+                    if w.held:
+                        w.held.clear()
+                        self._changed(w)
         kind, took = self.jobs[key].kind, self.jobs[key].duration_s
         worker.counts[kind] -= 1
         average = self.estimates.get(kind)
@@ -291,6 +307,30 @@ class Scheduler:
         self._durations = None
         self._start_ready(worker, end)
         self._poke(end)
+
+    def move_results(self, addresses: Sequence[str]) -> set[str]:
+        """Before retiring `addresses`: move each one's results to the running (uncordoned) worker not
+        being retired that holds the fewest (first by address on ties). Returns the addresses whose
+        results had nowhere to go: dask keeps those workers."""
+        leaving = set(addresses)
+        recipients = sorted(
+            (w for a, w in self.workers.items() if a not in leaving and not w.cordoned),
+            key=lambda w: w.address,
+        )
+        kept = set()
+        for address in addresses:
+            worker = self.workers.get(address)
+            if worker is None or not worker.held:
+                continue
+            if not recipients:
+                kept.add(address)
+                continue
+            target = min(recipients, key=lambda w: len(w.held))
+            target.held |= worker.held
+            worker.held.clear()
+            self._changed(worker)
+            self._changed(target)
+        return kept
 
     def balance(self, now: float) -> int:
         """The periodic stealing pass (a "balance" event); returns how many tasks moved."""

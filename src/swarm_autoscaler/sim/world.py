@@ -12,7 +12,8 @@ the instance *shutting-down* (listed for `shutdown_s`, then gone), kills its wor
 down. Draining a node stops its worker; activating it starts one again; a retired worker is restarted
 by swarm after `worker_start_s` while its node stays active (docker's default restart policy).
 
-Safety accounting: draining, terminating, removing or retiring a machine whose worker holds tasks is a
+Safety accounting: draining, terminating, removing or retiring a machine whose worker holds tasks (or
+the only copy of a result: retiring moves results first) is a
 *busy termination*; each one is recorded with its time and reason in `violations`.
 """
 
@@ -66,6 +67,8 @@ class Knobs:
     pool_start_s: float = 30.0  # a stopped warm-pool machine started: until its node joins
     volume_gib: float = 100.0  # each machine's EBS volume, paid while it is stopped in the warm pool
     gib_month_usd: float = 0.08  # gp3's price per GiB-month
+    # The client keeps every result until the last job finished (False: releases each as it arrives).
+    hold_results: bool = False
 
 
 class Faults:
@@ -181,7 +184,7 @@ class World:
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def __post_init__(self) -> None:
-        self.scheduler = Scheduler(self.jobs, self.events)
+        self.scheduler = Scheduler(self.jobs, self.events, hold=self.knobs.hold_results)
         self.fences = SimFences(self.scheduler, self.events)
 
     # ------------------------------------------------------------------ time
@@ -385,6 +388,8 @@ class World:
         if worker is not None and worker.busy:
             held = len(worker.running) + len(worker.waiting)
             self._violate(f"{why}: node {node.hostname} held {held} task(s)")
+        if worker is not None and worker.held:
+            self._violate(f"{why}: node {node.hostname} held the only copy of {len(worker.held)} result(s)")
         self.scheduler.remove_worker(node.worker, self.now)
         node.worker = None
 
@@ -433,11 +438,13 @@ class World:
     # ------------------------------------------------------------------ dask
 
     def retire(self, addresses: Sequence[str]) -> tuple[str, ...]:
+        """dask's `retire_workers`: results move first; a worker whose results cannot is kept."""
         retired = []
         by_address = {n.worker: n for n in self.nodes.values() if n.worker is not None}
+        kept = self.scheduler.move_results([a for a in addresses if a in by_address])
         for address in addresses:
             node = by_address.get(address)
-            if node is None:
+            if node is None or address in kept:
                 continue
             self._stop_worker(node, "worker retired")
             retired.append(address)
