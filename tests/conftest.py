@@ -26,3 +26,19 @@ def restore_logging() -> Iterator[None]:
     root.handlers[:] = handlers
     root.setLevel(level)
     structlog.reset_defaults()
+
+
+@pytest.fixture(autouse=True)
+def _logger_levels() -> Iterator[None]:
+    """Every test leaves the named loggers' levels as it found them: the demo and the benches quiet
+    dask's loggers, and a later test that expects a vendor's warning would not see it."""
+    loggers = [lg for lg in logging.root.manager.loggerDict.values() if isinstance(lg, logging.Logger)]
+    before = {lg.name: (lg.level, lg.disabled) for lg in loggers}
+    yield
+    for name, (level, disabled) in before.items():
+        lg = logging.getLogger(name)
+        lg.setLevel(level)
+        lg.disabled = disabled
+    for lg in list(logging.root.manager.loggerDict.values()):
+        if isinstance(lg, logging.Logger) and lg.name not in before:
+            lg.setLevel(logging.NOTSET)
