@@ -57,3 +57,18 @@ def test_ending_and_failed_clusters_are_terminated_until_gone() -> None:
     for state in (ClusterState.ENDING, ClusterState.FAILED):
         d = decide(cluster(state), Probe(answered=True, busy=True), T0, T)
         assert d.terminate and d.state is None
+
+
+def test_the_heartbeat_lag_is_waited_for_before_an_idle_end() -> None:
+    lagging = KeeperTiming(idle_timeout=300.0, max_start_time=600.0, heartbeat_lag=75.0)
+    assert decide(cluster(ClusterState.RUNNING), Probe(answered=True), T0 + 374, lagging).state is None
+    d = decide(cluster(ClusterState.RUNNING), Probe(answered=True), T0 + 375, lagging)
+    assert d.state == ClusterState.ENDING and "unused for 375s (idle timeout 300s)" in d.reason
+
+
+def test_silence_counts_from_no_earlier_than_when_the_replica_began_to_hold_the_cluster() -> None:
+    # The stored answer time is old (not rewritten while it answered); this replica took over at T0 + 900.
+    running = cluster(ClusterState.RUNNING, beat=T0 + 1000, answered=T0 + 100)
+    assert decide(running, Probe(answered=False), T0 + 1199, T, held_since=T0 + 900) == Decision()
+    d = decide(running, Probe(answered=False), T0 + 1200, T, held_since=T0 + 900)
+    assert d.state == ClusterState.ENDING and "has not answered for 300s" in d.reason

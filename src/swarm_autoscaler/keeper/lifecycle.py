@@ -11,7 +11,7 @@ The rules, in order:
    `heartbeat_lag` more has passed: the last heartbeat a replica knows may be older than the last use by
    up to that much (heartbeats are written to tags at most that often), so it never ends one early.
 5. A `running` cluster whose scheduler stopped answering ends once it has not answered for
-   `idle_timeout`.
+   `idle_timeout`, counted from no earlier than when the deciding replica began to hold it.
 """
 
 from __future__ import annotations
@@ -55,9 +55,12 @@ class Decision:
         return self.state is not None or self.heartbeat is not None or self.answered is not None
 
 
-def decide(cluster: Cluster, probe: Probe | None, now: float, timing: KeeperTiming) -> Decision:
+def decide(
+    cluster: Cluster, probe: Probe | None, now: float, timing: KeeperTiming, held_since: float = 0.0
+) -> Decision:
     """What this check changes (see the module docstring). `probe` is None when the scheduler was not
-    probed (no address yet)."""
+    probed (no address yet). `held_since`: when the deciding replica began to hold the cluster; its
+    scheduler's silence counts from no earlier (answers before may not be in the tags it read)."""
     if cluster.state in (ClusterState.ENDING, ClusterState.FAILED):
         return Decision(terminate=True, reason=cluster.reason)
     answered = probe is not None and probe.answered
@@ -70,10 +73,12 @@ def decide(cluster: Cluster, probe: Probe | None, now: float, timing: KeeperTimi
             reason = f"its scheduler did not answer within {timing.max_start_time:g}s of creation"
             return Decision(ClusterState.FAILED, terminate=True, reason=reason)
         return Decision()
-    return _running(cluster, probe, now, timing)
+    return _running(cluster, probe, now, timing, held_since)
 
 
-def _running(cluster: Cluster, probe: Probe | None, now: float, timing: KeeperTiming) -> Decision:
+def _running(
+    cluster: Cluster, probe: Probe | None, now: float, timing: KeeperTiming, held_since: float
+) -> Decision:
     if probe is not None and probe.answered:
         if probe.busy:
             return Decision(heartbeat=now, answered=now)
@@ -83,7 +88,7 @@ def _running(cluster: Cluster, probe: Probe | None, now: float, timing: KeeperTi
             return Decision(ClusterState.ENDING, answered=now, terminate=True, reason=reason)
         return Decision(answered=now)
     last = cluster.last_answered if cluster.last_answered is not None else cluster.created_at
-    silent = now - last
+    silent = now - max(last, held_since)
     if silent >= timing.idle_timeout:
         reason = f"its scheduler has not answered for {silent:.0f}s (idle timeout {timing.idle_timeout:g}s)"
         return Decision(ClusterState.ENDING, terminate=True, reason=reason)

@@ -12,14 +12,11 @@ Discovery (a listing every interval) starts the tasks of new clusters, wakes onl
 state it finds changed, and ends the tasks of clusters no longer listed: a listing with no change wakes
 no task, so each cluster is checked on its own interval.
 
-Tags are written only when needed (EC2 throttles mutating calls per account; an idle cluster costs no
-write): the state when it changes; the heartbeat when the one in memory is `write_every` newer than the
-one written (a request or heartbeat, or work in the scheduler, which counts as use: `lifecycle.decide`),
-so a stored heartbeat is never older than the last use by more than that, and the idle decision waits
-that much longer (`KeeperTiming.heartbeat_lag`): a restarted or other replica reading it never ends a
-cluster early; the time its scheduler last answered, when it stops answering. A replica counts a
-scheduler's silence from no earlier than when it began to hold the cluster, so the answer times it
-never saw written cannot make it end a cluster early either.
+Tags are written only when needed (EC2 throttles mutating calls; an idle cluster costs no write): the
+state when it changes; the heartbeat (a use: a request, or work in the scheduler) when it is `write_every`
+newer than the stored one, so the idle decision waits that much longer (`KeeperTiming.heartbeat_lag`) and
+no replica reading a lagging tag ends a cluster early; the last answer time when the scheduler goes
+silent, whose silence a replica counts from no earlier than when it began to hold the cluster.
 """
 
 from __future__ import annotations
@@ -278,7 +275,7 @@ class Keeper:
         probe = await self._probe(cluster)
         now = self.clock()
         timing = dataclasses.replace(self.timing, heartbeat_lag=self.write_every)
-        decision = decide(_silent_since(cluster, since), probe, now, timing)
+        decision = decide(cluster, probe, now, timing, held_since=since)
         cluster = await self._apply(cluster, decision, now)
         if not decision.terminate:
             return False
@@ -382,15 +379,6 @@ async def _wait(event: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(seconds):
             await event.wait()
-
-
-def _silent_since(cluster: Cluster, since: float) -> Cluster:
-    """The cluster as `decide` sees it: its scheduler's silence counted from no earlier than `since`
-    (when this replica began to hold it), as answers before that may not be in its tags."""
-    if cluster.state != ClusterState.RUNNING:
-        return cluster
-    last = cluster.last_answered if cluster.last_answered is not None else cluster.created_at
-    return cluster if last >= since else dataclasses.replace(cluster, last_answered=since)
 
 
 def _live(found: tuple[Cluster, ...]) -> Cluster | None:
