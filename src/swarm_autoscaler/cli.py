@@ -76,6 +76,9 @@ def _cmd_keeper(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    if args.clusters and (args.swarm or args.clusters < 0):  # checked before logging is configured
+        print("demo: --clusters N needs N >= 1 and runs on the in-memory swarm (no --swarm)", file=sys.stderr)
+        return EXIT_CONFIGURATION
     from pathlib import Path
 
     require_extras("demo", "local", "sim")
@@ -92,13 +95,6 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             logging.getLogger(name).setLevel(logging.CRITICAL)
     if args.clusters:
         from swarm_autoscaler.demo import clusters
-
-        if args.swarm or args.clusters < 0:
-            print(
-                "demo: --clusters N needs N >= 1 and runs on the in-memory swarm (no --swarm)",
-                file=sys.stderr,
-            )
-            return EXIT_CONFIGURATION
 
         return clusters.main(clusters.ClustersOptions(clusters=args.clusters, fast=args.fast, json=args.json))
     opts = demo.DemoOptions(
