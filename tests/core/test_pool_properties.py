@@ -1,7 +1,10 @@
 """Invariants of plan() with warm pools and per-type bases, over the planner properties' random worlds
-(`worlds()`, `policies()`) extended with pools: stopped, preparing and starting machines, pool sizes,
-bases and refused starts. The reach table (`pytest -s`) prints how often the samples reach each pool
-case; the test fails when a share falls below its floor."""
+(`worlds()`, `policies()`) extended with pools (tests/core/pooled.py): stopped, preparing and starting
+machines, pool sizes, bases and refused starts, drawn in modes aimed at each pool rule (a burst onto the
+pool, a scale-down into a short pool, a refill, a base) besides mixed ones. Each mode gets a fixed number
+of samples (SAMPLES), so that the shares do not move with hypothesis's runs of similar draws. The reach
+table (`pytest -s`) prints how often the samples reach each pool case; the test fails when a share falls
+below its floor."""
 
 from __future__ import annotations
 
@@ -9,92 +12,29 @@ import dataclasses
 from collections import Counter
 
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from tests.core.randomized import policies, worlds
+from tests.core.pooled import pooled_worlds
 
 from swarm_autoscaler.core.cluster import classify
 from swarm_autoscaler.core.launches import useful_of
 from swarm_autoscaler.core.model import (
-    GIB,
     OWNERSHIP_LABEL,
     HostIdle,
-    Instance,
     InstanceState,
     LabelNode,
     Launch,
     NodeOurs,
     Plan,
     Policy,
-    PoolPhase,
-    Resources,
     Snapshot,
     Start,
     Stop,
-    Task,
     Terminate,
-    Unavailable,
 )
 from swarm_autoscaler.core.plan import plan
 from swarm_autoscaler.core.recheck import Fresh, violations
 
-SAMPLES = 300
-SUBNETS = ("subnet-a", "subnet-b")
-
-
-@st.composite
-def pooled_worlds(draw: st.DrawFn) -> tuple[Snapshot, Policy]:
-    """A random world and policy, then: pool sizes and bases on the policy's types, and stopped,
-    stopping, preparing and starting instances of those types (some refused in their subnet)."""
-    snapshot, policy = draw(worlds()), draw(policies())
-    types = tuple(
-        dataclasses.replace(
-            tp,
-            warm_pool=draw(st.sampled_from((0, 1, 2, 3))),
-            minimum=draw(st.sampled_from((0, 0, 0, 1))),
-        )
-        for tp in policy.allowed_types
-    )
-    policy = dataclasses.replace(policy, allowed_types=types)
-    names = [tp.name for tp in types] * 3 + ["m5.large"]  # mostly allowed types; some strays
-    extra: list[Instance] = []
-    for n in range(draw(st.integers(0, 5))):
-        state = draw(
-            st.sampled_from(
-                (InstanceState.STOPPED,) * 3 + (InstanceState.STOPPING,) + (InstanceState.RUNNING,) * 2
-            )
-        )
-        phase = None
-        if state is InstanceState.RUNNING:
-            phase = draw(st.sampled_from((PoolPhase.PREPARE, PoolPhase.START)))
-            state = draw(st.sampled_from((InstanceState.PENDING, InstanceState.RUNNING)))
-        extra.append(
-            Instance(
-                f"i-pool{n}",
-                draw(st.sampled_from(names)),
-                state,
-                snapshot.now - draw(st.sampled_from((10.0, 300.0, 5000.0))),
-                f"ip-10-9-9-{n}",
-                subnet_id=draw(st.sampled_from(SUBNETS)),
-                pool=phase,
-            )
-        )
-    refused = tuple(
-        Unavailable(tp.name, snapshot.now + 60, draw(st.sampled_from(SUBNETS)))
-        for tp in types
-        if draw(st.sampled_from((True, False, False)))
-    )
-    # small pending tasks, two samples in five, so that pool machines may be started
-    work = tuple(
-        Task(f"pool-t{k}", Resources.of(cpus=1, ram=GIB))
-        for k in range(draw(st.sampled_from((0, 0, 0, 1, 8))))
-    )
-    snapshot = dataclasses.replace(
-        snapshot,
-        instances=snapshot.instances + tuple(extra),
-        unavailable=snapshot.unavailable + refused,
-        unrunnable=snapshot.unrunnable + work,
-    )
-    return snapshot, policy
+# Samples per mode of pooled_worlds(): a third mixed, a sixth aimed at each rule.
+SAMPLES = {"mixed": 100, "burst": 50, "scale-down": 50, "refill": 50, "base": 50}
 
 
 def _started(result: Plan) -> int:
@@ -173,45 +113,48 @@ CASES = {
         if m.instance is not None
     ),
 }
-# About three quarters of the shares measured when they were set (derandomized: the same samples each run).
+# About three quarters of the lowest share measured when they were set, over the derandomized run (the
+# same samples each time) and five seeded ones (derandomize off): a strategy change that moves a share
+# by a few points does not fail the test, one that stops reaching a rule does.
 FLOORS = {
-    "start from the pool": 0.03,
-    "stop into the pool": 0.015,
-    "refill (pool launch)": 0.07,
-    "stray stopped terminated": 0.30,
-    "base launch": 0.08,
-    "preparing machine": 0.12,
+    "start from the pool": 0.12,
+    "stop into the pool": 0.13,
+    "refill (pool launch)": 0.14,
+    "stray stopped terminated": 0.39,
+    "base launch": 0.14,
+    "preparing machine": 0.16,
     "starting machine": 0.12,
-    "pool machine refused, not started": 0.10,
+    "pool machine refused, not started": 0.12,
 }
 
 
 def test_pool_invariants_and_how_often_they_are_reached() -> None:
     reached: Counter[str] = Counter()
     total = 0
+    for mode, count in SAMPLES.items():
 
-    @settings(
-        max_examples=SAMPLES,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-    )
-    @given(pooled_worlds())
-    def sample(world: tuple[Snapshot, Policy]) -> None:
-        nonlocal total
-        snapshot, policy = world
-        result = plan(snapshot, policy)
-        _check(snapshot, policy, result)
-        cluster = classify(snapshot, policy)
-        total += 1
-        for name, case in CASES.items():
-            reached[name] += bool(case(snapshot, policy, result, cluster))
+        @settings(
+            max_examples=count,
+            deadline=None,
+            derandomize=True,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(pooled_worlds(mode))
+        def sample(world: tuple[Snapshot, Policy]) -> None:
+            nonlocal total
+            snapshot, policy = world
+            result = plan(snapshot, policy)
+            _check(snapshot, policy, result)
+            cluster = classify(snapshot, policy)
+            total += 1
+            for name, case in CASES.items():
+                reached[name] += bool(case(snapshot, policy, result, cluster))
 
-    sample()
+        sample()
     table = "\n".join(
         f"  {name:<36} {reached[name] / total:6.1%}  (floor {FLOORS[name]:.0%})" for name in CASES
     )
-    print(f"\nshare of {total} pooled samples reaching each case:\n{table}")
+    print(f"\nshare of {total} pooled samples ({SAMPLES}) reaching each case:\n{table}")
     low = [name for name in CASES if reached[name] / total < FLOORS[name]]
     assert not low, f"pool cases reached too rarely: {low}\n{table}"
