@@ -23,6 +23,7 @@ from tests.builders import (
 from tests.core.randomized import apply
 
 from swarm_autoscaler.core.cluster import Bucket, allowed, classify
+from swarm_autoscaler.core.marks import STRAY_RETIREMENT
 from swarm_autoscaler.core.model import (
     OWNERSHIP_LABEL,
     ActivateNode,
@@ -1101,6 +1102,18 @@ CONSOLIDATE = [
         "a cordon mark whose worker takes tasks again (restarted) is cleared",
         assemble(xlarge(1, running(1, "a"), marks=CORDONED)),
         Plan((mark(1, "worker takes tasks again", cordoned_since=None),)),
+    ),
+    Case(
+        "a worker left retiring by a retirement cut short (no cordon mark) is set running again",
+        # act awaits every retirement it starts: one still retiring at the next plan has nobody driving
+        # it, and nothing else makes it leave the retiring bucket (issue 15's burst500: 23 of 40 stayed)
+        assemble(xlarge(1, (), retiring=True), xlarge(2, running(1, "b"))),
+        Plan((Uncordon("node-1", hostname(1), (addr(1),), STRAY_RETIREMENT),)),
+    ),
+    Case(
+        "a busy worker left retiring is set running again too (it finishes its tasks either way)",
+        assemble(xlarge(1, running(1, "a"), retiring=True), xlarge(2, running(1, "b"))),
+        Plan((Uncordon("node-1", hostname(1), (addr(1),), STRAY_RETIREMENT),)),
     ),
     Case(
         "a cordoned worker that emptied is retired and drained after drain_delay like any other",

@@ -62,14 +62,32 @@ def _active_marks(member: Member, received: bool, now: float) -> list[Mark]:
     return out
 
 
+# The reason of the Uncordon that sets a stray retiring worker running again (see `keep_cordons`).
+STRAY_RETIREMENT = "retiring without a retirement in progress (one cut short): set running again"
+
+
 def keep_cordons(
     cluster: Cluster, uncordoned: Collection[str]
 ) -> tuple[tuple[Mark, ...], tuple[Uncordon, ...]]:
     """A cordon mark whose worker takes tasks again (restarted, or uncordoned by someone else) is
     stale; a cordoned worker with tasks waiting on it is uncordoned, or they would never start.
-    `uncordoned`: node ids scale-up already uncordons."""
+    `uncordoned`: node ids scale-up already uncordons.
+
+    A member in the `retiring` bucket (a worker closing_gracefully, no cordon mark) is set running again
+    (reason `STRAY_RETIREMENT`): act awaits every RetireWorkers it starts, so by the next plan a
+    retirement has either removed its worker or been refused (the worker set running again). One still
+    retiring then is one whose RetireWorkers was cut short (the tick's deadline, SIGTERM) or one that dask
+    put back into closing_gracefully after an Uncordon (a cut-short retirement of a cordoned worker
+    restores its previous status when it gives up). Nothing else makes it leave that bucket: it would
+    take no task and never be retired. Set running, it is retired again by a later plan once idle.
+    Harmless if dask's retirement is in fact still running: it then removes the worker (its unique
+    data moved first; a task it had started is rescheduled) or gives up and restores `running`."""
     marks: list[Mark] = []
-    actions: list[Uncordon] = []
+    actions: list[Uncordon] = [
+        uncordon_action(m, STRAY_RETIREMENT)
+        for m in cluster.retiring
+        if m.node is not None and m.workers and m.node.id not in uncordoned
+    ]
     for member in cluster.active:
         node = member.node
         assert node is not None
