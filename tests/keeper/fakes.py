@@ -28,6 +28,7 @@ class FakeHosts:
         self.create_delay = create_delay
         self.fail = False
         self._ids = itertools.count(1)
+        self._by_key: dict[ClusterKey, list[str]] = {}  # as EC2 filters on the user and wallet tags
 
     def _check(self) -> None:
         if self.fail:
@@ -38,7 +39,9 @@ class FakeHosts:
         return tuple(c for cid, c in self.clusters.items() if self.alive.get(cid, 0) > 0)
 
     async def find(self, key: ClusterKey) -> tuple[Cluster, ...]:
-        return tuple(c for c in await self.list_clusters() if c.key == key)
+        self._check()
+        ids = self._by_key.get(key, ())
+        return tuple(self.clusters[cid] for cid in ids if self.alive.get(cid, 0) > 0)
 
     async def create(self, key: ClusterKey, now: float) -> Cluster:
         self._check()
@@ -56,6 +59,7 @@ class FakeHosts:
         )
         self.clusters[cid] = cluster
         self.alive[cid] = 1
+        self._by_key.setdefault(key, []).append(cid)
         self.created += 1
         return cluster
 
