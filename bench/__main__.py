@@ -19,6 +19,7 @@ BENCHMARKS: dict[str, str] = {
     "keeper-ec2": "bench.keeper_ec2_bench",
     "fidelity": "bench.fidelity_bench",
     "peer": "bench.peer_bench",
+    "packing": "bench.packing_bench",
 }
 
 

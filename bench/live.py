@@ -31,6 +31,7 @@ TYPE = "m5.large"
 # How long after the last result the scale-in is waited for (wall clock); machines still running then are
 # billed up to then and counted as `left_running`.
 SCALE_IN_WAIT_S = 300.0
+CPU_WORDS = {1: "one", 2: "two", 4: "four", 8: "eight"}  # task keys name their shape (dask's prefix)
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Workload:
     max_instances: int
     boot_s: float = 3.0
     jitter_s: float = 2.0  # EC2's joins spread by about as much as the boot itself
+    types: tuple[str, ...] = (TYPE,)  # the allowed instance types (ours; Adaptive runs m5.large only)
 
 
 @dataclass
@@ -90,7 +92,7 @@ async def submit_all(client: Any, w: Workload, hold: bool = False) -> Outcome:
         submitted = time.time()
         # dask's task prefix is the key's name part: one per shape, as the simulator takes a trace's jobs
         # of one shape for one prefix (a trace names no functions)
-        key = f"{w.name}-{('one', 'two')[cpus - 1]}-cpu-{i}"
+        key = f"{w.name}-{CPU_WORDS.get(cpus, str(cpus))}-cpu-{i}"
         fut = client.submit(_task, seconds, key=key, resources={"CPU": cpus}, pure=False)
         futures.append(fut)
         pending.append((submitted, seconds, asyncio.ensure_future(_collect(fut, hold))))
@@ -120,6 +122,7 @@ class Ec2Meter:
         self._filters = [{"Name": f"tag:{k}", "Values": [v]} for k, v in tags.items()]
         self._filters.append({"Name": "instance-state-name", "Values": ["pending", "running"]})
         self.seen: dict[str, list[float]] = {}
+        self.types: dict[str, str] = {}  # instance -> its type
         self.live = 0
         self.worker_up: dict[str, float] = {}  # instance -> when its worker came up (wall clock)
         self.drawn: dict[str, float] = {}  # instance -> the boot time the emulator drew for it
@@ -127,13 +130,15 @@ class Ec2Meter:
 
     def poll(self) -> None:
         now = time.time()
-        ids = [
-            i["InstanceId"]
+        found = [
+            (i["InstanceId"], i["InstanceType"])
             for r in self._ec2.describe_instances(Filters=self._filters)["Reservations"]
             for i in r["Instances"]
         ]
-        for iid in ids:
+        for iid, type_name in found:
             self.seen.setdefault(iid, [now, now])[1] = now
+            self.types[iid] = type_name
+        ids = [iid for iid, _ in found]
         self.live = len(ids)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -150,6 +155,15 @@ class Ec2Meter:
                     self.worker_up.setdefault(m.instance_id, m.worker_up_at + offset)
                     self.drawn[m.instance_id] = m.boot_at - m.seen_at
 
+    def cost_usd(self) -> float:
+        """What the machines seen cost, per second at each type's on-demand price, no minimum."""
+        from swarm_autoscaler.core.catalogue import CATALOGUE
+
+        dollars = 0.0
+        for iid, (first, last) in self.seen.items():
+            dollars += (last - first) * (CATALOGUE[self.types[iid]].price_per_hour or 0.0) / 3600.0
+        return round(dollars, 5)
+
     def lag(self) -> float:
         """Launch (first sight, 0.25 s resolution) to worker up, less the boot time drawn: the local
         cloud's own delay, which the simulator's join time includes (`fidelity_bench.EMULATOR_LAG_S`)."""
@@ -157,16 +171,17 @@ class Ec2Meter:
 
 
 async def live_ours(
-    w: Workload, seed: int, settings: Mapping[str, str], hold: bool = False
+    w: Workload, seed: int, settings: Mapping[str, str], hold: bool = False, preload: Sequence[str] = ()
 ) -> dict[str, float]:
-    """`w` run by the real daemon (with `settings` on top of the local cloud's) on the local cloud."""
+    """`w` run by the real daemon (with `settings` on top of the local cloud's) on the local cloud, its
+    scheduler started with the `preload` modules."""
     from distributed import Client
 
     from swarm_autoscaler.localcloud.cloud import LocalCloud, LocalCloudOptions
 
     options = LocalCloudOptions(
-        fast=True, cluster_name=f"live-{w.name}-{seed}", allowed_types={TYPE: {}}, max_instances=w.max_instances,
-        seed=seed,
+        fast=True, cluster_name=f"live-{w.name}-{seed}", allowed_types={t: {} for t in w.types},
+        max_instances=w.max_instances, seed=seed, scheduler_preload=tuple(preload),
     )  # fmt: skip
     extra = {**settings, "AUTOSCALER_EC2_MAX_INSTANCES": str(w.max_instances)}
     async with LocalCloud(options) as lc, lc.daemon(extra) as daemon:
@@ -188,7 +203,12 @@ async def live_ours(
             await runner
     spans = [(first, last) for first, last in meter.seen.values()]
     first = min(first for first, _ in spans) - outcome.t0
-    extra = {"lag_s": meter.lag(), "first_launch_s": round(first, 2), "left_running": meter.live}
+    extra = {
+        "lag_s": meter.lag(),
+        "first_launch_s": round(first, 2),
+        "left_running": meter.live,
+        "cost_usd": meter.cost_usd(),
+    }
     return figures(outcome, spans) | extra
 
 

@@ -53,6 +53,7 @@ class LocalCloudOptions:
     never_join_rate: float = 0.0
     seed: int = 0
     http_port: int = 0
+    scheduler_preload: tuple[str, ...] = ()  # modules the scheduler preloads (e.g. the packing plugin)
 
     @property
     def boot_delay(self) -> float:
@@ -124,7 +125,12 @@ class LocalCloud:
         # The scheduler serves HTTP (/metrics) even without a dashboard, on 8787 by default: a free port
         # instead, so two local clouds (or any dask on this machine) never collide or warn.
         self.scheduler = await Scheduler(
-            host="127.0.0.1", port=0, dashboard=False, dashboard_address="127.0.0.1:0", validate=False
+            host="127.0.0.1",
+            port=0,
+            dashboard=False,
+            dashboard_address="127.0.0.1:0",
+            validate=False,
+            preload=list(self.options.scheduler_preload),
         )
         self._stack.push_async_callback(self.scheduler.close)
         await self._start_swarm()
