@@ -4,9 +4,10 @@ tests/adapters/dask/test_dask_packing.py runs on a real scheduler, with the same
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from swarm_autoscaler.core.model import GIB, Resources
-from swarm_autoscaler.sim import cli
+from swarm_autoscaler.sim import cli, table
 from swarm_autoscaler.sim.config import load_sim_settings
 from swarm_autoscaler.sim.scheduler import EventQueue, Scheduler, SimWorker, advertised
 from swarm_autoscaler.sim.trace import Job
@@ -96,3 +97,21 @@ def test_the_cli_flag_reaches_the_knob() -> None:
     assert cli._options(args, settings).knobs.dask_packing
     off = parser.parse_args(["simulate", "--trace", trace])
     assert not cli._options(off, settings).knobs.dask_packing
+
+
+def test_table_prints_each_policy_without_and_with_packing_and_checks_ours_with_it() -> None:
+    def row(p95: float, cost: float) -> dict[str, Any]:
+        return {"jobs": 1, "completed_jobs": 1, "wait_p50_s": 0.0, "wait_p95_s": p95, "cost_usd": cost,
+                "cost_ratio": 1.1, "makespan_ratio": 1.0, "launches": 1, "peak_instances": 1,
+                "busy_terminations": 0, "max_exceeded": 0}  # fmt: skip
+
+    results = {"burst500": {"ours": row(30, 4.0), "ours+packing": row(5, 1.0), "adaptive": row(10, 2.0),
+                            "adaptive+packing": row(9, 1.5), "static": row(5, 3.0)}}  # fmt: skip
+    lines = table.packing_table(results).splitlines()
+    assert lines[2:] == [
+        "| burst500 | ours | 4.00 | 1.00 | 30 | 5 |",
+        "| burst500 | adaptive | 2.00 | 1.50 | 10 | 9 |",
+    ]
+    assert table.misses(results, policy="ours+packing") == []
+    assert any(m.startswith("burst500: adaptive costs 2.00") for m in table.misses(results))
+    assert table.TABLE_POLICIES[-1] == "ours" + table.PACKING
