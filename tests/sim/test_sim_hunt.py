@@ -32,6 +32,9 @@ def test_generated_cases_inject_every_kind_of_fault() -> None:
     assert sum(bool(c.faults.never_join) for c in cases) > 100
     assert sum(bool(c.faults.restarts) for c in cases) > 100
     assert any(j.instance_type for c in cases for j in c.jobs) and any(j.gpus for c in cases for j in c.jobs)
+    packed = sum(c.packing for c in cases)
+    print(f"{packed} of {len(cases)} cases run dask with the packing preload")
+    assert 60 < packed < 140
 
 
 @pytest.mark.timeout(300)

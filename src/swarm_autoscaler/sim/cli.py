@@ -67,6 +67,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     knobs.add_argument("--never-join-rate", type=float, default=0.0, help="probability a machine never joins")
     knobs.add_argument("--restart-every", type=int, default=0, help="restart the daemon every N ticks")
     knobs.add_argument(
+        "--dask-packing",
+        action="store_true",
+        help="the dask scheduler runs the packing preload (swarm_autoscaler.adapters.dask_packing)",
+    )
+    knobs.add_argument(
         "--deadline-s", type=float, default=6 * 3600.0, help="give up this long after the trace's last job"
     )
     p.set_defaults(handler=main)
@@ -99,7 +104,11 @@ def _env_file(args: argparse.Namespace) -> str | None:
 
 def _options(args: argparse.Namespace, settings: SimSettings) -> Options:
     base = default_options(
-        settings, join_s=args.join_s, join_jitter_s=args.join_jitter_s, worker_start_s=args.worker_start_s
+        settings,
+        join_s=args.join_s,
+        join_jitter_s=args.join_jitter_s,
+        worker_start_s=args.worker_start_s,
+        dask_packing=args.dask_packing,
     )
     tick = args.tick_s if args.tick_s is not None else base.tick_s
     return Options(

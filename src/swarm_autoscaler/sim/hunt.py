@@ -1,7 +1,8 @@
 """Safety hunting: many small random runs with faults on, invariants checked after every tick.
 
 Each seed generates a `Case`: a handful of jobs arriving at any moment, a small policy, and scripted
-faults (refused launch calls, machines that never join, daemon restarts at given ticks). The case is
+faults (refused launch calls, machines that never join, daemon restarts at given ticks); about half the
+cases hold results in the client, half run dask with the packing preload (`Knobs.dask_packing`). The case is
 run against the strategy (the real planner by default) and checked:
 
 - after every tick: no busy node drained, retired, removed or terminated (the world records each one
@@ -68,6 +69,7 @@ class Case:
     jobs: tuple[Job, ...]
     faults: ScriptedFaults
     hold: bool = False  # the client keeps every result until the last job finished (`Knobs.hold_results`)
+    packing: bool = False  # dask runs the packing preload (`Knobs.dask_packing`)
 
     def events(self) -> list[tuple[str, object]]:
         f = self.faults
@@ -128,7 +130,13 @@ def generate(seed: int) -> Case:
     # results only once every job finished: with room for one working machine beside the reserves, a
     # held result there and a job needing another type wait on each other for ever, so not then.
     hold = rng.random() < 0.5 and policy.max_instances - sum(t.reserve for t in types) >= 2
-    return _with_pools(Case(seed, policy, tuple(jobs), faults, hold=hold))
+    return _with_packing(_with_pools(Case(seed, policy, tuple(jobs), faults, hold=hold)))
+
+
+def _with_packing(case: Case) -> Case:
+    """dask's packing preload on about half the cases, drawn from a generator of its own so that the
+    other draws of every seed stay what they were."""
+    return replace(case, packing=random.Random(f"packing:{case.seed}").random() < 0.5)
 
 
 def _with_pools(case: Case) -> Case:
@@ -157,7 +165,7 @@ def _with_pools(case: Case) -> Case:
 def check(case: Case, strategy: Strategy | None = None) -> list[str]:
     """Run the case; return every violated invariant (empty when safe)."""
     policy = case.policy
-    knobs = replace(KNOBS, hold_results=case.hold)
+    knobs = replace(KNOBS, hold_results=case.hold, dask_packing=case.packing)
     options = Options(tick_s=TICK_S, knobs=knobs, deadline_s=3600.0, linger_s=policy.node_down_timeout + 120)
     problems: list[str] = []
 
@@ -285,6 +293,7 @@ def describe(case: Case, problems: Sequence[str]) -> str:
     lines = [
         f"seed {case.seed}: {len(problems)} violation(s), e.g. {problems[0]}",
         f"  policy: {case.policy}",
+        f"  client holds results: {case.hold}; dask packing preload: {case.packing}",
     ]
     for kind, value in case.events():
         if isinstance(value, Job):

@@ -32,6 +32,11 @@ It follows distributed's rules closely enough for the planner to face the same s
   running worker holding the fewest (dask's `RetireWorker` policy takes its recipients among running
   workers not being retired); a worker whose results have nowhere to go is kept (`retire` does not
   return it). Without `hold` (the default), results are released as they arrive.
+- With `packing` (`Knobs.dask_packing`), the scheduler runs the optional preload
+  `swarm_autoscaler.adapters.dask_packing`: `_decide` ranks the same valid, uncordoned workers by that
+  module's own `packing_rank` (the worker's resources as the project's workers advertise them, `CPU`,
+  `RAM` and `GPU`; the needs of every task processing there, running or waiting, as `used_resources`)
+  and then by dask's objective. Stealing is unchanged, as it is in dask.
 - A cordoned worker (dask's `closing_gracefully` status) gets no new task, steals none and starts none
   of those waiting on it; its running tasks finish. Uncordoned, it is like a worker that joined.
 """
@@ -45,6 +50,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from swarm_autoscaler.adapters.dask_packing import CANNOT_START_NOW, Rank, packing_rank
 from swarm_autoscaler.core.model import Resources, Task, Worker
 from swarm_autoscaler.core.ports import WorkloadView
 from swarm_autoscaler.sim.trace import Job, Kind
@@ -106,9 +112,12 @@ class SimWorker:
 class Scheduler:
     """Tasks and workers. `events` receives ("done", (address, key, end)) completions."""
 
-    def __init__(self, jobs: Mapping[str, Job], events: EventQueue, hold: bool = False) -> None:
+    def __init__(
+        self, jobs: Mapping[str, Job], events: EventQueue, hold: bool = False, packing: bool = False
+    ) -> None:
         self.jobs = jobs
         self.hold = hold
+        self.packing = packing
         self.tasks: dict[str, Task] = {k: j.task() for k, j in jobs.items()}
         self._executing: dict[str, Task] = {}  # the tasks' views while they run
         self._waiting: dict[str, Task] = {}  # the tasks' views while they wait on a worker
@@ -359,15 +368,17 @@ class Scheduler:
 
     def _decide(self, key: str, now: float, durations: Mapping[Kind, float] | None = None) -> None:
         """Send `key` to the valid, uncordoned worker of least occupancy per thread (the first on
-        ties), or mark it unrunnable."""
+        ties), or mark it unrunnable; with `packing`, `packing_rank` comes before the occupancy."""
         best: SimWorker | None = None
-        best_score = 0.0
+        best_score: tuple[Rank, float] = (CANNOT_START_NOW, 0.0)
         if durations is None:
             durations = self.durations(now) if self.workers else {}
+        needs = advertised(self.tasks[key].needs) if self.packing else {}
         for worker in self.workers.values():
             if worker.cordoned or not self.valid(key, worker):
                 continue
-            score = worker.occupancy(durations) / worker.nthreads
+            rank = self._rank(needs, worker) if self.packing else CANNOT_START_NOW
+            score = (rank, worker.occupancy(durations) / worker.nthreads)
             if best is None or score < best_score:
                 best, best_score = worker, score
         if best is None:
@@ -377,6 +388,17 @@ class Scheduler:
         self._enqueue(best, key)
         self._start_ready(best, now)
         self._poke(now)
+
+    def _rank(self, needs: Mapping[str, float], worker: SimWorker) -> Rank:
+        """The plugin's `packing_rank` on this worker, as the real scheduler would compute it."""
+        if worker.nprocessing >= worker.nthreads:
+            return CANNOT_START_NOW  # what packing_rank says first; spares building the dicts
+        used = worker.capacity - worker.free  # the running tasks' needs ...
+        for waiting in worker.waiting:  # ... and the waiting ones': dask's `used_resources`
+            used = used + self.tasks[waiting].needs
+        return packing_rank(
+            needs, advertised(worker.capacity), advertised(used), worker.nprocessing, worker.nthreads
+        )
 
     def _enqueue(self, worker: SimWorker, key: str) -> None:
         """Queue `key` on `worker` in priority (submission) order."""
@@ -422,3 +444,13 @@ class Scheduler:
             del self.estimates[kind]
             return False
         return True
+
+
+def advertised(resources: Resources) -> dict[str, float]:
+    """`resources` as dask resources named by the project's convention (`CPU`, `RAM`, `GPU`, generic),
+    as `localcloud.machines.dask_resources` has a worker advertise them."""
+    out = {"CPU": resources.cpus, "RAM": float(resources.ram)}
+    if resources.gpus:
+        out["GPU"] = float(resources.gpus)
+    out.update(resources.generic)
+    return out

@@ -69,6 +69,8 @@ class Knobs:
     gib_month_usd: float = 0.08  # gp3's price per GiB-month
     # The client keeps every result until the last job finished (False: releases each as it arrives).
     hold_results: bool = False
+    # The dask scheduler runs the packing preload (`adapters.dask_packing`; False: dask's own objective).
+    dask_packing: bool = False
 
 
 class Faults:
@@ -184,7 +186,9 @@ class World:
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def __post_init__(self) -> None:
-        self.scheduler = Scheduler(self.jobs, self.events, hold=self.knobs.hold_results)
+        self.scheduler = Scheduler(
+            self.jobs, self.events, hold=self.knobs.hold_results, packing=self.knobs.dask_packing
+        )
         self.fences = SimFences(self.scheduler, self.events)
 
     # ------------------------------------------------------------------ time
