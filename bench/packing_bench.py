@@ -14,7 +14,7 @@ cloud's scheduler), a small task goes to the smallest, fullest worker that can s
 Live: the real daemon on the local cloud (`bench.live.live_ours`), with and without the preload,
 alternating which goes first, `--reps` repetitions (default 3, `--quick` 1), medians (min-max). Simulated:
 "ours" with `Knobs.dask_packing` off and on, five seeds, medians. Figures: cost (per-second billing at
-each type's price), instance-seconds, makespan, p50/p95 wait, machines launched. Settings of ours:
+each type's price, in US cents), instance-seconds, makespan, p50/p95 wait, machines launched. Settings of ours:
 `POLL_INTERVAL=1s`, `DRAIN_DELAY=3s`, `TERMINATION_DELAY=0s` (as `bench peer`).
 
 Run: `python -m bench packing` (niced). Writes `bench/packing_results.json`.
@@ -45,7 +45,7 @@ SETTINGS = {
     "AUTOSCALER_MAX_START_TIME": "60s",
 }
 TYPES = ("m5.large", "m5.2xlarge")
-FIGURES = ("cost_usd", "instance_seconds", "makespan_s", "wait_p50_s", "wait_p95_s", "machines")
+FIGURES = ("cost_cents", "instance_seconds", "makespan_s", "wait_p50_s", "wait_p95_s", "machines")
 SIDES = ("off", "on")
 SIM_SEEDS = 5
 EMULATOR_LAG_S = 0.5  # the local cloud's launch-to-worker delay beyond the boot (bench.fidelity_bench)
@@ -87,7 +87,8 @@ def simulated(w: Workload, packing: bool) -> list[dict[str, float]]:
     out = []
     for seed in range(SIM_SEEDS):
         _, summary = run_trace(jobs, settings, "ours", options, RandomFaults(seed, 0.0, {}, 0.0))
-        out.append({k: float(summary[k if k != "machines" else "launches"]) for k in FIGURES})
+        summary = summary | {"cost_cents": 100 * summary["cost_usd"], "machines": summary["launches"]}
+        out.append({k: float(summary[k]) for k in FIGURES})
     return out
 
 
@@ -97,7 +98,8 @@ def measure(reps: int) -> dict[str, Any]:
     for rep in range(reps):
         for side in SIDES if rep % 2 == 0 else SIDES[::-1]:
             preload = (PRELOAD,) if side == "on" else ()
-            live[side].append(asyncio.run(live_ours(w, rep, SETTINGS, False, preload)))
+            run = asyncio.run(live_ours(w, rep, SETTINGS, False, preload))
+            live[side].append(run | {"cost_cents": round(100 * run["cost_usd"], 3)})
             print(f"  #{rep} packing {side} live: {live[side][-1]}", flush=True)
     out: dict[str, Any] = {}
     for side in SIDES:
