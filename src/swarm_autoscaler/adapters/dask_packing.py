@@ -55,7 +55,7 @@ _ORIGINAL = "_packing_original_objective"  # where dask_setup keeps the objectiv
 Rank = tuple[int, int, float, float]
 CANNOT_START_NOW: Rank = (1, 0, 0.0, 0.0)
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("distributed.dask_packing")  # shown with distributed's own logs
 
 
 def packing_rank(
