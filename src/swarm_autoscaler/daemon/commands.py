@@ -13,6 +13,7 @@ from rich.table import Table
 
 from swarm_autoscaler.config.settings import Settings
 from swarm_autoscaler.core.model import NodeMarks, fields_of
+from swarm_autoscaler.daemon.logs import startup_line
 from swarm_autoscaler.daemon.loop import run_clusters
 from swarm_autoscaler.daemon.signals import run_until_signal
 from swarm_autoscaler.daemon.tick import TickResult, run_tick
@@ -29,25 +30,26 @@ EXIT_ENDPOINT = 3  # an endpoint is unreachable, refuses us, or is not what the 
 EXIT_WITHIN_S = 8.0
 
 
-def guarded(coro_fn: Callable[[], Coroutine[Any, Any, int]]) -> int:
-    """Run a command; an unreachable endpoint or bad configuration becomes one clear line, no traceback."""
+def guarded(coro_fn: Callable[[], Coroutine[Any, Any, int]], *, log_format: str) -> int:
+    """Run a command; an unreachable endpoint or bad configuration becomes one clear line on standard
+    error, no traceback: a JSON object when `log_format` (the settings' `AUTOSCALER_LOG_FORMAT`) is
+    json (`logs.startup_line`)."""
     try:
         return asyncio.run(coro_fn())
     except EndpointError as exc:
         where = f" ({exc.setting})" if exc.setting else ""
-        print(_one_line(f"error: cannot use {exc.endpoint}{where}: {exc.detail}"), file=sys.stderr)
+        _say(f"error: cannot use {exc.endpoint}{where}: {exc.detail}", log_format)
         return EXIT_ENDPOINT
     except ConfigurationError as exc:
-        print(_one_line(f"configuration error: {exc}"), file=sys.stderr)
+        _say(f"configuration error: {exc}", log_format)
         return EXIT_CONFIG
     except AutoscalerError as exc:
-        print(_one_line(f"error: {exc}"), file=sys.stderr)
+        _say(f"error: {exc}", log_format)
         return EXIT_ENDPOINT
 
 
-def _one_line(text: str) -> str:
-    """An endpoint may answer with a page of text: one line, whatever it sent."""
-    return " ".join(text.split())
+def _say(text: str, log_format: str) -> None:
+    print(startup_line(text, log_format), file=sys.stderr)
 
 
 async def run(settings: Settings) -> int:
