@@ -7,6 +7,7 @@ Machines are numbered: machine `n` is instance `i-000n` with hostname `ip-10-0-0
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from types import MappingProxyType
 
 from swarm_autoscaler.core.model import (
@@ -28,6 +29,7 @@ from swarm_autoscaler.core.model import (
 )
 
 NOW = 1_000_000.0
+Machine = tuple[Instance, Node, Worker | None]  # what `machine()` builds and `assemble()` takes
 
 
 def make_instance_type(
@@ -101,6 +103,11 @@ def make_tasks(count: int, prefix: str = "t", **shape: float | str | None) -> tu
     return tuple(make_task(f"{prefix}{i}", **shape) for i in range(count))  # type: ignore[arg-type]
 
 
+def worker_address(n: int) -> str:
+    """The address of machine `n`'s worker (`make_worker`)."""
+    return f"tcp://10.0.{n // 250}.{n % 250}:8786"
+
+
 def make_worker(
     n: int = 1,
     cpus: float = 2,
@@ -113,7 +120,7 @@ def make_worker(
 ) -> Worker:
     name = host or hostname(n)
     return Worker(
-        f"tcp://10.0.{n // 250}.{n % 250}:8786",
+        worker_address(n),
         name,
         name,
         Resources.of(cpus, int(ram_gib * GIB), gpus),
@@ -186,7 +193,7 @@ def machine(
     marks: NodeMarks = NodeMarks(ready=True),
     age: float = 1000.0,
     manager: bool = False,
-) -> tuple[Instance, Node, Worker | None]:
+) -> Machine:
     """An owned machine that joined: its instance, node and (unless `worker=False`) worker. The worker's
     resources are the type's (from CATALOGUE) unless `cpus` is given."""
     itype = next(t for t in CATALOGUE if t.name == type_name)
@@ -219,3 +226,14 @@ def assemble(
         unrunnable=unrunnable,
         **kwargs,  # type: ignore[arg-type]
     )
+
+
+def unlabelled(parts: Machine) -> Machine:
+    """A machine whose node does not carry the ownership label (yet)."""
+    inst, node, worker = parts
+    return inst, replace(node, ours=False), worker
+
+
+def launch_reason(tasks: int, type_name: str) -> str:
+    """The reason of the Launch scale-up plans for `tasks` pending tasks on new `type_name` machines."""
+    return f"{tasks} pending task(s) need new capacity; cheapest fitting type: {type_name}"

@@ -7,11 +7,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings, SettingsError
 
 from swarm_autoscaler.config.doc import env_template, markdown_table
 from swarm_autoscaler.config.settings import (
     InvalidSettingsError,
+    LoggingSettings,
     Settings,
     env_path,
     load_settings,
@@ -20,29 +26,61 @@ from swarm_autoscaler.config.settings import (
 from swarm_autoscaler.extras import EXIT_MISSING_EXTRA, install_line, missing_extra_of, require_extras
 
 EXIT_CONFIGURATION = 2
+T = TypeVar("T")
+S = TypeVar("S", bound=BaseSettings)
 
 
 def load_settings_or_exit(env_file: str | None = None) -> Settings:
     """Validated settings, or exit with status 2 after printing one line per wrong variable (or one for
-    an unreadable env file) to standard error (no traceback, no secret). Unknown `AUTOSCALER_*`
-    variables are reported as warnings."""
+    an unreadable env file) to standard error (no traceback, no secret), each a JSON object when the
+    log format is json (`read_settings`). Unknown `AUTOSCALER_*` variables are reported as warnings."""
+    settings = read_settings(env_file, load_settings)
+    if settings is None:
+        raise SystemExit(EXIT_CONFIGURATION)
+    return settings
+
+
+def read_settings(env_file: str | None, load: Callable[[Path | None], T]) -> T | None:
+    """`load(path)` of the env file, or None after printing its problems, one line each, on standard
+    error; unknown `AUTOSCALER_*` variables are warned of first. Every line is in the log format the
+    settings ask for (`log_format_of`): a log collector reading JSON lines reads these too."""
+    from swarm_autoscaler.daemon.logs import startup_line
+
+    fmt = log_format_of(None)
     try:
         path = env_path(env_file)  # checked first: the warnings below read it too
+        fmt = log_format_of(path)
         for warning in unknown_variables(path):
-            print(f"configuration warning: {warning}", file=sys.stderr)
-        return load_settings(path)
+            print(startup_line(f"configuration warning: {warning}", fmt, "warning"), file=sys.stderr)
+        return load(path)
     except InvalidSettingsError as exc:
         for problem in exc.problems:
-            print(f"configuration error: {problem}", file=sys.stderr)
-        raise SystemExit(EXIT_CONFIGURATION) from None
+            print(startup_line(f"configuration error: {problem}", fmt), file=sys.stderr)
+        return None
+
+
+def log_format_of(path: Path | None) -> str:
+    """The log format the environment and env file ask for (`AUTOSCALER_LOG_FORMAT`, json by default),
+    read alone so that a start refused for any other setting (the log level included) is reported in
+    it; console when the format itself is wrong (its line then says so)."""
+    try:
+        return _built(LoggingSettings, path, level="INFO").format  # the level given: not read
+    except (ValidationError, SettingsError):
+        return "console"
+
+
+def _built(cls: type[S], path: Path | None, **values: Any) -> S:
+    """`cls` from `values`, the environment and the env file, in that precedence."""
+    return cls(_env_file=path, **values)
 
 
 def _configured(args: argparse.Namespace) -> int:
     from swarm_autoscaler.daemon import commands
-    from swarm_autoscaler.daemon.logs import configure_logging
+    from swarm_autoscaler.daemon.logs import configure_logging, startup_line
 
     settings = load_settings_or_exit(args.env_file)
-    configure_logging(settings.logging.level, settings.logging.format)
+    fmt = settings.logging.format
+    configure_logging(settings.logging.level, fmt)
     if args.command == "run":
         from swarm_autoscaler.daemon.debug import start_debugpy
         from swarm_autoscaler.errors import ConfigurationError
@@ -50,10 +88,10 @@ def _configured(args: argparse.Namespace) -> int:
         try:
             start_debugpy(settings.debugpy)
         except ConfigurationError as exc:
-            print(f"configuration error: {exc}", file=sys.stderr)
+            print(startup_line(f"configuration error: {exc}", fmt), file=sys.stderr)
             return EXIT_CONFIGURATION
     work = {"run": commands.run, "plan": commands.explain, "status": commands.status}[args.command]
-    return commands.guarded(lambda: work(settings))
+    return commands.guarded(lambda: work(settings), log_format=fmt)
 
 
 def _cmd_keeper(args: argparse.Namespace) -> int:
@@ -62,25 +100,17 @@ def _cmd_keeper(args: argparse.Namespace) -> int:
     from swarm_autoscaler.daemon.logs import configure_logging
     from swarm_autoscaler.keeper.app import run_keeper
 
-    try:
-        path = env_path(args.env_file)
-        for warning in unknown_variables(path):
-            print(f"configuration warning: {warning}", file=sys.stderr)
-        config = load_keeper_settings(path)
-    except InvalidSettingsError as exc:
-        for problem in exc.problems:
-            print(f"configuration error: {problem}", file=sys.stderr)
+    config = read_settings(args.env_file, load_keeper_settings)
+    if config is None:
         return EXIT_CONFIGURATION
     configure_logging(config.logging.level, config.logging.format)
-    return commands.guarded(lambda: run_keeper(config))
+    return commands.guarded(lambda: run_keeper(config), log_format=config.logging.format)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     if args.clusters and (args.swarm or args.clusters < 0):  # checked before logging is configured
         print("demo: --clusters N needs N >= 1 and runs on the in-memory swarm (no --swarm)", file=sys.stderr)
         return EXIT_CONFIGURATION
-    from pathlib import Path
-
     require_extras("demo", "local", "sim")
     from swarm_autoscaler.daemon.logs import configure_logging
     from swarm_autoscaler.demo import run as demo

@@ -14,27 +14,19 @@ from tests.builders import (
     make_policy,
     make_snapshot,
     make_task,
+    unlabelled,
 )
 
 from swarm_autoscaler.core.cluster import OBSERVED, TRANSITIONS, TYPE_LABEL, Bucket, allowed, classify
 from swarm_autoscaler.core.model import (
     Availability,
-    Instance,
     InstanceState,
-    Node,
     NodeMarks,
     NodeStatus,
     TypePolicy,
-    Worker,
 )
 
 POLICY = make_policy(max_start_time=600)
-
-
-def unlabelled(parts: tuple[Instance, Node, Worker | None]) -> tuple[Instance, Node, Worker | None]:
-    """A machine whose node does not carry the ownership label yet."""
-    inst, node, worker = parts
-    return inst, replace(node, ours=False), worker
 
 
 DRAIN = Availability.DRAIN

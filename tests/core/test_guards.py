@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 from tests.builders import (
     NOW,
+    Machine,
     assemble,
     hostname,
+    launch_reason,
     machine,
     make_instance,
     make_node,
@@ -30,12 +32,10 @@ from swarm_autoscaler.core.model import (
     Cordon,
     DrainNode,
     HostIdle,
-    Instance,
     InstanceState,
     LabelNode,
     Launch,
     MarkNode,
-    Node,
     NodeMarks,
     NodeStatus,
     NothingWaits,
@@ -48,7 +48,6 @@ from swarm_autoscaler.core.model import (
     TypePolicy,
     Unavailable,
     Uncordon,
-    Worker,
 )
 from swarm_autoscaler.core.plan import plan, plan_traced
 from swarm_autoscaler.core.recheck import Fresh, violated, violations
@@ -106,11 +105,7 @@ def test_a_node_whose_worker_may_still_start_is_capacity(empty_since: float | No
 def test_a_node_whose_worker_did_not_start_within_max_start_time_is_no_capacity(empty_since: float) -> None:
     result = _node_without_worker(empty_since)
     assert dict(result.placed) == {"new": 1}
-    assert result.of_kind(Launch) == (Launch("m5.large", 1, _launch_reason(1, "m5.large")),)
-
-
-def _launch_reason(tasks: int, type_name: str) -> str:
-    return f"{tasks} pending task(s) need new capacity; cheapest fitting type: {type_name}"
+    assert result.of_kind(Launch) == (Launch("m5.large", 1, launch_reason(1, "m5.large")),)
 
 
 # ------------------------------------------------------------------------------------------ metrics
@@ -134,7 +129,6 @@ def test_an_unknown_check_is_a_programming_error_that_names_it() -> None:
 # Policy delays (make_policy): drain_delay 60 s, termination_delay 120 s, node_down_timeout 300 s,
 # max_start_time 600 s.
 
-Machine = tuple[Instance, Node, Worker | None]
 RUNNING = dataclasses.replace(make_task("r"), executing=True)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from tests.builders import NOW, make_policy, make_snapshot, make_tasks
+from tests.builders import NOW, launch_reason, make_policy, make_snapshot, make_tasks
 
 from swarm_autoscaler.core.backoff import CapacityBackoff, launch_subnets, refused_types
 from swarm_autoscaler.core.model import Launch, Plan, Unavailable
@@ -17,8 +17,7 @@ POLICY = replace(make_policy(), subnets=SUBNETS)
 
 
 def launch(type_name: str) -> Plan:
-    reason = f"1 pending task(s) need new capacity; cheapest fitting type: {type_name}"
-    return Plan((Launch(type_name, 1, reason),), pending=1, placed=(("new", 1),))
+    return Plan((Launch(type_name, 1, launch_reason(1, type_name)),), pending=1, placed=(("new", 1),))
 
 
 def refused(*subnets: str, until: float = NOW + 180) -> list[Unavailable]:

@@ -188,20 +188,25 @@ def retire_then_drain(w: World) -> tuple[RetireWorkers, DrainNode]:
     )
 
 
+async def retire_then_drain_over(
+    w: World, deadline: float, *, delay: float = 0.0, later_reads: float = 0.0
+) -> tuple[tuple[Outcome, ...], DrainNode]:
+    """act on a retirement then the drain it makes safe, over a `SlowRetire` scheduler with this `delay`
+    and `later_reads`, under this tick deadline, bounded by `BOUND`."""
+    workload = SlowRetire(workers=list(w.workload.workers))
+    workload.delay, workload.later_reads = delay, later_reads
+    retire, drain = retire_then_drain(w)
+    plan_ = Plan((retire, drain))
+    ports = Ports(w.cloud, w.swarm, workload)
+    outcomes = await asyncio.wait_for(
+        act(plan_, w.snapshot(), ports, config=ActConfig(CLUSTER, deadline=deadline)), BOUND
+    )
+    return tuple(outcomes), drain
+
+
 async def test_a_retirement_cut_short_by_the_deadline_leaves_the_drain_to_the_next_tick() -> None:
     w = World()
-    workload = SlowRetire(workers=list(w.workload.workers))
-    workload.delay = 0.6
-    retire, drain = retire_then_drain(w)
-    outcomes = await asyncio.wait_for(
-        act(
-            Plan((retire, drain)),
-            w.snapshot(),
-            Ports(w.cloud, w.swarm, workload),
-            config=ActConfig(CLUSTER, deadline=0.2),
-        ),
-        BOUND,
-    )
+    outcomes, drain = await retire_then_drain_over(w, 0.2, delay=0.6)
     assert [o.kind for o in outcomes] == ["deadline", "deadline"]
     assert "while it ran" in outcomes[0].detail and "before it ran" in outcomes[1].detail
     assert w.swarm.nodes[drain.node_id].availability == "active"
@@ -209,18 +214,7 @@ async def test_a_retirement_cut_short_by_the_deadline_leaves_the_drain_to_the_ne
 
 async def test_a_read_after_the_retirement_that_hangs_does_not_hold_the_tick() -> None:
     w = World()
-    workload = SlowRetire(workers=list(w.workload.workers))
-    workload.later_reads = 3600
-    retire, drain = retire_then_drain(w)
-    outcomes = await asyncio.wait_for(
-        act(
-            Plan((retire, drain)),
-            w.snapshot(),
-            Ports(w.cloud, w.swarm, workload),
-            config=ActConfig(CLUSTER, deadline=0.3),
-        ),
-        BOUND,
-    )
+    outcomes, drain = await retire_then_drain_over(w, 0.3, later_reads=3600)
     assert outcomes[0].ok and outcomes[1].kind == "deadline"
     assert w.swarm.nodes[drain.node_id].availability == "active"
 

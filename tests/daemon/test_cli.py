@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import http.server
 import io
+import json
 import signal
 import socket
 import sys
@@ -173,6 +174,19 @@ async def test_run_with_an_unreachable_redis_exits_at_start_in_one_line(lc: Loca
     code, out, err = await cli(lc, "run", {"AUTOSCALER_REDIS_URL": url})
     line = one_error_line(code, out, err, "(AUTOSCALER_REDIS_URL)")
     assert "Connection refused" in line or "ConnectionError" in line
+    assert REDIS_PASSWORD not in out + err
+
+
+async def test_an_unreachable_endpoint_in_json_log_mode_is_one_json_line(lc: LocalCloud) -> None:
+    """With `AUTOSCALER_LOG_FORMAT=json` the refused start is one JSON object with the keys of every log
+    line, so a collector reading JSON lines reads it; the redis password is in neither stream."""
+    url = f"redis://:{REDIS_PASSWORD}@127.0.0.1:{closed_port()}/0"
+    code, out, err = await cli(lc, "run", {"AUTOSCALER_REDIS_URL": url, "AUTOSCALER_LOG_FORMAT": "json"})
+    assert (code, out) == (EXIT_ENDPOINT, "") and "Traceback" not in err
+    (line,) = err.splitlines()
+    record = json.loads(line)
+    assert set(record) == {"event", "level", "timestamp"} and record["level"] == "error"
+    assert record["event"].startswith("error: cannot use ") and "(AUTOSCALER_REDIS_URL)" in record["event"]
     assert REDIS_PASSWORD not in out + err
 
 

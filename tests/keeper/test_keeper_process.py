@@ -20,6 +20,7 @@ import aiohttp
 import pytest
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
+from tests.startup import startup_events
 
 from swarm_autoscaler.localcloud import LocalNetwork, MotoServer, provision_network
 from swarm_autoscaler.localcloud.cloud import env_without_autoscaler
@@ -208,7 +209,7 @@ async def test_a_wrong_setting_is_one_line_naming_it_and_the_token_is_never_echo
     code, out, err = await _run_briefly(env)
 
     assert (code, out) == (2, "")
-    assert err.splitlines() == [
+    assert startup_events(err) == [
         "configuration error: AUTOSCALER_KEEPER_TOKEN: expected at least 16 characters"
     ]
 
@@ -222,8 +223,8 @@ async def test_an_unreachable_redis_is_one_line_naming_the_variable(
     code, out, err = await _run_briefly(env)
 
     assert code == 3 and out == ""
-    (line,) = err.splitlines()
-    assert "(AUTOSCALER_REDIS_URL)" in line and REDIS_PASSWORD not in line
+    (line,) = startup_events(err)
+    assert "(AUTOSCALER_REDIS_URL)" in line and REDIS_PASSWORD not in err
 
 
 async def test_a_busy_api_port_is_one_line_naming_the_variable(
@@ -237,5 +238,5 @@ async def test_a_busy_api_port_is_one_line_naming_the_variable(
         code, out, err = await _run_briefly(env)
 
     assert code == 2 and out == ""
-    (line,) = err.splitlines()
+    (line,) = startup_events(err)
     assert line.startswith("configuration error: AUTOSCALER_KEEPER_HTTP_PORT: cannot listen on 127.0.0.1:")

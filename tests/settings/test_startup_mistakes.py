@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tests.startup import startup_events
 
 from swarm_autoscaler.adapters import ec2, ec2_support
 from swarm_autoscaler.config import types
@@ -34,11 +35,12 @@ def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 def one_configuration_line(result: subprocess.CompletedProcess[str]) -> str:
-    """The single line of a refused start: exit 2, nothing on stdout, no traceback, no log line."""
+    """The single line of a refused start (its event: the default log format is json): exit 2, nothing
+    on stdout, no traceback, no log line."""
     assert result.returncode == 2, result
     assert "Traceback" not in result.stdout + result.stderr
     assert result.stdout == ""
-    lines = result.stderr.splitlines()
+    lines = startup_events(result.stderr)
     assert len(lines) == 1, lines
     assert lines[0].startswith("configuration error: "), lines
     return lines[0].removeprefix("configuration error: ")

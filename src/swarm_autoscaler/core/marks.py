@@ -74,14 +74,23 @@ def keep_cordons(
     `uncordoned`: node ids scale-up already uncordons.
 
     A member in the `retiring` bucket (a worker closing_gracefully, no cordon mark) is set running again
-    (reason `STRAY_RETIREMENT`): act awaits every RetireWorkers it starts, so by the next plan a
-    retirement has either removed its worker or been refused (the worker set running again). One still
-    retiring then is one whose RetireWorkers was cut short (the tick's deadline, SIGTERM) or one that dask
-    put back into closing_gracefully after an Uncordon (a cut-short retirement of a cordoned worker
-    restores its previous status when it gives up). Nothing else makes it leave that bucket: it would
-    take no task and never be retired. Set running, it is retired again by a later plan once idle.
-    Harmless if dask's retirement is in fact still running: it then removes the worker (its unique
-    data moved first; a task it had started is rescheduled) or gives up and restores `running`."""
+    (reason `STRAY_RETIREMENT`). act awaits every RetireWorkers it starts, so at the next plan none of
+    ours is in flight, and a retirement act saw to its end has removed its worker or been refused (act
+    sets a kept worker running). A member still retiring is then one of two kinds, which a snapshot
+    cannot tell apart (both are closing_gracefully without a mark; dask's retirements in progress live
+    in its scheduler's memory manager, which the Workload port does not report):
+    - one whose RetireWorkers was cut short on our side (the tick's deadline, SIGTERM): dask's own
+      `retire_workers` may still be running on the scheduler, and ends by itself, the worker removed
+      or set back to the status it had when the retirement began;
+    - one dask put back into closing_gracefully after an Uncordon: a cordoned worker whose cut-short
+      retirement gave up restores the status it had then. Nothing else makes it leave the bucket: it
+      would take no task and never be retired.
+    Both are set running; the second needs it, and is retired again by a later plan once idle. The first
+    is set running while dask may still be retiring it: setting it running does not stop dask's
+    retirement, which still moves its unique data before removing it (no result is lost), but a task
+    the scheduler gives it in between is rescheduled when it is removed, costing that task a retry.
+    Waiting before setting it running would not remove that cost (no snapshot says when dask is done; a
+    large data move outlasts any wait) and would keep the second kind idle longer."""
     marks: list[Mark] = []
     actions: list[Uncordon] = [
         uncordon_action(m, STRAY_RETIREMENT)

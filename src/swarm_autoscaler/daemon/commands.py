@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -14,7 +13,9 @@ from rich.table import Table
 
 from swarm_autoscaler.config.settings import Settings
 from swarm_autoscaler.core.model import NodeMarks, fields_of
+from swarm_autoscaler.daemon.logs import startup_line
 from swarm_autoscaler.daemon.loop import run_clusters
+from swarm_autoscaler.daemon.signals import run_until_signal
 from swarm_autoscaler.daemon.tick import TickResult, run_tick
 from swarm_autoscaler.errors import AutoscalerError, ConfigurationError, EndpointError
 
@@ -29,61 +30,49 @@ EXIT_ENDPOINT = 3  # an endpoint is unreachable, refuses us, or is not what the 
 EXIT_WITHIN_S = 8.0
 
 
-def guarded(coro_fn: Callable[[], Coroutine[Any, Any, int]]) -> int:
-    """Run a command; an unreachable endpoint or bad configuration becomes one clear line, no traceback."""
+def guarded(coro_fn: Callable[[], Coroutine[Any, Any, int]], *, log_format: str) -> int:
+    """Run a command; an unreachable endpoint or bad configuration becomes one clear line on standard
+    error, no traceback: a JSON object when `log_format` (the settings' `AUTOSCALER_LOG_FORMAT`) is
+    json (`logs.startup_line`)."""
     try:
         return asyncio.run(coro_fn())
     except EndpointError as exc:
         where = f" ({exc.setting})" if exc.setting else ""
-        print(_one_line(f"error: cannot use {exc.endpoint}{where}: {exc.detail}"), file=sys.stderr)
+        _say(f"error: cannot use {exc.endpoint}{where}: {exc.detail}", log_format)
         return EXIT_ENDPOINT
     except ConfigurationError as exc:
-        print(_one_line(f"configuration error: {exc}"), file=sys.stderr)
+        _say(f"configuration error: {exc}", log_format)
         return EXIT_CONFIG
     except AutoscalerError as exc:
-        print(_one_line(f"error: {exc}"), file=sys.stderr)
+        _say(f"error: {exc}", log_format)
         return EXIT_ENDPOINT
 
 
-def _one_line(text: str) -> str:
-    """An endpoint may answer with a page of text: one line, whatever it sent."""
-    return " ".join(text.split())
+def _say(text: str, log_format: str) -> None:
+    print(startup_line(text, log_format), file=sys.stderr)
 
 
 async def run(settings: Settings) -> int:
     """The daemon: check every endpoint once (a failed check raises: one line, exit 2 or 3, by
     `guarded`), then tick until SIGTERM or SIGINT, then exit 0 within `EXIT_WITHIN_S`: the tick in
     progress is cancelled (even mid-act; whoever acts next plans again) and the connections are closed,
-    by force if closing takes too long."""
+    by force if closing takes too long (`run_until_signal`)."""
     from swarm_autoscaler.daemon.app import open_daemon
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    try:
-        async with asyncio.timeout(None) as exit_by:
+    async def serve(stop: asyncio.Event) -> None:
+        async with open_daemon(settings) as daemon:  # checks every endpoint first: no log line before
+            log.info(
+                "started: every endpoint answered",
+                cluster=settings.cluster_name,
+                poll_interval_s=settings.timing.poll_interval,
+                leader_lock="redis"
+                if settings.redis.url
+                else "none: single replica (no AUTOSCALER_REDIS_URL)",
+                http=f"{settings.http.host}:{settings.http.port}" if settings.http.port else "off",
+            )
+            await run_clusters([daemon], stop)
 
-            def on_signal() -> None:
-                if not stop.is_set():
-                    stop.set()
-                    exit_by.reschedule(loop.time() + EXIT_WITHIN_S)
-
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, on_signal)
-            async with open_daemon(settings) as daemon:  # checks every endpoint first: no log line before
-                log.info(
-                    "started: every endpoint answered",
-                    cluster=settings.cluster_name,
-                    poll_interval_s=settings.timing.poll_interval,
-                    leader_lock="redis"
-                    if settings.redis.url
-                    else "none: single replica (no AUTOSCALER_REDIS_URL)",
-                    http=f"{settings.http.host}:{settings.http.port}" if settings.http.port else "off",
-                )
-                await run_clusters([daemon], stop)
-    except TimeoutError:
-        if not stop.is_set():
-            raise
-        log.warning("stopped by force: closing the connections took too long", limit_s=EXIT_WITHIN_S)
+    await run_until_signal(serve, EXIT_WITHIN_S)
     log.info("stopped", cluster=settings.cluster_name)
     return 0
 

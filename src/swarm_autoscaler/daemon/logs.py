@@ -3,11 +3,13 @@
 Every event passes through `redact_secrets` before it is rendered, so a secret that reaches a log call
 by accident (a `SecretStr`, a value under a key like `password` or `join_token`, a credential inside a
 URL such as `redis://:pw@host`) is masked. Records of the standard `logging` module (botocore,
-distributed, ...) are rendered by the same chain.
+distributed, ...) are rendered by the same chain. A command that cannot start (a wrong setting, an
+endpoint that refuses) says why in a `startup_line`, in the same format.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import sys
@@ -117,3 +119,20 @@ def _configure_stdlib(number: int, out: TextIO, shared: list[Processor], rendere
     # SDK chatter (request signing, connection pools) only when debugging.
     for name in _QUIET_LOGGERS:
         logging.getLogger(name).setLevel(number if number <= logging.DEBUG else max(number, logging.WARNING))
+
+
+def startup_line(text: str, fmt: str, level: Literal["error", "warning"] = "error") -> str:
+    """The line a command prints on standard error when it cannot start, or warns before it starts.
+
+    `fmt` is the log format the settings ask for: for `json`, one JSON object with the keys of every
+    log line (`event`, `level`, `timestamp`), so that whoever reads the logs as JSON lines reads this one
+    too; otherwise `text` as it is. One line either way (an endpoint may answer with a page of text),
+    never a traceback, and URL credentials masked (`redact_text`); callers put no other secret in it.
+    This does not go through the logger: its level (say `CRITICAL`) must not hide why the command
+    stopped, and logging may not be configured yet (the settings that configure it may be the wrong
+    ones)."""
+    one = " ".join(redact_text(text).split())
+    if fmt != "json":
+        return one
+    stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
+    return json.dumps(stamp(None, level, {"event": one, "level": level}))

@@ -3,15 +3,14 @@ plain progress lines when stdout is not a terminal."""
 
 from __future__ import annotations
 
-import sys
-import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from rich.console import Console, Group
-from rich.live import Live
+from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
+
+from swarm_autoscaler.demo.live import LiveDashboard
 
 
 @dataclass
@@ -51,35 +50,19 @@ class ClustersView:
         self.total_events += 1
 
 
-class ClustersDashboard:
-    def __init__(self, console: Console | None = None, plain_every: float = 5.0) -> None:
-        self.console = console or Console()
-        self.live_mode = sys.stdout.isatty()
-        self._live: Live | None = None
-        self._plain_every = plain_every
-        self._last_plain = 0.0
+class ClustersDashboard(LiveDashboard[ClustersView]):
+    """The clusters demo's dashboard: a row per user's cluster and the keeper's latest events; in plain
+    mode every event once, as it comes, and a line per user every `plain_every` seconds."""
 
-    def __enter__(self) -> ClustersDashboard:
-        if self.live_mode:
-            self._live = Live(console=self.console, refresh_per_second=4, transient=False)
-            self._live.__enter__()
-        return self
+    def render(self, view: ClustersView) -> Group:
+        return render(view)
 
-    def __exit__(self, *exc: object) -> None:
-        if self._live is not None:
-            self._live.__exit__(None, None, None)
-
-    def update(self, view: ClustersView) -> None:
-        if self._live is not None:
-            self._live.update(render(view))
-            return
+    def plain(self, view: ClustersView) -> None:
         fresh = min(view.total_events - view.printed, len(view.events))
         for line in list(view.events)[len(view.events) - fresh :]:
             print(f"  {line}", flush=True)
         view.printed = view.total_events
-        now = time.monotonic()
-        if now - self._last_plain >= self._plain_every:
-            self._last_plain = now
+        if self.due():
             users = " | ".join(
                 f"{u.user}: {u.phase} {u.state} workers {u.workers} tasks {u.done}/{u.tasks}"
                 for u in view.users

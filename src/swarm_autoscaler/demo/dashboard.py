@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import sys
-import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from rich.console import Console, Group
-from rich.live import Live
+from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
 
 from swarm_autoscaler.core.model import Launch, Start
 from swarm_autoscaler.daemon.tick import TickResult
+from swarm_autoscaler.demo.live import LiveDashboard
 
 
 @dataclass
@@ -45,40 +43,23 @@ class View:
             self.actions.append(f"{elapsed:6.1f}s {what}: {action.reason} -> {status}")
 
 
-class Dashboard:
-    def __init__(self, console: Console | None = None, plain_every: float = 5.0) -> None:
-        self.console = console or Console()
-        self.live_mode = sys.stdout.isatty()
-        self._live: Live | None = None
-        self._plain_every = plain_every
-        self._last_plain = 0.0
-        self._printed_actions = 0
+class Dashboard(LiveDashboard[View]):
+    """The single-cluster demo's dashboard: fleet, types, tasks, warm pool and the last actions."""
 
-    def __enter__(self) -> Dashboard:
-        if self.live_mode:
-            self._live = Live(console=self.console, refresh_per_second=4, transient=False)
-            self._live.__enter__()
-        return self
+    def render(self, view: View) -> Group:
+        return render(view)
 
-    def __exit__(self, *exc: object) -> None:
-        if self._live is not None:
-            self._live.__exit__(None, None, None)
-
-    def update(self, view: View) -> None:
-        if self._live is not None:
-            self._live.update(render(view))
+    def plain(self, view: View) -> None:
+        if not self.due():
             return
-        now = time.monotonic()
-        if now - self._last_plain >= self._plain_every:
-            self._last_plain = now
-            buckets = " ".join(f"{k}={v}" for k, v in sorted(view.buckets.items()) if v)
-            pool = "".join(f" | {line}" for line in view.pool)
-            print(
-                f"[{view.elapsed:6.1f}s] tasks done {view.done}/{view.total} running {view.running} "
-                f"pending {view.pending} unplaceable {view.unplaceable} | workers {view.workers} | {buckets}"
-                f"{pool}",
-                flush=True,
-            )
+        buckets = " ".join(f"{k}={v}" for k, v in sorted(view.buckets.items()) if v)
+        pool = "".join(f" | {line}" for line in view.pool)
+        print(
+            f"[{view.elapsed:6.1f}s] tasks done {view.done}/{view.total} running {view.running} "
+            f"pending {view.pending} unplaceable {view.unplaceable} | workers {view.workers} | {buckets}"
+            f"{pool}",
+            flush=True,
+        )
 
 
 def render(view: View) -> Group:

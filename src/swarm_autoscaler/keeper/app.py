@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import signal
 from collections.abc import AsyncIterator, Awaitable
 from typing import TypeVar
 
@@ -29,6 +28,7 @@ from swarm_autoscaler.adapters.keeper_tags import worker_tags
 from swarm_autoscaler.adapters.redis_locks import RedisLocks
 from swarm_autoscaler.config.keeper import KeeperConfig, cluster_env, env_lines, render_boot
 from swarm_autoscaler.daemon.metrics import start_http
+from swarm_autoscaler.daemon.signals import run_until_signal
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
 from swarm_autoscaler.keeper.api import build_keeper_app
 from swarm_autoscaler.keeper.lifecycle import KeeperTiming
@@ -165,34 +165,20 @@ async def _checked(setting: str, awaitable: Awaitable[T]) -> T:
 
 async def run_keeper(config: KeeperConfig) -> int:
     """`swarm-autoscaler keeper`: check, serve and keep the clusters until SIGTERM or SIGINT; exit 0
-    within `EXIT_WITHIN_S` of the signal."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    try:
-        async with asyncio.timeout(None) as exit_by:
+    within `EXIT_WITHIN_S` of the signal (`run_until_signal`)."""
 
-            def on_signal() -> None:
-                if not stop.is_set():
-                    stop.set()
-                    exit_by.reschedule(loop.time() + EXIT_WITHIN_S)
+    async def serve(stop: asyncio.Event) -> None:
+        async with open_keeper(config) as keeper:
+            log.info(
+                "started: every endpoint answered",
+                keeper=config.keeper.name,
+                http=f"{config.http.host}:{config.keeper.http_port}",
+                check_interval_s=config.keeper.check_interval,
+                idle_timeout_s=config.keeper.idle_timeout,
+                locks="redis" if config.redis.url else "in-process: single replica (no AUTOSCALER_REDIS_URL)",
+            )
+            await keeper.run(stop)
 
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, on_signal)
-            async with open_keeper(config) as keeper:
-                log.info(
-                    "started: every endpoint answered",
-                    keeper=config.keeper.name,
-                    http=f"{config.http.host}:{config.keeper.http_port}",
-                    check_interval_s=config.keeper.check_interval,
-                    idle_timeout_s=config.keeper.idle_timeout,
-                    locks="redis"
-                    if config.redis.url
-                    else "in-process: single replica (no AUTOSCALER_REDIS_URL)",
-                )
-                await keeper.run(stop)
-    except TimeoutError:
-        if not stop.is_set():
-            raise
-        log.warning("stopped by force: closing took too long", limit_s=EXIT_WITHIN_S)
+    await run_until_signal(serve, EXIT_WITHIN_S)
     log.info("stopped", keeper=config.keeper.name)
     return 0

@@ -42,6 +42,21 @@ DEFAULT_TYPES: Mapping[str, Mapping[str, Any]] = {
 }
 
 
+# The daemon's delays on a local cloud, fast (tests, CI) or not (a demo one watches), without the
+# AUTOSCALER_ prefix. One table for every daemon a local cloud runs: `LocalCloud`'s and each keeper
+# primary's (`keepercloud`). Fast drain and termination delays are 3 s: the keeper's cloud had 2 s, which
+# its e2e tests do not need (they allow 60 s for a scale-down), and 3 s is what the daemon e2e tests ran on.
+DAEMON_TIMING: Mapping[bool, Mapping[str, str]] = {
+    True: {"POLL_INTERVAL": "1s", "DRAIN_DELAY": "3s", "TERMINATION_DELAY": "3s", "MAX_START_TIME": "60s"},
+    False: {"POLL_INTERVAL": "2s", "DRAIN_DELAY": "8s", "TERMINATION_DELAY": "10s", "MAX_START_TIME": "90s"},
+}
+
+
+def daemon_timing(fast: bool) -> dict[str, str]:
+    """A copy of the daemon's delays on a local cloud (`DAEMON_TIMING`), keys without AUTOSCALER_."""
+    return dict(DAEMON_TIMING[fast])
+
+
 @dataclass(frozen=True, slots=True)
 class LocalCloudOptions:
     fast: bool = False
@@ -60,19 +75,7 @@ class LocalCloudOptions:
         return 1.0 if self.fast else 3.0
 
     def timing(self) -> dict[str, str]:
-        if self.fast:
-            return {
-                "POLL_INTERVAL": "1s",
-                "DRAIN_DELAY": "3s",
-                "TERMINATION_DELAY": "3s",
-                "MAX_START_TIME": "60s",
-            }
-        return {
-            "POLL_INTERVAL": "2s",
-            "DRAIN_DELAY": "8s",
-            "TERMINATION_DELAY": "10s",
-            "MAX_START_TIME": "90s",
-        }
+        return daemon_timing(self.fast)
 
 
 class LocalCloud:

@@ -26,7 +26,7 @@ import boto3
 from swarm_autoscaler.adapters.ec2 import OWNER_TAG, OWNER_VALUE
 from swarm_autoscaler.adapters.keeper_tags import CLUSTER_ID_TAG, KEEPER_TAG
 from swarm_autoscaler.keeper.service import Keeper
-from swarm_autoscaler.localcloud.cloud import quote_env
+from swarm_autoscaler.localcloud.cloud import daemon_timing, quote_env
 from swarm_autoscaler.localcloud.moto_server import (
     LOCAL_ACCESS_KEY,
     LOCAL_SECRET_KEY,
@@ -57,19 +57,8 @@ class KeeperCloudOptions:
         return 1.0 if self.fast else 3.0
 
     def daemon_timing(self) -> dict[str, str]:
-        if self.fast:
-            return {
-                "POLL_INTERVAL": "1s",
-                "DRAIN_DELAY": "2s",
-                "TERMINATION_DELAY": "2s",
-                "MAX_START_TIME": "60s",
-            }
-        return {
-            "POLL_INTERVAL": "2s",
-            "DRAIN_DELAY": "8s",
-            "TERMINATION_DELAY": "10s",
-            "MAX_START_TIME": "90s",
-        }
+        """Each cluster's autoscaler's delays: the local cloud's (`cloud.DAEMON_TIMING`)."""
+        return daemon_timing(self.fast)
 
 
 def primary_tags(keeper_name: str) -> dict[str, str]:
