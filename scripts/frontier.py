@@ -7,8 +7,8 @@ item 3: defaults chosen from the measured frontier).
 
 Each `--knob` takes what `simulate --sweep` takes (a setting, or a per-type field such as
 `surge_above@g4dn.xlarge=0,1,2,3`); several knobs make a grid. Every point of the grid is the scenario's
-own `NAME.env` with the knobs' variables appended (dotenv keeps the last of a repeated key), so a point
-that equals the daemon's defaults says so only if the scenario sets nothing else. Runs are as
+own `NAME.env` with the knobs' variables appended (dotenv keeps the last of a repeated key); a baseline
+runs once, at the scenario's own settings (the queue rule's idle timeout is the two delays' sum). Runs are as
 `python -m swarm_autoscaler.sim.table` makes them: seeds 0 .. N-1 jitter the join times, no faults.
 Prints, per scenario and point, the mean over the seeds of cost, p95 wait and launches, then per point
 the mean of the cost and p95 over the scenarios, each relative to the first point.
