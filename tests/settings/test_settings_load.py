@@ -93,7 +93,7 @@ def test_defaults(set_env: SetEnv) -> None:
     set_env()
     s = load_settings()
     assert (s.timing.poll_interval, s.timing.max_start_time, s.timing.drain_delay) == (5.0, 600.0, 60.0)
-    assert (s.timing.termination_delay, s.timing.node_down_timeout) == (120.0, 300.0)
+    assert (s.timing.termination_delay, s.timing.node_down_timeout) == (60.0, 300.0)
     assert (s.timing.capacity_backoff_initial, s.timing.capacity_backoff_max) == (180.0, 600.0)
     assert s.ec2.endpoint is None and s.ec2.access_key_id is None and s.ec2.secret_access_key is None
     assert (s.ec2.min_instances, s.ec2.max_instances, s.ec2.subnet_ids, s.ec2.custom_tags) == (0, 10, [], {})

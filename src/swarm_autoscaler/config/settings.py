@@ -124,7 +124,13 @@ class TimingSettings(BaseSettings):
         default=60.0, description="How long an active node must be empty to be drained."
     )
     termination_delay: Duration = Field(
-        default=120.0, description="How long a drained node beyond the reserve waits before it is terminated."
+        default=60.0,
+        description=(
+            "How long a drained node beyond the reserve waits before it is terminated. Work that comes back "
+            "within it reactivates the node without a new boot; every machine that leaves pays for it. "
+            "The default comes from the cost/wait frontier measured on the bundled scenarios (README: "
+            "Cost against wait)."
+        ),
     )
     node_down_timeout: Duration = Field(
         default=300.0, description="How long a swarm node may be down before it is removed and terminated."

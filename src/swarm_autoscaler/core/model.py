@@ -407,7 +407,7 @@ class Policy:
     max_instances: int = 10
     max_start_time: float = 600.0
     drain_delay: float = 60.0
-    termination_delay: float = 120.0
+    termination_delay: float = 60.0  # the daemon's default (config/settings.py)
     node_down_timeout: float = 300.0
     max_launch_per_tick: int = 0
     consolidate_below: float = 0.5

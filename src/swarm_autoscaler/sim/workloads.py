@@ -164,7 +164,11 @@ def _clamp(value: float, low: float, high: float) -> float:
     return min(high, max(low, value))
 
 
-ENV_COMMON = "AUTOSCALER_POLL_INTERVAL=5s\nAUTOSCALER_DRAIN_DELAY=60s\nAUTOSCALER_TERMINATION_DELAY=120s\n"
+# The scenarios run at the daemon's timing defaults (poll interval, drain and termination delays), so that
+# their tables measure what an operator gets without tuning: none of these variables is set here.
+ENV_COMMON = (
+    "# timing: the daemon's defaults (AUTOSCALER_POLL_INTERVAL, _DRAIN_DELAY, _TERMINATION_DELAY unset)\n"
+)
 
 # name -> (generator, settings file body). AMI ids are ignored by the simulator; they are there so the
 # same file also validates for the daemon.
