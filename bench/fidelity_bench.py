@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.live import TYPE, Workload, live_adaptive, live_ours, quiet, spread
+from bench.live import Workload, live_adaptive, live_ours, quiet, reps_from, spread
 
 RESULTS = Path(__file__).with_name("fidelity_results.json")
 HOLD_RESULTS = Path(__file__).with_name("fidelity_hold_results.json")
@@ -82,36 +82,51 @@ def workloads() -> list[Workload]:
     ]
 
 
-def simulated(w: Workload, policy: str) -> list[dict[str, float]]:
-    """`policy` on `w` in the simulator, one summary per seed."""
+def simulated(
+    w: Workload,
+    policy: str,
+    settings: Mapping[str, str] = SETTINGS,
+    *,
+    hold: bool = False,
+    packing: bool = False,
+    reaction_s: float | None = None,
+) -> list[dict[str, Any]]:
+    """`policy` on `w` in the simulator with the daemon `settings`, one summary (`sim.report`) per seed:
+    `w`'s types allowed, joins as the local cloud's, results held by the client if `hold`, dask steered
+    toward packing if `packing`, the first tick at `reaction_s` (default: the policy's `REACTION_S`)."""
     from swarm_autoscaler.sim.config import load_sim_settings
     from swarm_autoscaler.sim.faults import RandomFaults
     from swarm_autoscaler.sim.runner import default_options, run_trace
     from swarm_autoscaler.sim.trace import Job
 
     env = {
-        **SETTINGS,
-        "AUTOSCALER_EC2_ALLOWED_TYPES": json.dumps({TYPE: {}}),
+        **settings,
+        "AUTOSCALER_EC2_ALLOWED_TYPES": json.dumps({t: {} for t in w.types}),
         "AUTOSCALER_EC2_MAX_INSTANCES": str(w.max_instances),
     }
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "fidelity.env"
+        path = Path(tmp) / "live.env"
         path.write_text("".join(f"{k}='{v}'\n" for k, v in env.items()))
-        settings = load_sim_settings(path)
+        sim_settings = load_sim_settings(path)
     jobs = [Job(i, at, seconds, float(cpus), 0.0, 0) for i, (at, seconds, cpus) in enumerate(w.jobs)]
     options = default_options(
-        settings,
+        sim_settings,
         join_s=w.boot_s + w.jitter_s / 2 + EMULATOR_LAG_S,
         join_jitter_s=w.jitter_s / 2,
         worker_start_s=0.0,
-        hold_results=MODE["hold"],
+        hold_results=hold,
+        dask_packing=packing,
     )
-    options = dataclasses.replace(options, first_tick_s=REACTION_S[policy])
-    out = []
-    for seed in range(SIM_SEEDS):
-        _, summary = run_trace(jobs, settings, policy, options, RandomFaults(seed, 0.0, {}, 0.0))
-        out.append({k: float(summary[k]) for k in FIGURES})
-    return out
+    first = REACTION_S[policy] if reaction_s is None else reaction_s
+    options = dataclasses.replace(options, first_tick_s=first)
+    return [
+        run_trace(jobs, sim_settings, policy, options, RandomFaults(seed, 0.0, {}, 0.0))[1]
+        for seed in range(SIM_SEEDS)
+    ]
+
+
+def _figures(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, float]]:
+    return [{k: float(summary[k]) for k in FIGURES} for summary in summaries]
 
 
 def _medians(runs: Sequence[Mapping[str, float]]) -> dict[str, dict[str, float]]:
@@ -136,7 +151,11 @@ def measure(reps: int, names: Sequence[str], policies: Sequence[str] = ()) -> di
                 )
                 runs.append(asyncio.run(run))
                 print(f"  {w.name} {policy} live #{rep}: {runs[-1]}", flush=True)
-            row[policy] = {"live": _medians(runs), "sim": _medians(simulated(w, policy)), "live_runs": runs}
+            row[policy] = {
+                "live": _medians(runs),
+                "sim": _medians(_figures(simulated(w, policy, hold=MODE["hold"]))),
+                "live_runs": runs,
+            }
         results[w.name] = row
     return results
 
@@ -184,10 +203,7 @@ def markdown(results: Mapping[str, Any]) -> str:
 def main(flags: list[str]) -> None:
     with contextlib.suppress(OSError):
         os.nice(10)
-    reps = 1 if "--quick" in flags else 2
-    for flag in flags:
-        if flag.startswith("--reps="):
-            reps = int(flag.split("=", 1)[1])
+    reps = reps_from(flags, 2)
     names = [f.split("=", 1)[1] for f in flags if f.startswith("--workload=")]
     policies = [f.split("=", 1)[1] for f in flags if f.startswith("--policy=")]
     MODE["hold"] = hold = "--hold" in flags

@@ -280,6 +280,15 @@ def figures(outcome: Outcome, spans: Sequence[tuple[float, float]]) -> dict[str,
     }
 
 
+def reps_from(flags: Sequence[str], default: int) -> int:
+    """How many repetitions the flags ask for: `--reps=N`, `--quick` (1), else `default`."""
+    reps = 1 if "--quick" in flags else default
+    for flag in flags:
+        if flag.startswith("--reps="):
+            reps = int(flag.split("=", 1)[1])
+    return reps
+
+
 def median(values: Sequence[float]) -> float:
     return round(statistics.median(values), 2) if values else float("nan")
 

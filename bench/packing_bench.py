@@ -24,16 +24,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import os
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bench.live import Workload, live_ours, quiet, spread
+from bench.fidelity_bench import simulated as fidelity_simulated
+from bench.live import Workload, live_ours, quiet, reps_from, spread
 
 RESULTS = Path(__file__).with_name("packing_results.json")
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,8 +47,6 @@ TYPES = ("m5.large", "m5.2xlarge")
 FIGURES = ("cost_cents", "instance_seconds", "makespan_s", "wait_p50_s", "wait_p95_s", "machines")
 SIDES = ("off", "on")
 SIM_SEEDS = 5
-EMULATOR_LAG_S = 0.5  # the local cloud's launch-to-worker delay beyond the boot (bench.fidelity_bench)
-REACTION_S = 0.5  # the daemon's first action after the first submission (bench.fidelity_bench)
 
 
 def workload() -> Workload:
@@ -61,35 +58,13 @@ def workload() -> Workload:
 
 def simulated(w: Workload, packing: bool) -> list[dict[str, float]]:
     """ "ours" on `w` in the simulator with the packing model off or on, one summary per seed."""
-    from swarm_autoscaler.sim.config import load_sim_settings
-    from swarm_autoscaler.sim.faults import RandomFaults
-    from swarm_autoscaler.sim.runner import default_options, run_trace
-    from swarm_autoscaler.sim.trace import Job
-
-    env = {
-        **SETTINGS,
-        "AUTOSCALER_EC2_ALLOWED_TYPES": json.dumps({t: {} for t in w.types}),
-        "AUTOSCALER_EC2_MAX_INSTANCES": str(w.max_instances),
-    }
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "packing.env"
-        path.write_text("".join(f"{k}='{v}'\n" for k, v in env.items()))
-        settings = load_sim_settings(path)
-    jobs = [Job(i, at, seconds, float(cpus), 0.0, 0) for i, (at, seconds, cpus) in enumerate(w.jobs)]
-    options = default_options(
-        settings,
-        join_s=w.boot_s + w.jitter_s / 2 + EMULATOR_LAG_S,
-        join_jitter_s=w.jitter_s / 2,
-        worker_start_s=0.0,
-        dask_packing=packing,
-    )
-    options = dataclasses.replace(options, first_tick_s=REACTION_S)
-    out = []
-    for seed in range(SIM_SEEDS):
-        _, summary = run_trace(jobs, settings, "ours", options, RandomFaults(seed, 0.0, {}, 0.0))
-        summary = summary | {"cost_cents": 100 * summary["cost_usd"], "machines": summary["launches"]}
-        out.append({k: float(summary[k]) for k in FIGURES})
-    return out
+    return [
+        {k: float(v) for k, v in s.items() if k in FIGURES}
+        for s in (
+            summary | {"cost_cents": 100 * summary["cost_usd"], "machines": summary["launches"]}
+            for summary in fidelity_simulated(w, "ours", SETTINGS, packing=packing)
+        )
+    ]
 
 
 def measure(reps: int) -> dict[str, Any]:
@@ -136,10 +111,7 @@ def _cell(f: Mapping[str, float]) -> str:
 def main(flags: list[str]) -> None:
     with contextlib.suppress(OSError):
         os.nice(10)
-    reps = 1 if "--quick" in flags else 3
-    for flag in flags:
-        if flag.startswith("--reps="):
-            reps = int(flag.split("=", 1)[1])
+    reps = reps_from(flags, 3)
     quiet()
     results = measure(reps)
     print(markdown(results))

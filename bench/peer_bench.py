@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.live import Workload, live_adaptive, live_ours, quiet, spread
+from bench.live import Workload, live_adaptive, live_ours, quiet, reps_from, spread
 
 RESULTS = Path(__file__).with_name("peer_results.json")
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,10 +120,7 @@ def markdown(results: Mapping[str, Any]) -> str:
 def main(flags: list[str]) -> None:
     with contextlib.suppress(OSError):
         os.nice(10)
-    reps = 1 if "--quick" in flags else 3
-    for flag in flags:
-        if flag.startswith("--reps="):
-            reps = int(flag.split("=", 1)[1])
+    reps = reps_from(flags, 3)
     names = [f.split("=", 1)[1] for f in flags if f.startswith("--workload=")]
     hold = "--release" not in flags
     quiet()
