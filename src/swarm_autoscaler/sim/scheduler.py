@@ -467,7 +467,7 @@ class Scheduler:
 def set_order(key: str, hash_seed: int) -> int:
     """Where `key` falls in the iteration order of a set of task keys, as a scheduler process whose
     string hashes are salted by `hash_seed` would list it: a pseudo-random, fixed rank per key."""
-    digest = hashlib.blake2b(key.encode(), digest_size=8, salt=hash_seed.to_bytes(8, "little"))
+    digest = hashlib.blake2b(key.encode(), digest_size=8, salt=(hash_seed % 2**64).to_bytes(8, "little"))
     return int.from_bytes(digest.digest(), "little")
 
 
