@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from swarm_autoscaler.core.model import GIB, Resources, Worker
-from swarm_autoscaler.sim.scheduler import EventQueue, Scheduler, SimWorker
+from swarm_autoscaler.sim.scheduler import EventQueue, Scheduler, SimWorker, set_order
 from swarm_autoscaler.sim.trace import Job
 
 
@@ -60,7 +60,7 @@ def test_restricted_tasks_wait_in_processing_on_a_busy_worker() -> None:
     for j in jobs:
         s.submit(j.key, 0.0)
     # one runs (2 CPUs), two wait on the same worker: the scheduler lists all three as processing
-    assert processing(s, "tcp://a:1") == [j.key for j in jobs]
+    assert sorted(processing(s, "tcp://a:1")) == [j.key for j in jobs]
     assert s.running_count() == 1 and s.waiting_count() == 2 and s.view(0.0).unrunnable == ()
     time, kind, (address, key, end) = next_done(s, events)
     assert (time, kind, key) == (100.0, "done", jobs[0].key)
@@ -147,6 +147,36 @@ def test_removed_worker_releases_its_tasks_which_restart_elsewhere() -> None:
     assert not s.completed_at
 
 
+def listed(w: SimWorker, hash_seed: int = 0) -> list[str]:
+    """`w`'s processing tasks in the order dask's set of them iterates (see `set_order`)."""
+    return sorted((*w.running, *w.waiting), key=lambda k: set_order(k, hash_seed))
+
+
+def test_the_view_lists_processing_tasks_in_set_order_not_running_first() -> None:
+    """dask keeps a worker's processing tasks in a set hashed by key, and the daemon's adapter lists
+    them in that order (tests/adapters/dask: `test_processing_tasks_are_listed_in_set_order`): a task
+    waiting on its worker can come before the ones running there. The view does the same, with a
+    fixed order per key for a given hash seed (one per simulated run)."""
+    jobs = [job(i) for i in range(8)]
+    s, events = make(*jobs)
+    s.add_worker(worker("a"), 0.0)
+    for j in jobs:
+        s.submit(j.key, 0.0)
+    a = s.workers["tcp://a:1"]
+    assert list(a.running) == [jobs[0].key, jobs[1].key]  # the worker runs them in priority order ...
+    view = s.view(0.0).workers[0]
+    assert [t.key for t in view.processing] == listed(a)  # ... but they are listed in set order
+    flags = [t.executing for t in view.processing]
+    assert sorted(flags) == [False] * 6 + [True] * 2 and flags != sorted(
+        flags, reverse=True
+    )  # not running first
+    assert sorted(jobs, key=lambda j: set_order(j.key, 1)) != sorted(jobs, key=lambda j: set_order(j.key, 0))
+    _, _, (address, key, end) = next_done(s, events)
+    s.finish(address, key, end)  # a task that starts keeps its place: the order is the keys'
+    after = [t.key for t in s.view(end).workers[0].processing]
+    assert after == [k for k in listed(a) if k != key] == [k for k in listed(a, 0) if k in after]
+
+
 def test_cached_view_always_equals_a_fresh_one() -> None:
     jobs = [job(i, cpus=1 + i % 2, d=10 + i) for i in range(12)]
     s, events = make(*jobs)
@@ -163,10 +193,8 @@ def test_cached_view_always_equals_a_fresh_one() -> None:
         _, _, (address, key, end) = next_done(s, events)
         s.finish(address, key, end)
         b = s.workers["tcp://b:1"]
-        assert [t.key for t in s.view(end).workers[0].processing] == [*b.running, *b.waiting]
-        assert [t.executing for t in s.view(end).workers[0].processing] == [
-            k in b.running for k in (*b.running, *b.waiting)
-        ]
+        assert [t.key for t in s.view(end).workers[0].processing] == listed(b)
+        assert [t.executing for t in s.view(end).workers[0].processing] == [k in b.running for k in listed(b)]
         assert_fresh(s, end)
     assert len(s.completed_at) == 12
 
@@ -180,12 +208,11 @@ def assert_fresh(s: Scheduler, now: float) -> None:
             w.name,
             w.hostname,
             w.capacity,
-            (
-                *(
-                    replace(s.tasks[k], executing=True, started=s.started_at[k], expected=s.estimate(k))
-                    for k in w.running
-                ),
-                *(replace(s.tasks[k], expected=s.estimate(k)) for k in w.waiting),
+            tuple(
+                replace(s.tasks[k], executing=True, started=s.started_at[k], expected=s.estimate(k))
+                if k in w.running
+                else replace(s.tasks[k], expected=s.estimate(k))
+                for k in listed(w)
             ),
             retiring=w.cordoned,
         )

@@ -13,7 +13,11 @@ It follows distributed's rules closely enough for the planner to face the same s
   (`bulk_schedule_unrunnable_after_adding_worker`): the first worker to join takes a whole burst.
 - A worker runs its tasks in submission order (priority) while a thread is free and their resources fit
   in what it has free (the worker's `constrained` queue: the head blocks the rest). The scheduler lists
-  running *and* waiting tasks as `processing`; it cannot tell them apart.
+  running *and* waiting tasks as `processing`; it cannot tell them apart. It lists them in the order
+  of its set of them (`WorkerState.processing` is a set of tasks hashed by key, and string hashes are
+  salted per process), neither running first nor in priority order: an 8-CPU task waiting behind
+  running 1-CPU ones may come first. The view does the same, each key at a fixed pseudo-random rank
+  per run (`set_order`, salted by the run's seed); tests/adapters/dask pins the real order.
 - Work stealing (`sim.stealing`, after distributed's `WorkStealing.balance`, every 1 s): idle workers
   steal waiting tasks from the most occupied ones, *with or without* a duration estimate (an unknown
   prefix costs its default duration, so the occupancies still compare task counts), until they are no
@@ -43,6 +47,7 @@ It follows distributed's rules closely enough for the planner to face the same s
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import itertools
 import math
@@ -113,9 +118,16 @@ class Scheduler:
     """Tasks and workers. `events` receives ("done", (address, key, end)) completions."""
 
     def __init__(
-        self, jobs: Mapping[str, Job], events: EventQueue, hold: bool = False, packing: bool = False
+        self,
+        jobs: Mapping[str, Job],
+        events: EventQueue,
+        hold: bool = False,
+        packing: bool = False,
+        hash_seed: int = 0,
     ) -> None:
         self.jobs = jobs
+        # Where each task is listed among its worker's processing tasks (see the module docstring).
+        self._listed: dict[str, int] = {k: set_order(k, hash_seed) for k in jobs}
         self.hold = hold
         self.packing = packing
         self.tasks: dict[str, Task] = {k: j.task() for k, j in jobs.items()}
@@ -167,13 +179,19 @@ class Scheduler:
         return self._view
 
     def _worker_view(self, w: SimWorker) -> Worker:
+        """The worker as dask reports it: its processing tasks (running and waiting) in the order of
+        the scheduler's set of them (`set_order`), not running first nor in priority order."""
         if w.view is None:
+            running = w.running
+            listed = sorted((*running, *w.waiting), key=self._listed.__getitem__)
             w.view = Worker(
                 address=w.address,
                 name=w.name,
                 hostname=w.hostname,
                 resources=w.capacity,
-                processing=(*map(self._executing_view, w.running), *map(self._waiting_view, w.waiting)),
+                processing=tuple(
+                    self._executing_view(k) if k in running else self._waiting_view(k) for k in listed
+                ),
                 has_unique_data=bool(w.held),
                 retiring=w.cordoned,
             )
@@ -444,6 +462,13 @@ class Scheduler:
             del self.estimates[kind]
             return False
         return True
+
+
+def set_order(key: str, hash_seed: int) -> int:
+    """Where `key` falls in the iteration order of a set of task keys, as a scheduler process whose
+    string hashes are salted by `hash_seed` would list it: a pseudo-random, fixed rank per key."""
+    digest = hashlib.blake2b(key.encode(), digest_size=8, salt=(hash_seed % 2**64).to_bytes(8, "little"))
+    return int.from_bytes(digest.digest(), "little")
 
 
 def advertised(resources: Resources) -> dict[str, float]:

@@ -187,7 +187,11 @@ class World:
 
     def __post_init__(self) -> None:
         self.scheduler = Scheduler(
-            self.jobs, self.events, hold=self.knobs.hold_results, packing=self.knobs.dask_packing
+            self.jobs,
+            self.events,
+            hold=self.knobs.hold_results,
+            packing=self.knobs.dask_packing,
+            hash_seed=getattr(self.faults, "seed", 0),
         )
         self.fences = SimFences(self.scheduler, self.events)
 

@@ -188,6 +188,46 @@ async def test_executing_tasks_are_told_apart_from_waiting_ones(
     assert await client.gather(futures) == [0, 1, 2]
 
 
+async def test_processing_tasks_are_listed_in_set_order(
+    workload: DaskWorkload,
+    scheduler: Scheduler,
+    start_worker: StartWorker,
+    client: Client,
+    gate: threading.Event,
+) -> None:
+    """dask keeps a worker's processing tasks in a set (`WorkerState.processing`) of tasks hashed by
+    their key: the adapter lists them in that set's order, so a task waiting on its worker can come
+    before the ones running there, whatever their priority. (The simulator's view does the same:
+    `sim.scheduler.set_order`.) The scheduler runs in this process: its string hashes are ours, so
+    keys are chosen whose set lists a waiting task first."""
+    keys = _keys_listing_a_late_one_first(6)
+    await start_worker("ip-10-0-0-5", cpus=2)
+    futures = []
+    for i, key in enumerate(keys):  # one at a time: they join the worker's set in this order
+        futures.append(client.submit(held, i, key=key, resources={"CPU": 1}))
+        await until(lambda n=i + 1: sum(len(ws.processing) for ws in scheduler.workers.values()) == n)
+
+    def two_run(view: WorkloadView) -> bool:
+        return sum(t.executing for w in view.workers for t in w.processing) == 2
+
+    view = await _observe_until(workload, two_run)
+    (worker,) = view.workers
+    assert [t.key for t in worker.processing] == list(set(keys))  # not the submission order
+    assert {t.key for t in worker.processing if t.executing} == set(keys[:2])  # run in priority order
+    assert not worker.processing[0].executing  # a waiting task listed before the running ones
+    gate.set()
+    assert await client.gather(futures) == list(range(6))
+
+
+def _keys_listing_a_late_one_first(n: int) -> list[str]:
+    """n keys whose set, filled in order, lists first one of the keys after the first two."""
+    for salt in range(1000):
+        keys = [f"listed-{salt}-{i}" for i in range(n)]
+        if next(iter(set(keys))) not in keys[:2]:
+            return keys
+    raise AssertionError("no such keys")
+
+
 async def test_tasks_carry_their_prefix_estimate_and_running_ones_their_start(
     workload: DaskWorkload, start_worker: StartWorker, client: Client, gate: threading.Event
 ) -> None:
