@@ -46,3 +46,28 @@ def test_identical_bins_split_when_a_group_runs_out() -> None:
     pool = Pool(demand.groups)
     got = pool.fill([(f"b{i}", "m5.large", space.vec(Resources(2, 8 * GIB))) for i in range(4)])
     assert got == {"b0": 2, "b1": 2, "b2": 1} and pool.left == 0
+
+
+M5_2XLARGE = Resources(8, 32 * GIB)
+
+
+def test_executing_tasks_are_fitted_first_whatever_the_order_dask_lists_them_in() -> None:
+    # dask lists a worker's processing tasks in set order: here a waiting 8-CPU task comes before the
+    # four 1-CPU tasks running beside it. Only the big task waits; the small ones hold their CPUs.
+    small = [Task(f"s{i}", Resources(1, GIB), executing=True, started=990.0, expected=3.0) for i in range(4)]
+    big = Task("big", Resources(8, GIB), expected=5.0)
+    for order in ((big, *small), (*small, big), (small[0], big, *small[1:])):
+        worker = Worker("tcp://w:1", "w", "w", M5_2XLARGE, order)
+        _, demand = estimate_demand(make_snapshot(workers=[worker]), make_policy())
+        assert demand.queued == {"tcp://w:1": 1}
+        assert [g.keys for g in demand.groups] == [("big",)]
+        assert demand.free["tcp://w:1"][:2] == (4.0, 28 * GIB)
+
+
+def test_waiting_tasks_keep_their_listed_order_behind_the_executing_ones() -> None:
+    running = Task("r", Resources(6, GIB), executing=True, started=990.0, expected=30.0)
+    first, second = Task("a", Resources(2, GIB)), Task("b", Resources(2, GIB))
+    worker = Worker("tcp://w:1", "w", "w", M5_2XLARGE, (first, running, second))
+    _, demand = estimate_demand(make_snapshot(workers=[worker]), make_policy())
+    assert demand.queued == {"tcp://w:1": 1}  # "a" fits in the 2 CPUs left; "b", listed after it, waits
+    assert [g.keys for g in demand.groups] == [("b",)]

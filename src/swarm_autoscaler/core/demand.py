@@ -52,10 +52,14 @@ class Demand:
 def estimate_demand(snapshot: Snapshot, policy: Policy) -> tuple[Space, Demand]:
     """Unrunnable and scheduler-queued tasks plus the estimated queue of every worker, grouped by shape.
 
-    A worker's queue: its processing tasks fitted in order into its resources; the ones that do not fit
-    are waiting on it (the scheduler cannot tell them apart from running ones), so they count as
-    pending. Such a task can never fit back onto its own worker: it did not fit when its turn came and
-    the worker's free capacity only shrank after that.
+    A worker's queue: its processing tasks fitted into its resources, those it reports executing first,
+    then the others in the order listed; the ones that do not fit are waiting on it, so they count as
+    pending. Executing tasks come first because dask lists a worker's processing tasks in the order of a
+    set (by salted hash of their names), not running first: fitted in that order, a waiting 8-CPU task
+    listed ahead of four running 1-CPU tasks made those look queued, and the daemon launched machines
+    for work already running (measured live, `bench packing`). Such a waiting task can never fit back
+    onto its own worker: it did not fit when its turn came and the worker's free capacity only shrank
+    after that.
     """
     shapes: dict[ShapeKey, Task] = {}
     keys: dict[ShapeKey, list[str]] = {}
@@ -144,21 +148,27 @@ def _all_resources(
 
 
 def _worker_load(worker: Worker, load: _Load, space: Space) -> tuple[Vec, list[Task]]:
-    """(free capacity, processing tasks that do not fit at once), fitting tasks in order."""
+    """(free capacity, processing tasks that do not fit at once), fitting the executing tasks first,
+    then the others in the order listed."""
     capacity = space.vec(worker.resources)
     if load.generic is None and len(capacity) == 3:  # the common case, on plain floats
         cpus, ram, gpus = capacity
         if load.cpus <= cpus + EPS and load.ram <= ram + EPS and load.gpus <= gpus + EPS:
             return (max(0.0, cpus - load.cpus), max(0.0, ram - load.ram), max(0.0, gpus - load.gpus)), []
-        return _greedy3(worker.processing, (cpus, ram, gpus), load.smallest)
+        return _greedy3(executing_first(worker.processing), (cpus, ram, gpus), load.smallest)
     free, waiting = capacity, []
-    for task in worker.processing:
+    for task in executing_first(worker.processing):
         need = space.vec(task.needs)
         if fits(need, free):
             free = minus(free, need)
         else:
             waiting.append(task)
     return free, waiting
+
+
+def executing_first(tasks: Sequence[Task]) -> list[Task]:
+    """`tasks` with those reported executing first, each part in its listed order."""
+    return sorted(tasks, key=lambda t: not t.executing)
 
 
 def _greedy3(
