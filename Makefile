@@ -63,4 +63,4 @@ clean:
 # dockerd the project starts and saved under build/image/ (DEBUG=1 adds debugpy). See README, Deployment.
 image: $(STAMP)
 	bash scripts/ensure-services.sh
-	$(BIN)/python -m swarm_autoscaler.localcloud.image $(if $(filter 1,$(DEBUG)),--debug)
+	$(BIN)/python -m swarm_autoscaler_lab.localcloud.image $(if $(filter 1,$(DEBUG)),--debug)

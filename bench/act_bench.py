@@ -61,8 +61,8 @@ async def _once(scheduler_address: str, concurrency: int, latency: float) -> tup
     from swarm_autoscaler.adapters.swarm import SwarmOrchestrator
     from swarm_autoscaler.core.model import OWNERSHIP_LABEL, NodeMarks, Snapshot
     from swarm_autoscaler.daemon.act import ActConfig, Ports, act
-    from swarm_autoscaler.localcloud.dockerapi import DockerApi
-    from swarm_autoscaler.localcloud.memswarm import MemorySwarm
+    from swarm_autoscaler_lab.localcloud.dockerapi import DockerApi
+    from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
 
     swarm = MemorySwarm(cluster_name=CLUSTER)
     for n in range(NODES):
@@ -125,7 +125,7 @@ async def measure_dockerd(repetitions: int) -> list[dict[str, Any]]:
     from swarm_autoscaler.adapters.swarm import SwarmOrchestrator
     from swarm_autoscaler.core.model import OWNERSHIP_LABEL, MarkNode, NodeMarks, Plan, Snapshot
     from swarm_autoscaler.daemon.act import ActConfig, Ports, act
-    from swarm_autoscaler.localcloud.dockerd import LocalSwarm
+    from swarm_autoscaler_lab.localcloud.dockerd import LocalSwarm
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-act-swarm-") as tmp:

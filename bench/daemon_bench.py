@@ -36,7 +36,7 @@ def _quiet() -> None:
 
     import distributed  # noqa: F401 - configures its loggers on import; quiet them afterwards
 
-    from swarm_autoscaler.daemon.logs import configure_logging
+    from swarm_autoscaler.runtime.logs import configure_logging
 
     configure_logging("ERROR", "console")
     for name in ("distributed", "werkzeug", "tornado", "swarm_autoscaler"):
@@ -45,7 +45,7 @@ def _quiet() -> None:
 
 @contextlib.asynccontextmanager
 async def _cloud(name: str, extra: Mapping[str, str], **opts: Any) -> AsyncIterator[tuple[Any, Any]]:
-    from swarm_autoscaler.localcloud.cloud import LocalCloud, LocalCloudOptions
+    from swarm_autoscaler_lab.localcloud.cloud import LocalCloud, LocalCloudOptions
 
     options = LocalCloudOptions(cluster_name=name, allowed_types=dict(TYPES), max_instances=60, **opts)
     async with LocalCloud(options) as lc, lc.daemon(dict(extra)) as daemon:
@@ -252,7 +252,7 @@ def _memory_child(instances: int = 1_000, tasks: int = 30_000, ticks: int = 5) -
     )
     from swarm_autoscaler.daemon.loop import Daemon, InFlightCloud
     from swarm_autoscaler.daemon.tick import Ports
-    from swarm_autoscaler.localcloud.memswarm import MemorySwarm
+    from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
 
     _quiet()
     baseline = _vm("VmRSS")

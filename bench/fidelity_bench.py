@@ -3,7 +3,7 @@
 Live: the real daemon on the local cloud (moto EC2 over HTTP, a real dask scheduler, the in-memory
 swarm, the machine emulator booting each machine `boot + U(0, jitter)` seconds after it appears), and
 dask's real `distributed.deploy.Adaptive` on a `SpecCluster` whose workers take the same boot time
-before they start. Simulated: `ours` and `adaptive` in `swarm_autoscaler.sim` with the same settings,
+before they start. Simulated: `ours` and `adaptive` in `swarm_autoscaler_lab.sim` with the same settings,
 joins of `boot + jitter / 2 ± jitter / 2` (the same uniform range) plus the local cloud's measured lag,
 and a first tick at each autoscaler's measured reaction (`REACTION_S`). Results are released as they arrive.
 
@@ -94,10 +94,10 @@ def simulated(
     """`policy` on `w` in the simulator with the daemon `settings`, one summary (`sim.report`) per seed:
     `w`'s types allowed, joins as the local cloud's, results held by the client if `hold`, dask steered
     toward packing if `packing`, the first tick at `reaction_s` (default: the policy's `REACTION_S`)."""
-    from swarm_autoscaler.sim.config import load_sim_settings
-    from swarm_autoscaler.sim.faults import RandomFaults
-    from swarm_autoscaler.sim.runner import default_options, run_trace
-    from swarm_autoscaler.sim.trace import Job
+    from swarm_autoscaler_lab.sim.config import load_sim_settings
+    from swarm_autoscaler_lab.sim.faults import RandomFaults
+    from swarm_autoscaler_lab.sim.runner import default_options, run_trace
+    from swarm_autoscaler_lab.sim.trace import Job
 
     env = {
         **settings,

@@ -19,13 +19,13 @@ from collections import Counter
 
 import structlog
 
-from swarm_autoscaler.adapters.ec2_primaries import Ec2Primaries
+from swarm_autoscaler.keeper.adapters.ec2_primaries import Ec2Primaries
 from swarm_autoscaler.keeper.lifecycle import KeeperTiming, Probe
 from swarm_autoscaler.keeper.locks import InProcessLocks
 from swarm_autoscaler.keeper.model import ClusterKey, ClusterState
 from swarm_autoscaler.keeper.service import Keeper
-from swarm_autoscaler.localcloud import MotoServer, provision_network
-from swarm_autoscaler.localcloud.moto_server import LOCAL_ACCESS_KEY, LOCAL_SECRET_KEY
+from swarm_autoscaler_lab.localcloud import MotoServer, provision_network
+from swarm_autoscaler_lab.localcloud.moto_server import LOCAL_ACCESS_KEY, LOCAL_SECRET_KEY
 
 INTERVAL, IDLE = 0.5, 60.0  # long enough that no cluster ends during the windows
 DEFAULT_INTERVAL, AT_SCALE = 5.0, 1000

@@ -58,7 +58,7 @@ def quiet() -> None:
 
     import distributed  # noqa: F401 - configures its loggers on import; quiet them afterwards
 
-    from swarm_autoscaler.daemon.logs import configure_logging
+    from swarm_autoscaler.runtime.logs import configure_logging
 
     configure_logging("ERROR", "console")
     for name in ("distributed", "werkzeug", "tornado", "swarm_autoscaler"):
@@ -177,7 +177,7 @@ async def live_ours(
     scheduler started with the `preload` modules."""
     from distributed import Client
 
-    from swarm_autoscaler.localcloud.cloud import LocalCloud, LocalCloudOptions
+    from swarm_autoscaler_lab.localcloud.cloud import LocalCloud, LocalCloudOptions
 
     options = LocalCloudOptions(
         fast=True, cluster_name=f"live-{w.name}-{seed}", allowed_types={t: {} for t in w.types},
@@ -267,7 +267,7 @@ async def _until(done: Callable[[], bool]) -> None:
 
 def figures(outcome: Outcome, spans: Sequence[tuple[float, float]]) -> dict[str, float]:
     """The module docstring's figures from what the client saw and each machine's (launch, end)."""
-    from swarm_autoscaler.sim.report import percentile
+    from swarm_autoscaler_lab.sim.report import percentile
 
     waits = sorted(outcome.waits)
     return {

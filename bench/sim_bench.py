@@ -43,11 +43,11 @@ class _TimedOurs:
 
 def run(profile: bool = False) -> list[dict[str, Any]]:
     from swarm_autoscaler.config.settings import TimingSettings
-    from swarm_autoscaler.sim.config import SimEc2Settings, build_sim_settings
-    from swarm_autoscaler.sim.engine import simulate
-    from swarm_autoscaler.sim.report import summarize
-    from swarm_autoscaler.sim.runner import default_options
-    from swarm_autoscaler.sim.workloads import day_cycle
+    from swarm_autoscaler_lab.sim.config import SimEc2Settings, build_sim_settings
+    from swarm_autoscaler_lab.sim.engine import simulate
+    from swarm_autoscaler_lab.sim.report import summarize
+    from swarm_autoscaler_lab.sim.runner import default_options
+    from swarm_autoscaler_lab.sim.workloads import day_cycle
 
     types: dict[str, Any] = {"m5.large": {}, "m5.xlarge": {}, "r5.xlarge": {}}
     ec2 = SimEc2Settings.model_validate({"allowed_types": types, "min_instances": 0, "max_instances": 200})

@@ -2,8 +2,8 @@
 
     .venv/bin/python scenarios/generate.py [OUT_DIR]
 
-The generators and their fixed seeds live in `swarm_autoscaler.sim.workloads`; running this again
-rewrites identical files. Prints each scenario's lower bounds (`swarm_autoscaler.sim.report`), which the
+The generators and their fixed seeds live in `swarm_autoscaler_lab.sim.workloads`; running this again
+rewrites identical files. Prints each scenario's lower bounds (`swarm_autoscaler_lab.sim.report`), which the
 tables divide costs and makespans by.
 """
 
@@ -12,10 +12,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from swarm_autoscaler.sim.config import load_sim_settings
-from swarm_autoscaler.sim.report import cost_lb, makespan_lb
-from swarm_autoscaler.sim.trace import write_trace
-from swarm_autoscaler.sim.workloads import SCENARIOS
+from swarm_autoscaler_lab.sim.config import load_sim_settings
+from swarm_autoscaler_lab.sim.report import cost_lb, makespan_lb
+from swarm_autoscaler_lab.sim.trace import write_trace
+from swarm_autoscaler_lab.sim.workloads import SCENARIOS
 
 
 def main(out: Path) -> None:

@@ -9,7 +9,7 @@ Each `--knob` takes what `simulate --sweep` takes (a setting, or a per-type fiel
 `surge_above@g4dn.xlarge=0,1,2,3`); several knobs make a grid. Every point of the grid is the scenario's
 own `NAME.env` with the knobs' variables appended (dotenv keeps the last of a repeated key); a baseline
 runs once, at the scenario's own settings (the queue rule's idle timeout is the two delays' sum). Runs are as
-`python -m swarm_autoscaler.sim.table` makes them: seeds 0 .. N-1 jitter the join times, no faults.
+`python -m swarm_autoscaler_lab.sim.table` makes them: seeds 0 .. N-1 jitter the join times, no faults.
 Prints, per scenario and point, the mean over the seeds of cost, p95 wait and launches, then per point
 the mean of the cost and p95 over the scenarios, each relative to the first point.
 """
@@ -25,12 +25,12 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from swarm_autoscaler.sim.config import load_sim_settings
-from swarm_autoscaler.sim.faults import RandomFaults
-from swarm_autoscaler.sim.runner import default_options, run_trace
-from swarm_autoscaler.sim.sweep import Sweep, parse_sweep, variant_env
-from swarm_autoscaler.sim.table import PACKING
-from swarm_autoscaler.sim.trace import read_trace
+from swarm_autoscaler_lab.sim.config import load_sim_settings
+from swarm_autoscaler_lab.sim.faults import RandomFaults
+from swarm_autoscaler_lab.sim.runner import default_options, run_trace
+from swarm_autoscaler_lab.sim.sweep import Sweep, parse_sweep, variant_env
+from swarm_autoscaler_lab.sim.table import PACKING
+from swarm_autoscaler_lab.sim.trace import read_trace
 
 KEYS = ("cost_usd", "wait_p95_s", "launches", "busy_terminations", "max_exceeded")
 

@@ -1,6 +1,7 @@
 """The `swarm-autoscaler` command: parse arguments, load settings, call the part that does the work.
 
-Thin by design: every command's work lives elsewhere (commands.py, demo.py, sim/cli.py).
+Thin by design: every command's work lives elsewhere (daemon/commands.py, keeper/app.py). The lab's
+commands (`demo`, `simulate`) are added through entry points (`_add_plugin_commands`).
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from swarm_autoscaler.config.settings import (
     Settings,
     env_path,
     load_settings,
-    unknown_variables,
 )
-from swarm_autoscaler.extras import EXIT_MISSING_EXTRA, install_line, missing_extra_of, require_extras
+from swarm_autoscaler.config.variables import unknown_variables
+from swarm_autoscaler.extras import EXIT_MISSING_EXTRA, install_line, missing_extra_of
 
 EXIT_CONFIGURATION = 2
+PLUGIN_GROUP = "swarm_autoscaler.commands"
 T = TypeVar("T")
 S = TypeVar("S", bound=BaseSettings)
 
@@ -44,7 +46,7 @@ def read_settings(env_file: str | None, load: Callable[[Path | None], T]) -> T |
     """`load(path)` of the env file, or None after printing its problems, one line each, on standard
     error; unknown `AUTOSCALER_*` variables are warned of first. Every line is in the log format the
     settings ask for (`log_format_of`): a log collector reading JSON lines reads these too."""
-    from swarm_autoscaler.daemon.logs import startup_line
+    from swarm_autoscaler.runtime.logs import startup_line
 
     fmt = log_format_of(None)
     try:
@@ -76,7 +78,7 @@ def _built(cls: type[S], path: Path | None, **values: Any) -> S:
 
 def _configured(args: argparse.Namespace) -> int:
     from swarm_autoscaler.daemon import commands
-    from swarm_autoscaler.daemon.logs import configure_logging, startup_line
+    from swarm_autoscaler.runtime.logs import configure_logging, startup_line
 
     settings = load_settings_or_exit(args.env_file)
     fmt = settings.logging.format
@@ -97,40 +99,14 @@ def _configured(args: argparse.Namespace) -> int:
 def _cmd_keeper(args: argparse.Namespace) -> int:
     from swarm_autoscaler.config.keeper import load_keeper_settings
     from swarm_autoscaler.daemon import commands
-    from swarm_autoscaler.daemon.logs import configure_logging
     from swarm_autoscaler.keeper.app import run_keeper
+    from swarm_autoscaler.runtime.logs import configure_logging
 
     config = read_settings(args.env_file, load_keeper_settings)
     if config is None:
         return EXIT_CONFIGURATION
     configure_logging(config.logging.level, config.logging.format)
     return commands.guarded(lambda: run_keeper(config), log_format=config.logging.format)
-
-
-def _cmd_demo(args: argparse.Namespace) -> int:
-    if args.clusters and (args.swarm or args.clusters < 0):  # checked before logging is configured
-        print("demo: --clusters N needs N >= 1 and runs on the in-memory swarm (no --swarm)", file=sys.stderr)
-        return EXIT_CONFIGURATION
-    require_extras("demo", "local", "sim")
-    from swarm_autoscaler.daemon.logs import configure_logging
-    from swarm_autoscaler.demo import run as demo
-
-    configure_logging("WARNING" if not args.verbose else "INFO", "console")
-    if not args.verbose:  # the embedded scheduler, workers and moto are chatty; the dashboard says enough
-        import logging
-
-        import distributed  # noqa: F401 - configures its loggers on import; quiet them afterwards
-
-        for name in ("distributed", "werkzeug", "tornado"):
-            logging.getLogger(name).setLevel(logging.CRITICAL)
-    if args.clusters:
-        from swarm_autoscaler.demo import clusters
-
-        return clusters.main(clusters.ClustersOptions(clusters=args.clusters, fast=args.fast, json=args.json))
-    opts = demo.DemoOptions(
-        tasks=args.tasks, fast=args.fast, swarm=args.swarm, json=args.json, out_dir=Path(args.out_dir)
-    )
-    return demo.main(opts)
 
 
 def _cmd_env_template(args: argparse.Namespace) -> int:
@@ -151,6 +127,15 @@ def _cmd_healthcheck(args: argparse.Namespace) -> int:
     return status
 
 
+def _add_plugin_commands(commands: Any) -> None:
+    """The commands other packages register under the `swarm_autoscaler.commands` entry points (the lab's
+    `demo` and `simulate`), each a function that adds its subparser: the product never imports them."""
+    from importlib.metadata import entry_points
+
+    for point in sorted(entry_points(group=PLUGIN_GROUP), key=lambda p: p.name):
+        point.load()(commands)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="swarm-autoscaler",
@@ -169,26 +154,7 @@ def _parser() -> argparse.ArgumentParser:
     keeper = commands.add_parser("keeper", help="run the on-demand clusters keeper (HTTP API)")
     keeper.add_argument("--env-file", help="read variables from this file too (the environment wins)")
     keeper.set_defaults(handler=_cmd_keeper)
-    demo = commands.add_parser("demo", help="run the daemon on an embedded local cloud with a workload")
-    demo.add_argument("--tasks", type=int, default=200, help="number of tasks to submit (default 200)")
-    demo.add_argument("--fast", action="store_true", help="short delays (for CI)")
-    demo.add_argument(
-        "--swarm", action="store_true", help="real dockerd swarm nodes (root, dockerd installed)"
-    )
-    demo.add_argument("--json", action="store_true", help="end with one JSON object of the results")
-    demo.add_argument("--out-dir", default="demo-out", help="where the timeline PNG goes (default demo-out)")
-    demo.add_argument("--verbose", action="store_true", help="show the daemon's log lines")
-    demo.add_argument(
-        "--clusters",
-        type=int,
-        default=0,
-        metavar="N",
-        help="instead: N users' on-demand clusters through the keeper's API (each with its own autoscaler)",
-    )
-    demo.set_defaults(handler=_cmd_demo)
-    from swarm_autoscaler.sim.cli import add_parser as add_simulate
-
-    add_simulate(commands)
+    _add_plugin_commands(commands)
     template = commands.add_parser("env-template", help="print the .env template of every variable")
     template.add_argument("--markdown", action="store_true", help="print a Markdown table instead")
     template.set_defaults(handler=_cmd_env_template)

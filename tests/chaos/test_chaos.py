@@ -13,7 +13,7 @@ worker. The test asserts there were none, and that the fleet came back to min + 
 that never joined and no swarm node without an instance. It needs no dockerd.
 
 `CHAOS_SEED=N` replays a seed (the world's draws; the timing of processes is not replayable). More runs
-and the share of runs in which each fault fired: `python -m swarm_autoscaler.localcloud.chaos --runs N`.
+and the share of runs in which each fault fired: `python -m swarm_autoscaler_lab.localcloud.chaos --runs N`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from swarm_autoscaler.localcloud.chaos import default_config, run_chaos
+from swarm_autoscaler_lab.localcloud.chaos import default_config, run_chaos
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(480)]
 

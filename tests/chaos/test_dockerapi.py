@@ -13,8 +13,8 @@ from swarm_autoscaler.adapters.swarm import SwarmOrchestrator
 from swarm_autoscaler.core import ports
 from swarm_autoscaler.core.model import OWNERSHIP_LABEL, Availability, Node, NodeMarks, NodeStatus
 from swarm_autoscaler.errors import EndpointError
-from swarm_autoscaler.localcloud.dockerapi import DockerApi
-from swarm_autoscaler.localcloud.memswarm import MemorySwarm
+from swarm_autoscaler_lab.localcloud.dockerapi import DockerApi
+from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
 
 
 class Served:

@@ -15,7 +15,7 @@ from swarm_autoscaler.adapters.dask import DaskWorkload
 from swarm_autoscaler.adapters.ec2 import owner_tags
 from swarm_autoscaler.adapters.swarm import SwarmOrchestrator
 from swarm_autoscaler.core.model import Availability
-from swarm_autoscaler.localcloud.cloudhost import CloudHost, WorldOptions, _work
+from swarm_autoscaler_lab.localcloud.cloudhost import CloudHost, WorldOptions, _work
 
 QUIET = WorldOptions(
     seed=5,

@@ -42,7 +42,7 @@ from swarm_autoscaler.daemon.act import ActConfig, Outcome, Ports, act
 from swarm_autoscaler.daemon.metrics import Metrics
 from swarm_autoscaler.daemon.tick import TickResult
 from swarm_autoscaler.errors import EndpointError
-from swarm_autoscaler.localcloud.memswarm import MemorySwarm
+from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
 
 CLUSTER = "test"
 OURS = {OWNERSHIP_LABEL: CLUSTER}

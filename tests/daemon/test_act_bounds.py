@@ -39,7 +39,7 @@ from swarm_autoscaler.core.plan import plan
 from swarm_autoscaler.core.ports import Fence, LaunchResult
 from swarm_autoscaler.daemon.act import ActConfig, Outcome, Ports, act
 from swarm_autoscaler.errors import EndpointError
-from swarm_autoscaler.localcloud.memswarm import MemorySwarm
+from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
 
 # A hang is bounded here, so that a regression fails in seconds rather than at the per-test timeout.
 BOUND = 5.0

@@ -32,7 +32,7 @@ from swarm_autoscaler.core.model import (
 from swarm_autoscaler.core.ports import LaunchResult
 from swarm_autoscaler.daemon.tick import ObserveError, Ports, act, observe, run_tick
 from swarm_autoscaler.errors import LockLostError
-from swarm_autoscaler.localcloud.memswarm import MemorySwarm
+from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
 
 
 class World:

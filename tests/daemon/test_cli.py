@@ -28,8 +28,8 @@ from rich.console import Console
 from swarm_autoscaler.core.model import GIB
 from swarm_autoscaler.daemon.commands import EXIT_ENDPOINT, print_plan, print_status
 from swarm_autoscaler.daemon.tick import run_tick
-from swarm_autoscaler.localcloud.cloud import LocalCloud, LocalCloudOptions, env_without_autoscaler
-from swarm_autoscaler.localcloud.redis_server import RedisServer
+from swarm_autoscaler_lab.localcloud.cloud import LocalCloud, LocalCloudOptions, env_without_autoscaler
+from swarm_autoscaler_lab.localcloud.redis_server import RedisServer
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -285,8 +285,8 @@ def test_status_names_each_machines_bucket() -> None:
 async def test_run_exits_within_seconds_of_sigterm_even_mid_act(tmp_path: Path) -> None:
     """The real process, its swarm adapter talking HTTP to the local cloud's in-memory swarm, whose node
     updates hang: SIGTERM arrives while an update is in flight, and the process exits at once."""
-    from swarm_autoscaler.localcloud.dockerapi import DockerApi
-    from swarm_autoscaler.localcloud.memswarm import MemorySwarm
+    from swarm_autoscaler_lab.localcloud.dockerapi import DockerApi
+    from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
 
     options = LocalCloudOptions(fast=True, cluster_name="stop-test")
     async with LocalCloud(options) as cloud:

@@ -21,9 +21,10 @@ from swarm_autoscaler.core.model import (
     Worker,
 )
 from swarm_autoscaler.daemon.loop import Daemon, InFlightCloud
-from swarm_autoscaler.daemon.metrics import STALE_TICKS, Metrics, build_app, start_http
+from swarm_autoscaler.daemon.metrics import STALE_TICKS, Metrics, build_app
 from swarm_autoscaler.daemon.tick import Ports
-from swarm_autoscaler.localcloud.memswarm import MemorySwarm
+from swarm_autoscaler.runtime.http import start_http
+from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
 
 POLICY = small_policy(6)
 POLL = 5.0

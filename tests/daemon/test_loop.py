@@ -25,7 +25,7 @@ from swarm_autoscaler.core.ports import LaunchResult
 from swarm_autoscaler.daemon.loop import Daemon, InFlightCloud
 from swarm_autoscaler.daemon.tick import Ports
 from swarm_autoscaler.errors import EndpointError
-from swarm_autoscaler.localcloud.memswarm import MemorySwarm
+from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
 
 POLICY = small_policy(5)
 

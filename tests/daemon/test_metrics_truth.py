@@ -18,8 +18,8 @@ from swarm_autoscaler.core.ports import Lock
 from swarm_autoscaler.daemon.loop import Daemon, InFlightCloud
 from swarm_autoscaler.daemon.metrics import Metrics
 from swarm_autoscaler.daemon.tick import Ports
-from swarm_autoscaler.localcloud.memswarm import MemorySwarm
-from swarm_autoscaler.localcloud.redis_server import RedisServer
+from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
+from swarm_autoscaler_lab.localcloud.redis_server import RedisServer
 
 CLUSTER = "truth"
 

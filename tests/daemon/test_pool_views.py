@@ -12,7 +12,7 @@ from swarm_autoscaler.daemon.act import Outcome
 from swarm_autoscaler.daemon.commands import pool_lines, print_status
 from swarm_autoscaler.daemon.metrics import Metrics
 from swarm_autoscaler.daemon.tick import TickResult
-from swarm_autoscaler.demo.dashboard import View, render
+from swarm_autoscaler_lab.demo.dashboard import View, render
 
 GPU = "g4dn.xlarge"
 POLICY = make_policy((TypePolicy("m5.large"), TypePolicy(GPU, warm_pool=3, minimum=1)))

@@ -41,7 +41,7 @@ from swarm_autoscaler.core.model import (
 )
 from swarm_autoscaler.daemon.act import ActConfig, Ports, act
 from swarm_autoscaler.daemon.tick import observe, run_tick
-from swarm_autoscaler.localcloud.memswarm import MemorySwarm
+from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
 
 CLUSTER = "test"
 HOSTS = ("ip-10-0-0-1", "ip-10-0-0-2", "ip-10-0-0-3")

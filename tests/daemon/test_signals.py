@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from swarm_autoscaler.daemon.signals import run_until_signal
+from swarm_autoscaler.runtime.signals import run_until_signal
 
 
 def _run(main: Coroutine[Any, Any, None]) -> list[dict[str, Any]]:

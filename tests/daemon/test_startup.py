@@ -15,8 +15,8 @@ import pytest
 from distributed import Scheduler
 from tests.adapters.dask.test_scheduler_version import SchedulerWithoutStatusChange
 
-from swarm_autoscaler.daemon.logs import configure_logging
-from swarm_autoscaler.localcloud.cloud import LocalCloud, LocalCloudOptions
+from swarm_autoscaler.runtime.logs import configure_logging
+from swarm_autoscaler_lab.localcloud.cloud import LocalCloud, LocalCloudOptions
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("restore_logging")]
 

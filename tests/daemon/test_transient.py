@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from swarm_autoscaler.daemon.logs import configure_logging
-from swarm_autoscaler.localcloud.cloud import LocalCloud, LocalCloudOptions
+from swarm_autoscaler.runtime.logs import configure_logging
+from swarm_autoscaler_lab.localcloud.cloud import LocalCloud, LocalCloudOptions
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("restore_logging")]
 

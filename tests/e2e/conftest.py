@@ -15,8 +15,8 @@ import pytest
 import pytest_asyncio
 from tests.e2e.helpers import ec2_client
 
-from swarm_autoscaler.localcloud.cloud import LocalCloud, LocalCloudOptions
-from swarm_autoscaler.localcloud.dockerd import check_install
+from swarm_autoscaler_lab.localcloud.cloud import LocalCloud, LocalCloudOptions
+from swarm_autoscaler_lab.localcloud.dockerd import check_install
 
 E2E_TYPES: dict[str, dict[str, Any]] = {"m5.large": {}, "m5.xlarge": {}, "r5.large": {}}
 CLUSTER = "e2e"

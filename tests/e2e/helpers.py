@@ -15,7 +15,7 @@ import pytest
 from swarm_autoscaler.core.model import Action
 from swarm_autoscaler.daemon.loop import Daemon
 from swarm_autoscaler.daemon.tick import TickResult
-from swarm_autoscaler.localcloud.cloud import LocalCloud
+from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
 
 
 def ec2_client(lc: LocalCloud) -> Any:

@@ -16,11 +16,11 @@ from typing import Any
 from tests.e2e.helpers import wait_for
 
 from swarm_autoscaler.adapters.ec2 import owner_tags
-from swarm_autoscaler.adapters.keeper_tags import CLUSTER_ID_TAG, HEARTBEAT_TAG
-from swarm_autoscaler.adapters.redis_locks import KEY_PREFIX
-from swarm_autoscaler.demo.clusters import KeeperApi
-from swarm_autoscaler.localcloud.keepercloud import KeeperCloud
-from swarm_autoscaler.localcloud.redis_server import free_port
+from swarm_autoscaler.keeper.adapters.redis_leases import KEY_PREFIX
+from swarm_autoscaler.keeper.adapters.tags import CLUSTER_ID_TAG, HEARTBEAT_TAG
+from swarm_autoscaler_lab.demo.clusters import KeeperApi
+from swarm_autoscaler_lab.localcloud.keepercloud import KeeperCloud
+from swarm_autoscaler_lab.localcloud.redis_server import free_port
 
 CLI = Path(sys.executable).with_name("swarm-autoscaler")
 

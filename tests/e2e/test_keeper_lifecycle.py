@@ -23,9 +23,9 @@ from tests.e2e.keeper_helpers import (
     workers_of,
 )
 
-from swarm_autoscaler.adapters.keeper_tags import USER_TAG, WALLET_TAG
-from swarm_autoscaler.demo.clusters import KeeperApi
-from swarm_autoscaler.localcloud.keepercloud import KeeperCloud, KeeperCloudOptions
+from swarm_autoscaler.keeper.adapters.tags import USER_TAG, WALLET_TAG
+from swarm_autoscaler_lab.demo.clusters import KeeperApi
+from swarm_autoscaler_lab.localcloud.keepercloud import KeeperCloud, KeeperCloudOptions
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from tests.e2e.helpers import wait_for
 
-from swarm_autoscaler.adapters.dask_probe import HttpSchedulerProbe
 from swarm_autoscaler.adapters.ec2 import owner_tags
-from swarm_autoscaler.localcloud.keepercloud import KeeperCloud, KeeperCloudOptions
-from swarm_autoscaler.localcloud.primaries import autoscaler_env
+from swarm_autoscaler.keeper.adapters.dask_probe import HttpSchedulerProbe
+from swarm_autoscaler_lab.localcloud.keepercloud import KeeperCloud, KeeperCloudOptions
+from swarm_autoscaler_lab.localcloud.primaries import autoscaler_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 

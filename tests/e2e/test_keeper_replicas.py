@@ -22,9 +22,9 @@ from tests.e2e.keeper_helpers import (
     wait_state,
 )
 
-from swarm_autoscaler.adapters.redis_locks import RedisLocks
-from swarm_autoscaler.demo.clusters import KeeperApi
-from swarm_autoscaler.localcloud.keepercloud import KeeperCloud, KeeperCloudOptions
+from swarm_autoscaler.keeper.adapters.redis_leases import RedisLocks
+from swarm_autoscaler_lab.demo.clusters import KeeperApi
+from swarm_autoscaler_lab.localcloud.keepercloud import KeeperCloud, KeeperCloudOptions
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 

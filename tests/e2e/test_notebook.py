@@ -13,7 +13,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from swarm_autoscaler.localcloud.cloud import LocalCloud, env_without_autoscaler
+from swarm_autoscaler_lab.localcloud.cloud import LocalCloud, env_without_autoscaler
 
 pytestmark = [pytest.mark.e2e, pytest.mark.swarm, pytest.mark.timeout(180)]
 

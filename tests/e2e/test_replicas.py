@@ -16,8 +16,8 @@ from distributed import Client
 from tests.e2e.helpers import hostname_of, instance_state, owned_instances, start, wait_for
 
 from swarm_autoscaler.core.model import GIB, DrainNode, Launch, RetireWorkers, Terminate
-from swarm_autoscaler.localcloud.cloud import LocalCloud, env_without_autoscaler
-from swarm_autoscaler.localcloud.redis_server import RedisServer
+from swarm_autoscaler_lab.localcloud.cloud import LocalCloud, env_without_autoscaler
+from swarm_autoscaler_lab.localcloud.redis_server import RedisServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.swarm, pytest.mark.timeout(180)]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from swarm_autoscaler.localcloud.cloud import LocalCloud, env_without_autoscaler
+from swarm_autoscaler_lab.localcloud.cloud import LocalCloud, env_without_autoscaler
 
 pytestmark = [pytest.mark.e2e, pytest.mark.swarm, pytest.mark.timeout(120)]
 

@@ -27,10 +27,10 @@ from distributed import Client
 from tests.e2e.helpers import owned_instances, wait_for
 
 from swarm_autoscaler.core.model import GIB
-from swarm_autoscaler.localcloud.cloud import LocalCloud
-from swarm_autoscaler.localcloud.dockerd import LocalNode
-from swarm_autoscaler.localcloud.image import IMAGE, ROOT, ensure_image
-from swarm_autoscaler.localcloud.redis_server import RedisServer
+from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
+from swarm_autoscaler_lab.localcloud.dockerd import LocalNode
+from swarm_autoscaler_lab.localcloud.image import IMAGE, ROOT, ensure_image
+from swarm_autoscaler_lab.localcloud.redis_server import RedisServer
 
 # The first run builds the image (a few minutes: a Debian base, wheels, docker build); later runs load
 # the cached tarball from build/image in seconds.

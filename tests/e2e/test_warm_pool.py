@@ -19,7 +19,7 @@ from distributed import Client
 from tests.e2e.helpers import ec2_client, hostname_of, owned_instances, start, wait_for
 
 from swarm_autoscaler.core.model import GIB, Launch, NodeStatus, Start, Stop, Terminate
-from swarm_autoscaler.localcloud.cloud import LocalCloud
+from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
 
 pytestmark = [pytest.mark.e2e, pytest.mark.swarm, pytest.mark.timeout(300)]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from swarm_autoscaler.cli import EXIT_CONFIGURATION, main
-from swarm_autoscaler.demo.clusters import ClustersOptions, summary_lines, user_work
+from swarm_autoscaler_lab.demo.clusters import ClustersOptions, summary_lines, user_work
 
 
 @pytest.mark.parametrize("argv", [["--clusters", "2", "--swarm"], ["--clusters", "-1"]])

@@ -22,10 +22,10 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 from tests.startup import startup_events
 
-from swarm_autoscaler.localcloud import LocalNetwork, MotoServer, provision_network
-from swarm_autoscaler.localcloud.cloud import env_without_autoscaler
-from swarm_autoscaler.localcloud.moto_server import LOCAL_ACCESS_KEY, LOCAL_SECRET_KEY
-from swarm_autoscaler.localcloud.redis_server import RedisServer
+from swarm_autoscaler_lab.localcloud import LocalNetwork, MotoServer, provision_network
+from swarm_autoscaler_lab.localcloud.cloud import env_without_autoscaler
+from swarm_autoscaler_lab.localcloud.moto_server import LOCAL_ACCESS_KEY, LOCAL_SECRET_KEY
+from swarm_autoscaler_lab.localcloud.redis_server import RedisServer
 
 pytestmark = pytest.mark.timeout(120)
 

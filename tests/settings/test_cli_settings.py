@@ -12,7 +12,7 @@ import pytest
 from tests.startup import startup_events
 
 from swarm_autoscaler.config.doc import env_template, markdown_table
-from swarm_autoscaler.config.settings import variables
+from swarm_autoscaler.config.variables import variables
 
 SCRIPT = Path(sys.executable).parent / "swarm-autoscaler"
 

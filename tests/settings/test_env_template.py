@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from swarm_autoscaler.config.doc import env_template, markdown_table
-from swarm_autoscaler.config.settings import load_settings, variables
+from swarm_autoscaler.config.settings import load_settings
+from swarm_autoscaler.config.variables import variables
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / ".env.template"

@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from swarm_autoscaler.adapters.keeper_tags import worker_tags
 from swarm_autoscaler.config.keeper import (
     DEFAULT_PRIMARY_BOOT,
     EXAMPLE_TOKEN,
@@ -17,6 +16,7 @@ from swarm_autoscaler.config.keeper import (
     render_boot,
 )
 from swarm_autoscaler.config.settings import InvalidSettingsError, Settings, load_settings
+from swarm_autoscaler.keeper.adapters.tags import worker_tags
 from swarm_autoscaler.keeper.app import user_data_of
 from swarm_autoscaler.keeper.model import ClusterKey
 

@@ -10,7 +10,7 @@ import pytest
 import structlog
 from pydantic import SecretStr
 
-from swarm_autoscaler.daemon.logs import REDACTED, configure_logging, redact_secrets, redact_text
+from swarm_autoscaler.runtime.logs import REDACTED, configure_logging, redact_secrets, redact_text
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from swarm_autoscaler.config.settings import InvalidSettingsError, Settings, load_settings, unknown_variables
+from swarm_autoscaler.config.settings import InvalidSettingsError, Settings, load_settings
+from swarm_autoscaler.config.variables import unknown_variables
 
 SetEnv = Callable[..., None]
 

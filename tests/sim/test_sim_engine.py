@@ -13,21 +13,21 @@ import pytest
 from swarm_autoscaler.config.settings import InvalidSettingsError, TimingSettings
 from swarm_autoscaler.core.model import GIB, Plan, Policy, Snapshot, TypePolicy
 from swarm_autoscaler.core.plan import plan as real_plan
-from swarm_autoscaler.sim import cli
-from swarm_autoscaler.sim.baselines import AdaptiveLike, QueueRule, Static
-from swarm_autoscaler.sim.config import (
+from swarm_autoscaler_lab.sim import cli
+from swarm_autoscaler_lab.sim.baselines import AdaptiveLike, QueueRule, Static
+from swarm_autoscaler_lab.sim.config import (
     SimEc2Settings,
     SimSettings,
     build_sim_settings,
     load_sim_settings,
     priced_catalogue,
 )
-from swarm_autoscaler.sim.engine import Options
-from swarm_autoscaler.sim.faults import RandomFaults
-from swarm_autoscaler.sim.report import cost_lb, makespan_lb, percentile
-from swarm_autoscaler.sim.runner import POLICIES, default_options, run_trace
-from swarm_autoscaler.sim.table import markdown, mean_of, misses, spread
-from swarm_autoscaler.sim.trace import Job
+from swarm_autoscaler_lab.sim.engine import Options
+from swarm_autoscaler_lab.sim.faults import RandomFaults
+from swarm_autoscaler_lab.sim.report import cost_lb, makespan_lb, percentile
+from swarm_autoscaler_lab.sim.runner import POLICIES, default_options, run_trace
+from swarm_autoscaler_lab.sim.table import markdown, mean_of, misses, spread
+from swarm_autoscaler_lab.sim.trace import Job
 
 ENV = (
     "AUTOSCALER_POLL_INTERVAL=10s\n"
@@ -66,8 +66,8 @@ class Recording:
 def test_ours_runs_the_real_planner_through_run_tick_and_settles() -> None:
     import asyncio
 
-    from swarm_autoscaler.sim.engine import simulate
-    from swarm_autoscaler.sim.report import summarize
+    from swarm_autoscaler_lab.sim.engine import simulate
+    from swarm_autoscaler_lab.sim.report import summarize
 
     st = settings()
     strategy = Recording()
@@ -163,7 +163,7 @@ def _args(tmp_path: Path, *extra: str) -> argparse.Namespace:
 
 
 def test_cli_json_plot_and_sibling_env(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from swarm_autoscaler.sim.trace import write_trace
+    from swarm_autoscaler_lab.sim.trace import write_trace
 
     trace = tmp_path / "t.csv"
     write_trace(trace, JOBS)
@@ -197,7 +197,7 @@ def run_all_of(directory: Path, name: str) -> dict[str, Any]:
     import shutil
     import tempfile
 
-    from swarm_autoscaler.sim.table import run_seeds
+    from swarm_autoscaler_lab.sim.table import run_seeds
 
     with tempfile.TemporaryDirectory() as tmp:
         for suffix in (".csv", ".env"):

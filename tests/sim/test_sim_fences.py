@@ -4,10 +4,10 @@ gets no task; a busy host is refused; unfence and expiry let the fenced workers 
 from __future__ import annotations
 
 from swarm_autoscaler.core.catalogue import CATALOGUE
-from swarm_autoscaler.sim.faults import ScriptedFaults
-from swarm_autoscaler.sim.fences import FENCE_TTL
-from swarm_autoscaler.sim.trace import Job
-from swarm_autoscaler.sim.world import EPOCH, Knobs, SimCloud, SimWorkload, World
+from swarm_autoscaler_lab.sim.faults import ScriptedFaults
+from swarm_autoscaler_lab.sim.fences import FENCE_TTL
+from swarm_autoscaler_lab.sim.trace import Job
+from swarm_autoscaler_lab.sim.world import EPOCH, Knobs, SimCloud, SimWorkload, World
 
 KNOBS = Knobs(join_s=90.0, join_jitter_s=0.0, worker_start_s=20.0, shutdown_s=30.0, backoff_initial_s=30.0)
 

@@ -9,7 +9,7 @@ import pytest
 
 from swarm_autoscaler.core.model import DrainNode, Plan, Policy, Snapshot
 from swarm_autoscaler.core.plan import plan as real_plan
-from swarm_autoscaler.sim import hunt
+from swarm_autoscaler_lab.sim import hunt
 
 SEEDS = range(200)
 SAFETY = ("busy", "> max", "plan retires", "plan ")

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from swarm_autoscaler.core.model import GIB, Resources
-from swarm_autoscaler.sim import cli, table
-from swarm_autoscaler.sim.config import load_sim_settings
-from swarm_autoscaler.sim.scheduler import EventQueue, Scheduler, SimWorker, advertised
-from swarm_autoscaler.sim.trace import Job
+from swarm_autoscaler_lab.sim import cli, table
+from swarm_autoscaler_lab.sim.config import load_sim_settings
+from swarm_autoscaler_lab.sim.scheduler import EventQueue, Scheduler, SimWorker, advertised
+from swarm_autoscaler_lab.sim.trace import Job
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 

@@ -7,9 +7,9 @@ import pytest
 
 from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.model import InstanceState, PoolPhase
-from swarm_autoscaler.sim import pooltable
-from swarm_autoscaler.sim.workloads import POOL_SCENARIOS
-from swarm_autoscaler.sim.world import EPOCH, Knobs, World
+from swarm_autoscaler_lab.sim import pooltable
+from swarm_autoscaler_lab.sim.workloads import POOL_SCENARIOS
+from swarm_autoscaler_lab.sim.world import EPOCH, Knobs, World
 
 
 def _world() -> World:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from swarm_autoscaler.core.model import GIB, Resources, Worker
-from swarm_autoscaler.sim.scheduler import EventQueue, Scheduler, SimWorker, set_order
-from swarm_autoscaler.sim.trace import Job
+from swarm_autoscaler_lab.sim.scheduler import EventQueue, Scheduler, SimWorker, set_order
+from swarm_autoscaler_lab.sim.trace import Job
 
 
 def make(*jobs: Job) -> tuple[Scheduler, EventQueue]:

@@ -12,8 +12,8 @@ scheduler's `processing` per worker sampled every 0.5 s, in join order):
 from __future__ import annotations
 
 from swarm_autoscaler.core.model import Resources
-from swarm_autoscaler.sim.scheduler import EventQueue, Scheduler, SimWorker
-from swarm_autoscaler.sim.trace import Job
+from swarm_autoscaler_lab.sim.scheduler import EventQueue, Scheduler, SimWorker
+from swarm_autoscaler_lab.sim.trace import Job
 
 
 def probe(tasks: int, seconds: float, workers: int, gap: float) -> list[list[int]]:

@@ -10,12 +10,12 @@ import dataclasses
 from tests.sim.test_sim_world import CATALOGUE, KNOBS
 
 from swarm_autoscaler.config.settings import TimingSettings
-from swarm_autoscaler.sim.config import SimEc2Settings, build_sim_settings
-from swarm_autoscaler.sim.engine import Ours, simulate
-from swarm_autoscaler.sim.faults import ScriptedFaults
-from swarm_autoscaler.sim.runner import default_options
-from swarm_autoscaler.sim.trace import Job
-from swarm_autoscaler.sim.world import EPOCH, SimCloud, World
+from swarm_autoscaler_lab.sim.config import SimEc2Settings, build_sim_settings
+from swarm_autoscaler_lab.sim.engine import Ours, simulate
+from swarm_autoscaler_lab.sim.faults import ScriptedFaults
+from swarm_autoscaler_lab.sim.runner import default_options
+from swarm_autoscaler_lab.sim.trace import Job
+from swarm_autoscaler_lab.sim.world import EPOCH, SimCloud, World
 
 SUBNETS = ("subnet-a", "subnet-b")
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from swarm_autoscaler.config.settings import InvalidSettingsError
-from swarm_autoscaler.sim import cli
-from swarm_autoscaler.sim.sweep import Point, Sweep, covered, parse_sweep, variant_env, variants
-from swarm_autoscaler.sim.trace import Job, write_trace
+from swarm_autoscaler_lab.sim import cli
+from swarm_autoscaler_lab.sim.sweep import Point, Sweep, covered, parse_sweep, variant_env, variants
+from swarm_autoscaler_lab.sim.trace import Job, write_trace
 
 ENV = (
     "AUTOSCALER_POLL_INTERVAL=10s\n"

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from swarm_autoscaler.core.model import GIB
-from swarm_autoscaler.sim.report import cost_lb, percentile
-from swarm_autoscaler.sim.trace import Job, TraceError, format_trace, parse_trace, read_trace
+from swarm_autoscaler_lab.sim.report import cost_lb, percentile
+from swarm_autoscaler_lab.sim.trace import Job, TraceError, format_trace, parse_trace, read_trace
 
 HEADER = "submit_s,duration_s,cpus,ram_gib,gpus,instance_type\n"
 
@@ -80,7 +80,7 @@ def _check_heavy_tailed(jobs: tuple[Job, ...], settings: Any) -> None:
 
 
 def test_bundled_scenarios_parse_and_have_settings() -> None:
-    from swarm_autoscaler.sim.config import load_sim_settings
+    from swarm_autoscaler_lab.sim.config import load_sim_settings
 
     root = Path(__file__).parents[2] / "scenarios"
     names = sorted(p.stem for p in root.glob("*.csv"))
@@ -91,7 +91,7 @@ def test_bundled_scenarios_parse_and_have_settings() -> None:
     assert len(read_trace(root / "burst500.csv")) == 500
     assert load_sim_settings(root / "burst500.env").policy.max_instances == 40
     _check_heavy_tailed(read_trace(root / "heavy_tailed.csv"), load_sim_settings(root / "heavy_tailed.env"))
-    from swarm_autoscaler.sim.workloads import SCENARIOS
+    from swarm_autoscaler_lab.sim.workloads import SCENARIOS
 
     for name, (generate, env) in SCENARIOS.items():  # the files are what the generators write
         assert read_trace(root / f"{name}.csv") == generate()

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from swarm_autoscaler.sim import cli
-from swarm_autoscaler.sim.config import load_sim_settings
-from swarm_autoscaler.sim.engine import Options, start_time_warnings
-from swarm_autoscaler.sim.runner import run_trace
-from swarm_autoscaler.sim.trace import Job, write_trace
-from swarm_autoscaler.sim.world import Knobs
+from swarm_autoscaler_lab.sim import cli
+from swarm_autoscaler_lab.sim.config import load_sim_settings
+from swarm_autoscaler_lab.sim.engine import Options, start_time_warnings
+from swarm_autoscaler_lab.sim.runner import run_trace
+from swarm_autoscaler_lab.sim.trace import Job, write_trace
+from swarm_autoscaler_lab.sim.world import Knobs
 
 ENV = (
     "AUTOSCALER_POLL_INTERVAL=10s\n"
@@ -55,7 +55,7 @@ def test_the_run_and_the_command_carry_the_warning(
 def test_the_first_tick_can_fall_later_as_a_live_autoscaler_reacts(tmp_path: Path) -> None:
     """`first_tick_s` models how long an autoscaler takes to act on work submitted at t=0 (the fidelity
     bench measured about 0.5 s for the daemon and 1 s for dask's Adaptive)."""
-    from swarm_autoscaler.sim.world import EPOCH
+    from swarm_autoscaler_lab.sim.world import EPOCH
 
     env = tmp_path / "s.env"
     env.write_text(ENV)

@@ -8,9 +8,9 @@ from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.model import Availability, InstanceState, NodeMarks, NodeStatus
 from swarm_autoscaler.core.ports import Cloud, Orchestrator, Workload
 from swarm_autoscaler.errors import NotFoundError
-from swarm_autoscaler.sim.faults import ScriptedFaults
-from swarm_autoscaler.sim.trace import Job
-from swarm_autoscaler.sim.world import EPOCH, Knobs, SimCloud, SimOrchestrator, SimWorkload, World
+from swarm_autoscaler_lab.sim.faults import ScriptedFaults
+from swarm_autoscaler_lab.sim.trace import Job
+from swarm_autoscaler_lab.sim.world import EPOCH, Knobs, SimCloud, SimOrchestrator, SimWorkload, World
 
 KNOBS = Knobs(join_s=90.0, join_jitter_s=0.0, worker_start_s=20.0, shutdown_s=30.0, backoff_initial_s=30.0)
 
@@ -28,7 +28,7 @@ def test_ports_satisfy_the_protocols() -> None:
 
 async def test_a_node_is_ours_when_its_launch_carried_the_sim_clusters_label() -> None:
     from swarm_autoscaler.core.model import OWNERSHIP_LABEL
-    from swarm_autoscaler.sim.world import SIM_CLUSTER
+    from swarm_autoscaler_lab.sim.world import SIM_CLUSTER
 
     world = make_world()
     cloud, swarm = SimCloud(world), SimOrchestrator(world)

@@ -22,8 +22,8 @@ from redis.backoff import ExponentialBackoff
 from redis.connection import parse_url
 from redis.exceptions import AuthenticationError, RedisError
 
-from swarm_autoscaler.daemon.logs import REDACTED, redact_text
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
+from swarm_autoscaler.runtime.logs import REDACTED, redact_text
 
 KEY_PREFIX = "swarm-autoscaler:leader:"
 

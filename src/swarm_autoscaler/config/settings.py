@@ -12,7 +12,6 @@ Durations are seconds as floats and accept `30`, `30s`, `5m`, `1h30m` or `250ms`
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -186,7 +185,7 @@ class TimingSettings(BaseSettings):
             raise PydanticCustomError(
                 "order",
                 "must be at least {other} ({initial})",
-                {"other": _env(cls, "capacity_backoff_initial"), "initial": format_duration(initial)},
+                {"other": env_name(cls, "capacity_backoff_initial"), "initial": format_duration(initial)},
             )
         return value
 
@@ -230,7 +229,7 @@ class Ec2AccessSettings(BaseSettings):
             raise PydanticCustomError(
                 "pair",
                 "set both {a} and {b}, or neither",
-                {"a": _env(cls, "access_key_id"), "b": _env(cls, "secret_access_key")},
+                {"a": env_name(cls, "access_key_id"), "b": env_name(cls, "secret_access_key")},
             )
         return value
 
@@ -265,7 +264,9 @@ class Ec2Settings(Ec2AccessSettings):
         low = info.data.get("min_instances")
         if low is not None and value < low:
             raise PydanticCustomError(
-                "order", "must be at least {other} ({low})", {"other": _env(cls, "min_instances"), "low": low}
+                "order",
+                "must be at least {other} ({low})",
+                {"other": env_name(cls, "min_instances"), "low": low},
             )
         types: dict[str, AllowedType] = info.data.get("allowed_types") or {}
         reserve = sum(t.reserve for t in types.values())
@@ -273,7 +274,7 @@ class Ec2Settings(Ec2AccessSettings):
             raise PydanticCustomError(
                 "reserve",
                 "must be at least the sum of the reserves in {other} ({reserve})",
-                {"other": _env(cls, "allowed_types"), "reserve": reserve},
+                {"other": env_name(cls, "allowed_types"), "reserve": reserve},
             )
         _pool_limits(cls, value, types)
         return value
@@ -287,7 +288,7 @@ def _pool_limits(cls: type[BaseModel], maximum: int, types: Mapping[str, Allowed
         raise PydanticCustomError(
             "base",
             'must be at least the sum of the "min" and "reserve" of every type in {other} ({based})',
-            {"other": _env(cls, "allowed_types"), "based": based},
+            {"other": env_name(cls, "allowed_types"), "based": based},
         )
     pooled = sum(t.warm_pool for t in types.values())
     if pooled > maximum:
@@ -295,7 +296,7 @@ def _pool_limits(cls: type[BaseModel], maximum: int, types: Mapping[str, Allowed
             "pool",
             'must be at least the sum of the "warm_pool" of every type in {other} ({pooled}): a started '
             "pool machine counts toward it",
-            {"other": _env(cls, "allowed_types"), "pooled": pooled},
+            {"other": env_name(cls, "allowed_types"), "pooled": pooled},
         )
 
 
@@ -447,23 +448,10 @@ class InvalidSettingsError(ConfigurationError):
         self.problems = tuple(problems)
 
 
-def _env(cls: type[BaseModel], field: str) -> str:
+def env_name(cls: type[BaseModel], field: str) -> str:
+    """The environment variable of `field` of the settings group `cls`."""
     prefix = str(cls.model_config.get("env_prefix", ""))
     return f"{prefix}{field}".upper()
-
-
-def variables() -> list[tuple[str, type[BaseSettings], str, FieldInfo]]:
-    """Every documented variable as (environment name, group class, field name, field), in order."""
-    from swarm_autoscaler.config.keeper import KeeperSettings  # imported here: it builds on this module
-
-    out: list[tuple[str, type[BaseSettings], str, FieldInfo]] = []
-    classes: list[type[BaseSettings]] = [Settings, *GROUPS.values(), KeeperSettings]
-    for cls in classes:
-        for name, field in cls.model_fields.items():
-            if cls is Settings and name in GROUPS:
-                continue
-            out.append((_env(cls, name), cls, name, field))
-    return out
 
 
 def load_settings(env_file: str | os.PathLike[str] | None = None) -> Settings:
@@ -495,27 +483,11 @@ def _across_groups(settings: Settings) -> list[str]:
     poll, ttl = settings.timing.poll_interval, settings.redis.lock_ttl
     if settings.redis.url is not None and ttl < 2 * poll:
         problems.append(
-            f"{_env(RedisSettings, 'lock_ttl')}: must be at least twice {_env(TimingSettings, 'poll_interval')} "
+            f"{env_name(RedisSettings, 'lock_ttl')}: must be at least twice {env_name(TimingSettings, 'poll_interval')} "
             f"({format_duration(2 * poll)}) so the leader keeps the lock between two ticks, "
             f"got {format_duration(ttl)}"
         )
     return problems
-
-
-def unknown_variables(env_file: str | os.PathLike[str] | None = None) -> list[str]:
-    """Warnings for `AUTOSCALER_*` variables that no setting reads (usually typos), with a suggestion."""
-    from dotenv import dotenv_values
-
-    names = {key.upper() for key in os.environ}
-    if env_file is not None and os.path.isfile(env_file):
-        names |= {key.upper() for key in dotenv_values(env_file)}
-    known = {name for name, *_ in variables()}
-    warnings = []
-    for name in sorted(n for n in names if n.startswith(PREFIX) and n not in known):
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f"; did you mean {close[0]}?" if close else ""
-        warnings.append(f"{name} is not a known variable and is ignored{hint}")
-    return warnings
 
 
 # ------------------------------------------------------------------------------------------ error lines
@@ -530,7 +502,7 @@ def _problems(exc: ValidationError | SettingsError, cls: type[BaseSettings]) -> 
         loc = error["loc"]
         field = str(loc[0]) if loc else ""
         info = cls.model_fields.get(field)
-        name = _env(cls, field) if info is not None else f"{PREFIX}*"
+        name = env_name(cls, field) if info is not None else f"{PREFIX}*"
         path = ".".join(str(part) for part in loc[1:] if "[" not in str(part))
         detail = _expectation(error["type"], error["msg"])
         if path:

@@ -25,9 +25,10 @@ from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.model import InstanceType, Policy
 from swarm_autoscaler.core.ports import Lock, Orchestrator
 from swarm_autoscaler.daemon.loop import Daemon, InFlightCloud
-from swarm_autoscaler.daemon.metrics import Metrics, build_app, start_http
+from swarm_autoscaler.daemon.metrics import Metrics, build_app
 from swarm_autoscaler.daemon.tick import Ports
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
+from swarm_autoscaler.runtime.http import start_http
 
 log = structlog.get_logger("swarm_autoscaler.daemon.app")
 

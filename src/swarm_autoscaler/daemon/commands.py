@@ -13,11 +13,11 @@ from rich.table import Table
 
 from swarm_autoscaler.config.settings import Settings
 from swarm_autoscaler.core.model import NodeMarks, fields_of
-from swarm_autoscaler.daemon.logs import startup_line
 from swarm_autoscaler.daemon.loop import run_clusters
-from swarm_autoscaler.daemon.signals import run_until_signal
 from swarm_autoscaler.daemon.tick import TickResult, run_tick
 from swarm_autoscaler.errors import AutoscalerError, ConfigurationError, EndpointError
+from swarm_autoscaler.runtime.logs import startup_line
+from swarm_autoscaler.runtime.signals import run_until_signal
 
 log = structlog.get_logger("swarm_autoscaler.daemon.commands")
 

@@ -167,12 +167,3 @@ def build_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics_handler)
     return app
-
-
-async def start_http(app: web.Application, host: str, port: int) -> web.AppRunner:
-    """Start serving; the caller stops it with `await runner.cleanup()`."""
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    return runner

@@ -22,20 +22,20 @@ from typing import TypeVar
 import structlog
 from aiohttp import web
 
-from swarm_autoscaler.adapters.dask_probe import HttpSchedulerProbe
-from swarm_autoscaler.adapters.ec2_primaries import Ec2Primaries, UserData
-from swarm_autoscaler.adapters.keeper_tags import worker_tags
-from swarm_autoscaler.adapters.redis_locks import RedisLocks
 from swarm_autoscaler.config.keeper import KeeperConfig, cluster_env, env_lines, render_boot
-from swarm_autoscaler.daemon.metrics import start_http
-from swarm_autoscaler.daemon.signals import run_until_signal
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
+from swarm_autoscaler.keeper.adapters.dask_probe import HttpSchedulerProbe
+from swarm_autoscaler.keeper.adapters.ec2_primaries import Ec2Primaries, UserData
+from swarm_autoscaler.keeper.adapters.redis_leases import RedisLocks
+from swarm_autoscaler.keeper.adapters.tags import worker_tags
 from swarm_autoscaler.keeper.api import build_keeper_app
 from swarm_autoscaler.keeper.lifecycle import KeeperTiming
 from swarm_autoscaler.keeper.locks import InProcessLocks
 from swarm_autoscaler.keeper.metrics import KeeperMetrics
 from swarm_autoscaler.keeper.model import ClusterKey
 from swarm_autoscaler.keeper.service import Keeper
+from swarm_autoscaler.runtime.http import start_http
+from swarm_autoscaler.runtime.signals import run_until_signal
 
 log = structlog.get_logger("swarm_autoscaler.keeper.app")
 

@@ -6,7 +6,7 @@ import asyncio
 
 from distributed import Client, Scheduler
 
-from swarm_autoscaler.adapters.dask_probe import HttpSchedulerProbe, busy_from_metrics
+from swarm_autoscaler.keeper.adapters.dask_probe import HttpSchedulerProbe, busy_from_metrics
 
 
 def test_busy_states_are_read_from_prometheus_text() -> None:

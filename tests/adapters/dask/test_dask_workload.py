@@ -386,7 +386,7 @@ async def test_a_retirement_the_scheduler_refuses_cancels_the_drain_in_the_same_
     )
     from swarm_autoscaler.core.recheck import Fresh, violated
     from swarm_autoscaler.daemon.act import ActConfig, Ports, act
-    from swarm_autoscaler.localcloud.memswarm import MemorySwarm
+    from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
 
     holder = await start_worker("ip-10-0-0-5")
     result = client.submit(make_value, 10, key="only-copy")  # held: the only copy stays on the worker

@@ -24,7 +24,7 @@ from tests.adapters.ec2.ec2_helpers import (
 from tests.fakes import SteppedClock
 
 from swarm_autoscaler.adapters.ec2 import Ec2Cloud
-from swarm_autoscaler.localcloud import FaultInjector, LocalNetwork, MotoServer, provision_network
+from swarm_autoscaler_lab.localcloud import FaultInjector, LocalNetwork, MotoServer, provision_network
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from tests.adapters.ec2.ec2_helpers import CloudFactory
 from tests.fakes import SteppedClock
 
 from swarm_autoscaler.adapters.ec2_clock import Ec2Clock, parse_http_date
-from swarm_autoscaler.localcloud import FaultInjector
+from swarm_autoscaler_lab.localcloud import FaultInjector
 
 EC2_NOW = 1_800_000_000.0  # EC2's time when the first response arrives in these tests
 SKEWS = (-3600.0, -600.0, 600.0, 3600.0)  # host clock minus EC2's clock

@@ -14,7 +14,7 @@ from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.model import OWNERSHIP_LABEL, InstanceState
 from swarm_autoscaler.core.ports import Cloud
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
-from swarm_autoscaler.localcloud import LocalNetwork
+from swarm_autoscaler_lab.localcloud import LocalNetwork
 
 
 async def _describe(raw_ec2: Any, instance_id: str) -> dict[str, Any]:

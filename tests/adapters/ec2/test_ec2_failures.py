@@ -14,7 +14,7 @@ from swarm_autoscaler.adapters.ec2_support import render_user_data
 from swarm_autoscaler.core.backoff import CapacityBackoff
 from swarm_autoscaler.core.model import Unavailable
 from swarm_autoscaler.errors import EndpointError
-from swarm_autoscaler.localcloud import FaultInjector, LocalNetwork
+from swarm_autoscaler_lab.localcloud import FaultInjector, LocalNetwork
 
 
 async def test_capacity_refusal_moves_to_the_next_subnet(

@@ -14,7 +14,7 @@ from tests.fakes import SteppedClock
 from swarm_autoscaler.adapters.ec2_support import POOL_STOP_LINE, STARTED_AT_TAG, to_instance
 from swarm_autoscaler.core.model import InstanceState, PoolPhase
 from swarm_autoscaler.errors import ConfigurationError
-from swarm_autoscaler.localcloud import FaultInjector
+from swarm_autoscaler_lab.localcloud import FaultInjector
 
 
 async def _user_data(raw_ec2: Any, instance_id: str) -> str:

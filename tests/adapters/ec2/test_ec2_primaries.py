@@ -13,17 +13,17 @@ import pytest
 from tests.adapters.ec2.ec2_helpers import ACCESS_KEY, SECRET_KEY
 
 from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, OWNER_TAG, OWNER_VALUE
-from swarm_autoscaler.adapters.ec2_primaries import SWEEP_EVERY, Ec2Primaries
-from swarm_autoscaler.adapters.keeper_tags import (
+from swarm_autoscaler.errors import ConfigurationError, EndpointError
+from swarm_autoscaler.keeper.adapters.ec2_primaries import SWEEP_EVERY, Ec2Primaries
+from swarm_autoscaler.keeper.adapters.tags import (
     CLUSTER_ID_TAG,
     DASHBOARD_URL_TAG,
     KEEPER_TAG,
     SCHEDULER_URL_TAG,
     worker_tags,
 )
-from swarm_autoscaler.errors import ConfigurationError, EndpointError
 from swarm_autoscaler.keeper.model import ClusterKey, ClusterState
-from swarm_autoscaler.localcloud import FaultInjector, LocalNetwork, MotoServer
+from swarm_autoscaler_lab.localcloud import FaultInjector, LocalNetwork, MotoServer
 
 PRIMARY = "m5.large"
 keeper_names = itertools.count(1)

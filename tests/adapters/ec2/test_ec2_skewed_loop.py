@@ -23,9 +23,9 @@ from swarm_autoscaler.adapters.ec2 import Ec2Cloud
 from swarm_autoscaler.core.model import GIB, Resources, Task
 from swarm_autoscaler.daemon.loop import Daemon, InFlightCloud
 from swarm_autoscaler.daemon.tick import Ports, TickResult
-from swarm_autoscaler.localcloud import LocalNetwork, MotoServer
-from swarm_autoscaler.localcloud.memswarm import MemorySwarm
-from swarm_autoscaler.localcloud.moto_server import LOCAL_ACCESS_KEY, LOCAL_SECRET_KEY
+from swarm_autoscaler_lab.localcloud import LocalNetwork, MotoServer
+from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
+from swarm_autoscaler_lab.localcloud.moto_server import LOCAL_ACCESS_KEY, LOCAL_SECRET_KEY
 
 SKEWS = (-3600.0, -600.0, 600.0, 3600.0)  # EC2's clock minus this host's
 # LaunchTime carries whole seconds and the clock is within about half a second of EC2's (more on a

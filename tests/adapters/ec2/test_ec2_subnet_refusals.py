@@ -14,7 +14,7 @@ from swarm_autoscaler.adapters.ec2 import Ec2Cloud
 from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.model import Launch, Plan, Unavailable
 from swarm_autoscaler.core.plan import plan
-from swarm_autoscaler.localcloud import FaultInjector, LocalNetwork
+from swarm_autoscaler_lab.localcloud import FaultInjector, LocalNetwork
 
 CHEAP, DEAR = "c5.large", "m5.large"  # $0.085/h and $0.096/h; a 1-CPU 1-GiB task fits either
 

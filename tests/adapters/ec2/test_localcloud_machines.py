@@ -10,9 +10,9 @@ from distributed import Scheduler
 
 from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.model import InstanceType
-from swarm_autoscaler.localcloud import LocalNetwork, MotoServer
-from swarm_autoscaler.localcloud.machines import MachineEmulator, MemoryJoiner
-from swarm_autoscaler.localcloud.memswarm import MemorySwarm
+from swarm_autoscaler_lab.localcloud import LocalNetwork, MotoServer
+from swarm_autoscaler_lab.localcloud.machines import MachineEmulator, MemoryJoiner
+from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
 
 JOIN_S = 0.4  # each join takes this long, as a real `docker swarm join` takes its time
 

@@ -11,7 +11,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 
 from swarm_autoscaler.core.catalogue import CATALOGUE, known_type
 from swarm_autoscaler.core.model import GIB
-from swarm_autoscaler.localcloud import FaultInjector, LocalNetwork, MotoServer
+from swarm_autoscaler_lab.localcloud import FaultInjector, LocalNetwork, MotoServer
 
 
 async def _run(raw_ec2: Any, network: LocalNetwork, type_name: str) -> str:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from swarm_autoscaler.localcloud.redis_server import RedisServer
+from swarm_autoscaler_lab.localcloud.redis_server import RedisServer
 
 PASSWORD = "s3cret-Pa55word"
 

@@ -12,9 +12,9 @@ import pytest
 
 from swarm_autoscaler.adapters.redis_lock import RedisLock, SingleReplicaLock, redact_url
 from swarm_autoscaler.core.ports import Lock
-from swarm_autoscaler.daemon.logs import REDACTED
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
-from swarm_autoscaler.localcloud.redis_server import RedisServer, RedisServerError
+from swarm_autoscaler.runtime.logs import REDACTED
+from swarm_autoscaler_lab.localcloud.redis_server import RedisServer, RedisServerError
 
 _names = itertools.count()
 

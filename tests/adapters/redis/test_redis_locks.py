@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from swarm_autoscaler.adapters.redis_locks import RedisLocks
 from swarm_autoscaler.errors import EndpointError
-from swarm_autoscaler.localcloud.redis_server import RedisServer
+from swarm_autoscaler.keeper.adapters.redis_leases import RedisLocks
+from swarm_autoscaler_lab.localcloud.redis_server import RedisServer
 
 from .conftest import PASSWORD
 

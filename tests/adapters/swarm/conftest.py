@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from swarm_autoscaler.localcloud.dockerd import LocalSwarm, check_install
+from swarm_autoscaler_lab.localcloud.dockerd import LocalSwarm, check_install
 
 MANAGER = "ip-10-0-0-1"  # test_swarm_adapter.py names the same nodes
 WORKERS = ("ip-10-0-0-2", "ip-10-0-0-3")

@@ -13,7 +13,7 @@ from swarm_autoscaler.adapters.swarm import SwarmOrchestrator
 from swarm_autoscaler.core import ports
 from swarm_autoscaler.core.model import Availability, Node, NodeMarks, NodeStatus
 from swarm_autoscaler.errors import EndpointError, NotFoundError
-from swarm_autoscaler.localcloud.dockerd import LocalSwarm
+from swarm_autoscaler_lab.localcloud.dockerd import LocalSwarm
 
 pytestmark = pytest.mark.swarm
 

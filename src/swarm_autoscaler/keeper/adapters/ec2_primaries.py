@@ -1,0 +1,356 @@
+"""`Ec2Primaries`: the keeper's `ClusterHosts` port on EC2 (see `keeper/ports.py`).
+
+A cluster is its primary: one instance of the configured type whose boot script (rendered per cluster by
+`user_data`) makes it a swarm manager running a dask scheduler and the cluster's own autoscaler. Its
+state lives in the primary's tags (the scheme: `keeper_tags`), so a restarted keeper (or another replica)
+loses nothing. The primary carries no `swarm-autoscaler/cluster` tag, so its own autoscaler never counts
+it as one of its workers. The workers carry the daemon's ownership tags with the cluster id as the
+cluster name (`managed-by=swarm-autoscaler`, `swarm-autoscaler/cluster=<cluster id>`, see
+`ec2.owner_tags`) and this keeper's worker tags; `terminate` ends the primary and every such worker.
+
+Nothing leaks: a worker whose primary is gone (terminated by someone else, or launched as its primary shut
+down and listed by EC2 only after) is found by a periodic look for this keeper's workers, and its cluster
+is reported `ending`, so the keeper terminates it. So is a cluster whose primary is stopping, stopped or
+shutting down while its tags say `starting` or `running`.
+
+A scheduler's addresses are the primary's private IP and the configured ports, unless the primary is
+tagged `swarm-autoscaler/keeper/scheduler-url` and `.../dashboard-url` (which a boot script, or the
+local cloud, may set when the scheduler listens elsewhere).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, NAME_TAG, OWNER_TAG, OWNER_VALUE
+from swarm_autoscaler.adapters.ec2_support import (
+    GONE_CODES,
+    UNKNOWN_TYPE_CODES,
+    USER_DATA_LIMIT,
+    chunks,
+    error_code,
+    error_message,
+    is_capacity,
+    to_endpoint_error,
+)
+from swarm_autoscaler.adapters.ec2_transport import Ec2Transport
+from swarm_autoscaler.errors import ConfigurationError, EndpointError
+from swarm_autoscaler.keeper.adapters.tags import (
+    ANSWERED_TAG,
+    CLUSTER_ID_TAG,
+    CREATED_TAG,
+    GONE,
+    HEARTBEAT_TAG,
+    KEEPER_TAG,
+    LISTED_STATES,
+    MAX_TAG_VALUE,
+    REASON_TAG,
+    STATE_TAG,
+    USER_TAG,
+    WALLET_TAG,
+    WORKER_KEEPER_TAG,
+    new_cluster_id,
+    order,
+    orphan_clusters,
+    stamp,
+    tag_list,
+    tags_of,
+    to_cluster,
+)
+from swarm_autoscaler.keeper.model import Cluster, ClusterKey, ClusterState
+
+TERMINATE_BATCH = 50
+SWEEP_EVERY = 12  # listings between two looks for workers whose primary is gone (1 min at 5 s)
+
+UserData = Callable[[ClusterKey, str], str]  # (key, cluster id) -> the primary's boot script
+
+
+class Ec2Primaries(Ec2Transport):
+    """`ClusterHosts` on EC2. Use `async with Ec2Primaries(...) as hosts`, or `start()` then `close()`.
+    Transport options (`endpoint`, credentials, `clock`, retries, `timeout`) are `Ec2Transport`'s."""
+
+    def __init__(
+        self,
+        *,
+        keeper_name: str,
+        region: str,
+        primary_type: str,
+        ami_id: str,
+        user_data: UserData,
+        subnet_ids: Sequence[str] = (),
+        security_group_ids: Sequence[str] = (),
+        key_name: str | None = None,
+        iam_instance_profile: str | None = None,
+        custom_tags: Mapping[str, str] | None = None,
+        scheduler_port: int = 8786,
+        dashboard_port: int = 8787,
+        **transport: Any,
+    ) -> None:
+        super().__init__(region=region, **transport)
+        if not keeper_name:
+            raise ConfigurationError("keeper_name must not be empty: it is the ownership tag")
+        self._name = keeper_name
+        self._type = primary_type
+        self._ami = ami_id
+        self._user_data = user_data
+        self._subnets = list(subnet_ids) or [""]  # "" = let EC2 pick (default VPC)
+        self._groups = list(security_group_ids)
+        self._key_name = key_name
+        self._profile = iam_instance_profile
+        self._custom_tags = dict(custom_tags or {})
+        bad = [
+            k
+            for k in self._custom_tags
+            if k in (OWNER_TAG, NAME_TAG) or k.startswith(("aws:", "swarm-autoscaler/"))
+        ]
+        if bad:
+            raise ConfigurationError(f"custom EC2 tags {bad} use reserved keys; rename them")
+        self._ports = (scheduler_port, dashboard_port)
+        self._primary_ids: dict[str, str] = {}  # cluster id -> primary instance id (never changes)
+        self._listings = 0
+
+    # ----------------------------------------------------------------------------------- checks
+
+    async def check(self, type_names: Sequence[str]) -> None:
+        """A start-up check: EC2 answers with our credentials and knows every type (the primary's and the
+        workers'). Raises `EndpointError`, or `ConfigurationError` for an unknown type."""
+        try:
+            result = await self._call(
+                "describe_instance_types", InstanceTypes=list(dict.fromkeys(type_names))
+            )
+        except ClientError as exc:
+            if error_code(exc) in UNKNOWN_TYPE_CODES:
+                raise ConfigurationError(
+                    f"EC2 at {self.endpoint} does not know instance type(s) among {list(type_names)} "
+                    f"({error_message(exc)}): fix the primary or worker types"
+                ) from None
+            raise to_endpoint_error(self.endpoint, "DescribeInstanceTypes", exc) from None
+        except BotoCoreError as exc:
+            raise to_endpoint_error(self.endpoint, "DescribeInstanceTypes", exc) from None
+        known = {raw["InstanceType"] for raw in result.get("InstanceTypes", ())}
+        unknown = [n for n in type_names if n not in known]
+        if unknown:
+            raise ConfigurationError(f"EC2 at {self.endpoint} does not know instance type(s) {unknown}")
+
+    # ----------------------------------------------------------------------------------- reading
+
+    def _ours(self, tags: Mapping[str, str]) -> bool:
+        return tags.get(OWNER_TAG) == OWNER_VALUE and tags.get(KEEPER_TAG) == self._name
+
+    async def _primaries(self, *extra: dict[str, Any]) -> list[dict[str, Any]]:
+        """Our primaries that are not terminated, filtered server-side and checked again here."""
+        filters = [
+            {"Name": f"tag:{OWNER_TAG}", "Values": [OWNER_VALUE]},
+            {"Name": f"tag:{KEEPER_TAG}", "Values": [self._name]},
+            {"Name": "instance-state-name", "Values": list(LISTED_STATES)},
+            *extra,
+        ]
+        try:
+            reservations = await self._pages("describe_instances", "Reservations", Filters=filters)
+        except (ClientError, BotoCoreError) as exc:
+            raise to_endpoint_error(self.endpoint, "DescribeInstances", exc) from None
+        raws = [raw for res in reservations for raw in res.get("Instances", ())]
+        return [raw for raw in raws if self._ours(tags_of(raw)) and tags_of(raw).get(CLUSTER_ID_TAG)]
+
+    async def list_clusters(self) -> tuple[Cluster, ...]:
+        """Every cluster of ours whose primary is not terminated; on the first listing and every
+        `SWEEP_EVERY`th, also the clusters whose primary is gone but whose workers are not (one more
+        paged DescribeInstances), as `ending`, so that the keeper terminates them: nothing leaks."""
+        clusters = [self._cluster(raw) for raw in await self._primaries()]
+        self._listings += 1
+        if self._listings % SWEEP_EVERY == 1:
+            clusters += orphan_clusters(await self._workers(), {c.cluster_id for c in clusters})
+        return tuple(sorted(clusters, key=order))
+
+    async def _workers(self) -> list[dict[str, Any]]:
+        """Every worker of this keeper's clusters that is not terminated (the daemon's ownership tag and
+        this keeper's worker tag, checked again here)."""
+        filters = [
+            {"Name": f"tag:{OWNER_TAG}", "Values": [OWNER_VALUE]},
+            {"Name": f"tag:{WORKER_KEEPER_TAG}", "Values": [self._name]},
+            {"Name": "instance-state-name", "Values": list(LISTED_STATES)},
+        ]
+        try:
+            reservations = await self._pages("describe_instances", "Reservations", Filters=filters)
+        except (ClientError, BotoCoreError) as exc:
+            raise to_endpoint_error(self.endpoint, "DescribeInstances", exc) from None
+        raws = [raw for res in reservations for raw in res.get("Instances", ())]
+        return [
+            r
+            for r in raws
+            if tags_of(r).get(OWNER_TAG) == OWNER_VALUE and tags_of(r).get(WORKER_KEEPER_TAG) == self._name
+        ]
+
+    async def find(self, key: ClusterKey) -> tuple[Cluster, ...]:
+        found = await self._primaries(
+            {"Name": f"tag:{USER_TAG}", "Values": [key.user_id]},
+            {"Name": f"tag:{WALLET_TAG}", "Values": [key.wallet_id]},
+        )
+        return tuple(sorted((c for c in map(self._cluster, found) if c.key == key), key=order))
+
+    def _cluster(self, raw: Mapping[str, Any]) -> Cluster:
+        cluster = to_cluster(raw, self._ports)
+        self._primary_ids[cluster.cluster_id] = cluster.primary_id
+        return cluster
+
+    # ----------------------------------------------------------------------------------- creating
+
+    async def create(self, key: ClusterKey, now: float) -> Cluster:
+        """Launch the primary, trying the subnets in order on capacity refusals. The cluster id is the
+        idempotency token of RunInstances, so a retried call cannot launch two primaries."""
+        cid = new_cluster_id()
+        user_data = self._user_data(key, cid)
+        if len(user_data.encode()) > USER_DATA_LIMIT:
+            raise ConfigurationError(
+                f"the primary's boot script is over EC2's {USER_DATA_LIMIT} bytes of user data: shorten "
+                "AUTOSCALER_KEEPER_PRIMARY_BOOT_TEMPLATE or the worker types' boot scripts"
+            )
+        params = self._launch_params(key, cid, now, user_data)
+        refusals: list[str] = []
+        for attempt, subnet in enumerate(self._subnets):
+            call = dict(params, ClientToken=f"{cid}-{attempt}")
+            if subnet:
+                call["SubnetId"] = subnet
+            self.stats.launch_calls += 1
+            try:
+                result = await self._call("run_instances", **call)
+            except (ClientError, BotoCoreError) as exc:
+                if is_capacity(exc):
+                    self.stats.capacity_refusals += 1
+                    refusals.append(f"{subnet or 'default subnet'}: {error_message(exc)}")
+                    continue
+                raise to_endpoint_error(self.endpoint, f"RunInstances {self._type}", exc) from None
+            self.stats.instances_launched += 1
+            return self._cluster(result["Instances"][0])
+        raise EndpointError(self.endpoint, f"no capacity for a {self._type} primary: {'; '.join(refusals)}")
+
+    def _launch_params(self, key: ClusterKey, cid: str, now: float, user_data: str) -> dict[str, Any]:
+        tags = {
+            NAME_TAG: f"{self._name}-{cid}-primary",
+            **self._custom_tags,
+            CLUSTER_ID_TAG: cid,
+            USER_TAG: key.user_id,
+            WALLET_TAG: key.wallet_id,
+            STATE_TAG: str(ClusterState.STARTING),
+            CREATED_TAG: stamp(now),
+            HEARTBEAT_TAG: stamp(now),
+            OWNER_TAG: OWNER_VALUE,  # last: nothing may override ownership
+            KEEPER_TAG: self._name,
+        }
+        owner = {OWNER_TAG: OWNER_VALUE, KEEPER_TAG: self._name, CLUSTER_ID_TAG: cid}
+        params: dict[str, Any] = {
+            "ImageId": self._ami,
+            "InstanceType": self._type,
+            "MinCount": 1,
+            "MaxCount": 1,
+            "UserData": user_data,  # botocore base64-encodes it
+            "TagSpecifications": [
+                {"ResourceType": "instance", "Tags": tag_list(tags)},
+                {"ResourceType": "volume", "Tags": tag_list(owner)},
+            ],
+        }
+        if self._groups:
+            params["SecurityGroupIds"] = self._groups
+        if self._key_name:
+            params["KeyName"] = self._key_name
+        if self._profile:
+            params["IamInstanceProfile"] = {
+                ("Arn" if self._profile.startswith("arn:") else "Name"): self._profile
+            }
+        return params
+
+    # ----------------------------------------------------------------------------------- updating
+
+    async def update(
+        self,
+        cluster_id: str,
+        *,
+        state: ClusterState | None = None,
+        heartbeat: float | None = None,
+        answered: float | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """One CreateTags call on the primary (found by its cluster-id tag when not seen yet)."""
+        values = {
+            STATE_TAG: None if state is None else str(state),
+            HEARTBEAT_TAG: None if heartbeat is None else stamp(heartbeat),
+            ANSWERED_TAG: None if answered is None else stamp(answered),
+            REASON_TAG: None if reason is None else reason[:MAX_TAG_VALUE],
+        }
+        tags = {k: v for k, v in values.items() if v is not None}
+        if not tags:
+            return
+        primary = self._primary_ids.get(cluster_id)
+        if primary is None:
+            found = await self._primaries({"Name": f"tag:{CLUSTER_ID_TAG}", "Values": [cluster_id]})
+            if not found:
+                return  # gone
+            primary = found[0]["InstanceId"]
+        try:
+            await self._call("create_tags", Resources=[primary], Tags=tag_list(tags))
+        except ClientError as exc:
+            if error_code(exc) not in GONE_CODES:
+                raise to_endpoint_error(self.endpoint, "CreateTags", exc) from None
+        except BotoCoreError as exc:
+            raise to_endpoint_error(self.endpoint, "CreateTags", exc) from None
+
+    # ----------------------------------------------------------------------------------- terminating
+
+    async def terminate(self, cluster_id: str) -> int:
+        """Terminate the primary and every worker of the cluster in one pass (workers first, the primary
+        in the last batch). Returns how many are still alive: the primary until it is `terminated`
+        (while it shuts down, its autoscaler may still launch a worker, which the next call catches),
+        workers until they are shutting down."""
+        primaries, workers = await self._machines(cluster_id)
+        live = [raw["InstanceId"] for raw in workers + primaries if raw["State"]["Name"] not in GONE]
+        states = {raw["InstanceId"]: raw["State"]["Name"] for raw in workers + primaries}
+        for batch in chunks(live, TERMINATE_BATCH):
+            states.update(await self._terminate_batch(batch))
+        primary_ids = {raw["InstanceId"] for raw in primaries}
+        return sum(
+            1
+            for iid, state in states.items()
+            if (state != "terminated" if iid in primary_ids else state not in GONE)
+        )
+
+    async def _machines(self, cluster_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The cluster's primary and workers, in one DescribeInstances: every instance of ours carrying
+        the cluster id as a tag value, then sorted by which tag carries it."""
+        filters = [
+            {"Name": f"tag:{OWNER_TAG}", "Values": [OWNER_VALUE]},
+            {"Name": "tag-value", "Values": [cluster_id]},
+            {"Name": "instance-state-name", "Values": list(LISTED_STATES)},
+        ]
+        try:
+            reservations = await self._pages("describe_instances", "Reservations", Filters=filters)
+        except (ClientError, BotoCoreError) as exc:
+            raise to_endpoint_error(self.endpoint, "DescribeInstances", exc) from None
+        raws = [raw for res in reservations for raw in res.get("Instances", ())]
+        primaries = [
+            r for r in raws if self._ours(tags_of(r)) and tags_of(r).get(CLUSTER_ID_TAG) == cluster_id
+        ]
+        workers = [
+            r
+            for r in raws
+            if tags_of(r).get(OWNER_TAG) == OWNER_VALUE and tags_of(r).get(CLUSTER_TAG) == cluster_id
+        ]
+        return primaries, [w for w in workers if w not in primaries]
+
+    async def _terminate_batch(self, batch: list[str]) -> dict[str, str]:
+        try:
+            result = await self._call("terminate_instances", InstanceIds=batch)
+        except ClientError as exc:
+            if error_code(exc) not in GONE_CODES:
+                raise to_endpoint_error(self.endpoint, "TerminateInstances", exc) from None
+            if len(batch) == 1:
+                return {batch[0]: "terminated"}
+            states: dict[str, str] = {}
+            for instance_id in batch:  # one vanished since the describe: the rest still need terminating
+                states.update(await self._terminate_batch([instance_id]))
+            return states
+        except BotoCoreError as exc:
+            raise to_endpoint_error(self.endpoint, "TerminateInstances", exc) from None
+        return {i["InstanceId"]: i["CurrentState"]["Name"] for i in result.get("TerminatingInstances", ())}

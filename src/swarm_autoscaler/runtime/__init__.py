@@ -1,0 +1,1 @@
+"""What the daemon and the keeper share as processes: logs, signals and the HTTP starter."""

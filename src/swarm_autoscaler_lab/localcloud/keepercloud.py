@@ -1,0 +1,264 @@
+"""The keeper's local cloud: a moto EC2 server, a redis-server and the primaries' emulator, wired so
+that the real keeper (built from settings, as `swarm-autoscaler keeper` builds it) runs against it
+unchanged, and each primary it launches boots into a cluster with a real dask scheduler and its own
+autoscaler (see `primary`).
+
+The VPC is carved from loopback (`127.N.0.0/16`, N drawn at random so that two local clouds on one
+machine do not share addresses): a primary's private IP is then an address its scheduler listens on,
+and the keeper reaches it at `tcp://<private ip>:8786` as it would on AWS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import secrets
+import tempfile
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from swarm_autoscaler.adapters.ec2 import OWNER_TAG, OWNER_VALUE
+from swarm_autoscaler.keeper.adapters.tags import CLUSTER_ID_TAG, KEEPER_TAG
+from swarm_autoscaler.keeper.service import Keeper
+from swarm_autoscaler_lab.localcloud.cloud import daemon_timing, quote_env
+from swarm_autoscaler_lab.localcloud.moto_server import (
+    LOCAL_ACCESS_KEY,
+    LOCAL_SECRET_KEY,
+    LocalNetwork,
+    MotoServer,
+    provision_network,
+)
+from swarm_autoscaler_lab.localcloud.primaries import PrimaryEmulator
+from swarm_autoscaler_lab.localcloud.primary import PrimaryBoot, PrimaryOptions
+from swarm_autoscaler_lab.localcloud.redis_server import RedisServer, free_port
+
+WORKER_TYPES: Mapping[str, Mapping[str, Any]] = {"m5.large": {}, "m5.xlarge": {}}
+PRIMARY_TYPE = "m5.large"
+
+
+@dataclass(frozen=True, slots=True)
+class KeeperCloudOptions:
+    """`worker_types` and `max_workers` are each cluster's autoscaler's allowed types and maximum."""
+
+    fast: bool = False
+    worker_types: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: dict(WORKER_TYPES))
+    max_workers: int = 4
+    seed: int = 0
+    redis: bool = True
+
+    @property
+    def boot_delay(self) -> float:
+        return 1.0 if self.fast else 3.0
+
+    def daemon_timing(self) -> dict[str, str]:
+        """Each cluster's autoscaler's delays: the local cloud's (`cloud.DAEMON_TIMING`)."""
+        return daemon_timing(self.fast)
+
+
+def primary_tags(keeper_name: str) -> dict[str, str]:
+    """The ownership tags of a keeper's primaries (`adapters.ec2_primaries`)."""
+    return {OWNER_TAG: OWNER_VALUE, KEEPER_TAG: keeper_name}
+
+
+class KeeperCloud:
+    """Start with `async with KeeperCloud(options) as kc:`; everything stops on exit, even on failure."""
+
+    def __init__(self, options: KeeperCloudOptions | None = None) -> None:
+        self.options = options or KeeperCloudOptions()
+        self.moto = MotoServer(seed=self.options.seed)
+        self.redis: RedisServer | None = None
+        self.network: LocalNetwork | None = None
+        self.primaries: PrimaryEmulator | None = None
+        self.prefix = f"127.{random.SystemRandom().randint(1, 254)}"
+        self.token = secrets.token_urlsafe(24)
+        # moto's backends are process-wide: a name of its own keeps this cloud's keepers away from the
+        # primaries of another cloud in the same process (a test session runs several).
+        self.keeper_name = f"keeper-{secrets.token_hex(4)}"
+        self._tmp = tempfile.TemporaryDirectory(prefix="swarm-autoscaler-keeper-")
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> KeeperCloud:
+        try:
+            await self._start()
+        except BaseException:
+            await self.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def _start(self) -> None:
+        self.moto.start()
+        self._stack.callback(self.moto.stop)
+        self.network = await asyncio.to_thread(
+            provision_network, self.moto.endpoint, instance_profile=False, prefix=self.prefix
+        )
+        if self.options.redis:
+            self.redis = RedisServer()
+            await asyncio.to_thread(self.redis.start)
+            self._stack.callback(self.redis.stop)
+
+    def boot_primaries(self, tag_filters: Mapping[str, str], cluster_tag: str) -> PrimaryEmulator:
+        """Start booting the instances carrying `tag_filters` (the keeper's ownership tags) as primaries
+        of the cluster named by their `cluster_tag`."""
+        assert self.network is not None and self.primaries is None
+        options = PrimaryOptions(
+            ec2_endpoint=self.moto.endpoint,
+            region=self.network.region,
+            workdir=Path(self._tmp.name),
+            worker_boot_delay=self.options.boot_delay,
+            emulator_interval=0.3 if self.options.fast else 0.5,
+        )
+        self.primaries = PrimaryEmulator(
+            options, tag_filters, cluster_tag, self.daemon_env, boot_delay=self.options.boot_delay
+        )
+        self._tasks.append(asyncio.create_task(self.primaries.run(0.3 if self.options.fast else 0.5)))
+        return self.primaries
+
+    def boot_keeper_primaries(self, keeper_name: str | None = None) -> PrimaryEmulator:
+        """Start booting the primaries of the keeper named `keeper_name` (default: this cloud's keepers'
+        name), for a keeper that runs elsewhere too (a `swarm-autoscaler keeper` process)."""
+        return self.boot_primaries(primary_tags(keeper_name or self.keeper_name), CLUSTER_ID_TAG)
+
+    def daemon_env(self, boot: PrimaryBoot) -> dict[str, str]:
+        """The settings of one cluster's autoscaler: what the keeper wrote in the primary's boot script
+        (`boot.user_env`) over this cloud's defaults, with this cloud's endpoints and, in fast mode, its
+        short delays on top. (The primary adds the cluster's name and its scheduler's address; the
+        docker URL is dropped: the primary's swarm is in memory.)"""
+        assert self.network is not None
+        types = {
+            name: {"ami_id": self.network.ami_id, **dict(spec)}
+            for name, spec in self.options.worker_types.items()
+        }
+        timing = {f"AUTOSCALER_{k}": v for k, v in self.options.daemon_timing().items()}
+        env = {
+            "AUTOSCALER_EC2_ALLOWED_TYPES": json.dumps(types),
+            "AUTOSCALER_EC2_MIN_INSTANCES": "0",
+            "AUTOSCALER_EC2_MAX_INSTANCES": str(self.options.max_workers),
+            **timing,
+            **boot.user_env,
+            **self.ec2_env(),
+            "AUTOSCALER_HTTP_PORT": "0",
+            "AUTOSCALER_HTTP_HOST": "127.0.0.1",
+            "AUTOSCALER_LOG_FORMAT": "console",
+        }
+        if self.options.fast:
+            env.update(timing)
+        env.pop("AUTOSCALER_DOCKER_URL", None)
+        env.pop("AUTOSCALER_REDIS_URL", None)  # one autoscaler per cluster: no leader election
+        return env
+
+    def keeper_env(self, *, idle_timeout_s: float, http_port: int) -> dict[str, str]:
+        """The settings of a keeper on this cloud (`swarm-autoscaler keeper`): its token, its primaries
+        and each cluster's workers (this cloud's AMI), short checks in fast mode, and this cloud's redis."""
+        assert self.network is not None
+        types = {
+            name: {"ami_id": self.network.ami_id, **dict(spec)}
+            for name, spec in self.options.worker_types.items()
+        }
+        fast = self.options.fast
+        env = {
+            **self.ec2_env(),
+            "AUTOSCALER_KEEPER_TOKEN": self.token,
+            "AUTOSCALER_KEEPER_NAME": self.keeper_name,
+            "AUTOSCALER_KEEPER_PRIMARY_TYPE": PRIMARY_TYPE,
+            "AUTOSCALER_KEEPER_PRIMARY_AMI_ID": self.network.ami_id,
+            "AUTOSCALER_KEEPER_WORKER_TYPES": json.dumps(types),
+            "AUTOSCALER_KEEPER_MAX_INSTANCES_PER_CLUSTER": str(self.options.max_workers),
+            "AUTOSCALER_KEEPER_IDLE_TIMEOUT": f"{idle_timeout_s:g}s",
+            "AUTOSCALER_KEEPER_MAX_START_TIME": "60s" if fast else "120s",
+            "AUTOSCALER_KEEPER_CHECK_INTERVAL": "1s" if fast else "2s",
+            "AUTOSCALER_KEEPER_LOCK_TTL": "3s" if fast else "6s",
+            "AUTOSCALER_KEEPER_HTTP_PORT": str(http_port),
+            "AUTOSCALER_HTTP_HOST": "127.0.0.1",
+            "AUTOSCALER_LOG_FORMAT": "console",
+        }
+        if self.redis is not None:
+            env["AUTOSCALER_REDIS_URL"] = self.redis.url
+        return env
+
+    @contextlib.asynccontextmanager
+    async def keeper(
+        self, *, idle_timeout_s: float, extra: Mapping[str, str] | None = None
+    ) -> AsyncIterator[tuple[str, Keeper]]:
+        """A keeper replica on this cloud, in this process, built from settings by `open_keeper` (as
+        `swarm-autoscaler keeper` builds it) and running; yields its API's base URL and the keeper. Its
+        primaries boot here (the primaries' emulator starts on first use)."""
+        from swarm_autoscaler.config.keeper import load_keeper_settings
+        from swarm_autoscaler.keeper.app import open_keeper
+
+        port = free_port()
+        env = {**self.keeper_env(idle_timeout_s=idle_timeout_s, http_port=port), **(extra or {})}
+        config = load_keeper_settings(self.write_env(f"keeper-{port}.env", env))
+        if self.primaries is None:
+            self.boot_keeper_primaries(config.keeper.name)
+        async with open_keeper(config) as keeper:
+            stop = asyncio.Event()
+            task = asyncio.create_task(keeper.run(stop), name=f"keeper:{port}")
+            try:
+                yield f"http://127.0.0.1:{port}", keeper
+            finally:
+                stop.set()
+                await task
+
+    def write_env(self, name: str, env: Mapping[str, str]) -> Path:
+        """`env` as an env file in this cloud's folder (for a settings loader or a subprocess)."""
+        path = Path(self._tmp.name) / name
+        path.write_text("".join(f"{k}={quote_env(v)}\n" for k, v in env.items()))
+        return path
+
+    def ec2_env(self) -> dict[str, str]:
+        """The AUTOSCALER_EC2_* settings that point at this cloud's EC2 and network."""
+        assert self.network is not None
+        return {
+            "AUTOSCALER_EC2_ENDPOINT": self.moto.endpoint,
+            "AUTOSCALER_EC2_REGION": self.network.region,
+            "AUTOSCALER_EC2_ACCESS_KEY_ID": LOCAL_ACCESS_KEY,
+            "AUTOSCALER_EC2_SECRET_ACCESS_KEY": LOCAL_SECRET_KEY,
+            "AUTOSCALER_EC2_SUBNET_IDS": ",".join(self.network.subnet_ids),
+            "AUTOSCALER_EC2_SECURITY_GROUP_IDS": self.network.security_group_id,
+            "AUTOSCALER_EC2_KEY_NAME": self.network.key_name,
+        }
+
+    def ec2(self) -> Any:
+        """A boto3 EC2 client on this cloud (for tests and the demo's counts; never the keeper's)."""
+        assert self.network is not None
+        return boto3.client(
+            "ec2",
+            endpoint_url=self.moto.endpoint,
+            region_name=self.network.region,
+            aws_access_key_id=LOCAL_ACCESS_KEY,
+            aws_secret_access_key=LOCAL_SECRET_KEY,
+        )
+
+    def instances(self, states: tuple[str, ...] = ("pending", "running")) -> dict[str, dict[str, Any]]:
+        """Every instance of this cloud's VPC in these states, by id, straight from moto."""
+        assert self.network is not None
+        filters = [
+            {"Name": "instance-state-name", "Values": list(states)},
+            {"Name": "vpc-id", "Values": [self.network.vpc_id]},
+        ]
+        out: dict[str, dict[str, Any]] = {}
+        for page in self.ec2().get_paginator("describe_instances").paginate(Filters=filters):
+            for reservation in page["Reservations"]:
+                for inst in reservation["Instances"]:
+                    out[inst["InstanceId"]] = inst
+        return out
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.primaries is not None:
+            self.primaries.stopping = True
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(task, 60)
+        self._tasks.clear()
+        if self.primaries is not None:
+            await self.primaries.close()
+        await self._stack.aclose()
+        with contextlib.suppress(OSError):
+            self._tmp.cleanup()

@@ -1,0 +1,298 @@
+"""The machine emulator: makes the daemon's EC2 instances (in a moto server) boot like real machines.
+
+It watches the cloud for instances carrying the ownership tags. After `boot_delay` seconds an instance
+"boots": it reads its own user data, finds the `docker swarm join --token T ADDR` line the daemon put
+there, and joins the swarm with that token through a `Joiner` (an in-memory swarm, or a real dockerd
+node in its own UTS namespace). While its node is active and ready it runs a dask worker named after
+its hostname, with the instance type's resources, as a swarm global service would; draining the node
+stops the worker; terminating the instance makes the machine leave.
+
+Machines boot concurrently, as EC2's do: each one seen gets its own task that sleeps until its boot
+time (`boot_delay` plus a uniform draw in `[0, boot_jitter)`, from when the emulator first saw it), then
+joins and starts its worker at once, whatever the other machines are doing. `step()` only finds new and
+gone instances and keeps each booted machine's worker in line with its node (drain, activate).
+
+Warm pool: a machine whose user data has no join line but ends with the pool's stop line (a launch
+into the warm pool) boots, and stops itself (StopInstances on its own id, as its `shutdown -h now`
+would with InstanceInitiatedShutdownBehavior=stop), never joining. A stopped machine leaves like a
+terminated one (worker stopped, its dockerd node gone); when it is started again it boots after
+`start_boot_delay` (a started machine boots faster than a new one: no image to pull) and joins with
+the join line the daemon wrote into its user data before the start.
+
+Faults for tests: `never_join` (instance ids or a probability) makes a machine boot but never join.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import random
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import boto3
+import structlog
+from distributed import Worker
+
+from swarm_autoscaler.adapters.dask import PIN_PREFIX
+from swarm_autoscaler.adapters.ec2_support import POOL_STOP_LINE
+from swarm_autoscaler.core.model import Availability, InstanceType, NodeStatus
+from swarm_autoscaler.core.ports import Orchestrator
+
+log = structlog.get_logger("swarm_autoscaler_lab.localcloud.machines")
+
+JOIN_RE = re.compile(r"docker\s+swarm\s+join\s+--token\s+(\S+)\s+(\S+)")
+
+
+class Joiner(Protocol):
+    """How an emulated machine becomes (and stops being) a swarm node."""
+
+    async def join(self, hostname: str, token: str, manager_address: str) -> None: ...
+
+    async def leave(self, hostname: str) -> None: ...
+
+
+# A worker advertises its machine's type as a resource of this huge amount, so that a task pinned with
+# `instance-type:<name>` (the dask adapter's convention) can run only there, however many such tasks.
+PIN_AMOUNT = 1e9
+
+
+def dask_resources(itype: InstanceType) -> dict[str, float]:
+    """The resources a worker on a machine of this type advertises to the scheduler."""
+    resources = itype.resources
+    out: dict[str, float] = {"CPU": resources.cpus, "RAM": float(resources.ram)}
+    if resources.gpus:
+        out["GPU"] = float(resources.gpus)
+    out.update(dict(resources.generic))
+    out[f"{PIN_PREFIX}{itype.name}"] = PIN_AMOUNT
+    return out
+
+
+@dataclass
+class Machine:
+    instance_id: str
+    hostname: str
+    type_name: str
+    seen_at: float
+    joined: bool = False
+    joined_at: float | None = None
+    never_joins: bool = False
+    worker: Worker | None = None
+    boot_at: float = 0.0  # when it boots (emulator clock)
+    booting: asyncio.Task[None] | None = None  # its boot, while under way
+    committed: bool = False  # the boot got past its sleep: joining or starting its worker
+    worker_up_at: float | None = None  # when its worker first registered (emulator clock)
+    prepared: bool = False  # booted into the warm pool and stopped itself
+
+
+@dataclass
+class MachineEmulator:
+    """Boots, runs and stops emulated machines. Call `step()` periodically, or `run()` as a task."""
+
+    ec2_endpoint: str
+    region: str
+    tag_filters: Mapping[str, str]
+    orchestrator: Orchestrator
+    joiner: Joiner
+    scheduler_address: str
+    catalogue: Mapping[str, InstanceType]
+    boot_delay: float = 3.0
+    boot_jitter: float = 0.0  # each machine boots within [boot_delay, boot_delay + boot_jitter)
+    start_boot_delay: float = 0.5  # a stopped machine started again boots after this long
+    never_join_rate: float = 0.0
+    never_join_ids: set[str] = field(default_factory=set)
+    worker_resources: Callable[[InstanceType], dict[str, float]] = dask_resources
+    seed: int = 0
+    clock: Callable[[], float] = lambda: asyncio.get_running_loop().time()
+    machines: dict[str, Machine] = field(default_factory=dict)
+    joined_total: int = 0
+    prepared_total: int = 0  # machines that booted into the warm pool and stopped themselves
+    booted: set[str] = field(default_factory=set)  # instance ids that booted at least once
+    stopping: bool = False  # set to end `run()` after the current step (a half-done leave is never abandoned)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+        self._ec2: Any = boto3.client(
+            "ec2",
+            endpoint_url=self.ec2_endpoint,
+            region_name=self.region,
+            aws_access_key_id="local",
+            aws_secret_access_key="local",  # the local moto server accepts any credentials
+        )
+
+    async def run(self, interval: float = 0.5) -> None:
+        while not self.stopping:
+            try:
+                await self.step()
+            except Exception as exc:  # the emulator keeps going like real machines would
+                log.warning("machine emulator step failed", error=str(exc))
+            await asyncio.sleep(interval)
+
+    async def step(self) -> None:
+        live = await asyncio.to_thread(self._describe)
+        now = self.clock()
+        for iid, (hostname, type_name) in live.items():
+            if iid not in self.machines:
+                never = iid in self.never_join_ids or self._rng.random() < self.never_join_rate
+                machine = Machine(iid, hostname, type_name, now, never_joins=never)
+                jitter = self._rng.uniform(0.0, self.boot_jitter) if self.boot_jitter else 0.0  # seeded draws
+                machine.boot_at = now + self.boot_delay + jitter  # as before when there is no jitter
+                if iid in self.booted:  # started again: its volume kept everything
+                    machine.boot_at = now + self.start_boot_delay
+                self.machines[iid] = machine
+        for iid in [i for i in self.machines if i not in live]:
+            await self._shutdown(self.machines.pop(iid))
+        active: set[str] | None = None  # listed once per step, and only once a machine has joined
+        for machine in self.machines.values():
+            if machine.booting is not None and machine.booting.done():
+                machine.booting = None  # a failed boot is tried again below
+            if machine.booting is not None or machine.never_joins or machine.prepared:
+                continue
+            if not machine.joined:
+                machine.booting = asyncio.create_task(self._boot_and_start(machine))
+                continue
+            if active is None:
+                active = await self._active_hostnames()
+            await self._run_worker(machine, machine.hostname in active)
+
+    async def close(self) -> None:
+        for machine in list(self.machines.values()):
+            await self._shutdown(machine)
+        self.machines.clear()
+
+    # --- one machine ---------------------------------------------------------------------------
+
+    async def _boot_and_start(self, machine: Machine) -> None:
+        """One machine's boot: sleep until its boot time, join, and start its worker if its node is
+        active. Cancelled only during the sleep (see `_shutdown`)."""
+        try:
+            await asyncio.sleep(max(0.0, machine.boot_at - self.clock()))
+            machine.committed = True
+            await self._boot(machine)
+            active = await self._active_hostnames()
+            await self._run_worker(machine, machine.hostname in active)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the next step tries again, like a machine's retrying cloud-init
+            log.warning("machine boot failed", hostname=machine.hostname, error=str(exc))
+        finally:
+            machine.committed = False
+
+    async def _boot(self, machine: Machine) -> None:
+        """Join the swarm (once), or stop into the warm pool when the user data says so."""
+        if not machine.joined:
+            line = await asyncio.to_thread(self._join_line, machine.instance_id)
+            self.booted.add(machine.instance_id)
+            if line is None:  # prepared for the warm pool: the machine shuts itself down
+                await asyncio.to_thread(self._ec2.stop_instances, InstanceIds=[machine.instance_id])
+                machine.prepared = True
+                self.prepared_total += 1
+                log.info("machine prepared for the warm pool and stopped", hostname=machine.hostname)
+                return
+            token, address = line
+            await self.joiner.join(machine.hostname, token, address)
+            machine.joined = True
+            machine.joined_at = self.clock()
+            self.joined_total += 1
+            log.info("machine joined the swarm", hostname=machine.hostname, instance=machine.instance_id)
+
+    async def _run_worker(self, machine: Machine, node_active: bool) -> None:
+        """A worker runs exactly while the machine's node is active and ready (a global service)."""
+        if machine.prepared:
+            return
+        if node_active and machine.worker is None:
+            machine.worker = await self._start_worker(machine)
+            if machine.worker_up_at is None:
+                machine.worker_up_at = self.clock()
+        elif not node_active and machine.worker is not None:
+            await self._stop_worker(machine)
+
+    async def _active_hostnames(self) -> set[str]:
+        return {
+            node.hostname
+            for node in await self.orchestrator.list_nodes()
+            if node.availability == Availability.ACTIVE and node.status == NodeStatus.READY
+        }
+
+    async def _start_worker(self, machine: Machine) -> Worker:
+        itype = self.catalogue[machine.type_name]
+        worker = Worker(
+            self.scheduler_address,
+            name=machine.hostname,
+            nthreads=max(1, int(itype.resources.cpus)),
+            resources=self.worker_resources(itype),
+            memory_limit=0,
+            host="127.0.0.1",
+            dashboard=False,
+            validate=False,
+        )
+        await worker
+        return worker
+
+    async def _stop_worker(self, machine: Machine) -> None:
+        worker, machine.worker = machine.worker, None
+        if worker is not None:
+            with contextlib.suppress(Exception):
+                await worker.close(timeout=5)
+
+    async def _shutdown(self, machine: Machine) -> None:
+        booting, machine.booting = machine.booting, None
+        if booting is not None and not booting.done():
+            if machine.committed:  # joining or starting its worker: let that finish, then leave
+                with contextlib.suppress(Exception):
+                    await booting
+            else:
+                booting.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await booting
+        await self._stop_worker(machine)
+        if machine.joined:
+            with contextlib.suppress(Exception):
+                await self.joiner.leave(machine.hostname)
+            log.info("machine left", hostname=machine.hostname, instance=machine.instance_id)
+
+    # --- the cloud, through boto3 (sync; run in a thread) ----------------------------------------
+
+    def _describe(self) -> dict[str, tuple[str, str]]:
+        filters = [{"Name": f"tag:{k}", "Values": [v]} for k, v in self.tag_filters.items()]
+        filters.append({"Name": "instance-state-name", "Values": ["pending", "running"]})
+        out: dict[str, tuple[str, str]] = {}
+        for page in self._ec2.get_paginator("describe_instances").paginate(Filters=filters):
+            for reservation in page["Reservations"]:
+                for inst in reservation["Instances"]:
+                    hostname = (inst.get("PrivateDnsName") or inst["InstanceId"]).split(".")[0]
+                    out[inst["InstanceId"]] = (hostname, inst["InstanceType"])
+        return out
+
+    def _join_line(self, instance_id: str) -> tuple[str, str] | None:
+        """(token, manager address) from the user data's join line; None for a warm-pool machine's first
+        boot (no join line, the pool's stop line)."""
+        attr = self._ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
+        raw = attr.get("UserData", {}).get("Value", "")
+        text = base64.b64decode(raw).decode() if raw else ""
+        match = JOIN_RE.search(text)
+        if match is None:
+            if POOL_STOP_LINE in text:
+                return None
+            raise RuntimeError(f"instance {instance_id}: no 'docker swarm join' line in its user data")
+        return match.group(1), match.group(2)
+
+
+class MemoryJoiner:
+    """Joins machines to a MemorySwarm; leaving marks the node down, as swarm does when a machine dies."""
+
+    def __init__(self, swarm: Any) -> None:
+        self.swarm = swarm
+
+    async def join(self, hostname: str, token: str, manager_address: str) -> None:
+        existing = self.swarm.by_hostname(hostname)
+        if existing is not None:
+            self.swarm.set_status(hostname, NodeStatus.READY)
+            return
+        self.swarm.join(hostname, token)
+
+    async def leave(self, hostname: str) -> None:
+        self.swarm.set_status(hostname, NodeStatus.DOWN)
