@@ -92,6 +92,8 @@ def test_vendor_sdks_only_in_adapters_and_the_lab() -> None:
         in_adapters = "adapters" in parts[1:-1]
         for name in _imports(path):
             if name.split(".")[0] in VENDORS:
-                assert parts[0] == "swarm_autoscaler_lab" or in_adapters, f"{path.relative_to(SRC)} imports {name}"
+                assert parts[0] == "swarm_autoscaler_lab" or in_adapters, (
+                    f"{path.relative_to(SRC)} imports {name}"
+                )
         checked += 1
     assert checked > 100
