@@ -5,12 +5,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lint format test test-fast bench mutation demo run image services-up services-down clean
+.PHONY: install lint format test test-fast bench mutation demo run image docs services-up services-down clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[local,sim,debug,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[local,sim,debug,dev,docs]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -49,6 +49,11 @@ mutation: $(STAMP)
 	rm -rf mutants
 	HYPOTHESIS_PROFILE=mutation nice -n 19 $(BIN)/mutmut run --max-children $(MUTATION_JOBS) $(MUTATE)
 	$(BIN)/python scripts/mutation_report.py --survivors
+
+# The operator's manual and the lab notes as a static site in build/site (mkdocs, material theme). --strict
+# turns every warning into an error: a broken link or anchor fails the build (tests/docs runs it too).
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --site-dir build/site
 
 demo: $(STAMP)
 	$(BIN)/swarm-autoscaler demo

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Installs the servers the test suite starts by itself (redis-server; dockerd for the swarm tests when root).
+# Installs the servers the test suite starts by itself (redis-server; dockerd for the swarm tests when root),
+# and promtool (Debian's prometheus package) for the check of docker/alerts.yml.
 # Only installs packages; it starts nothing: each test fixture starts and stops its own server.
 set -euo pipefail
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if [ "$(id -u)" = 0 ]; then
   command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
+  # optional: without it the rules' structure is still checked, and the promtool test is skipped
+  command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 fi
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
@@ -16,5 +19,5 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   # Debian's packages may start their services on install; the tests run their own on other ports and sockets.
-  if command -v systemctl >/dev/null 2>&1; then systemctl stop redis-server docker docker.socket containerd 2>/dev/null || true; fi
+  if command -v systemctl >/dev/null 2>&1; then systemctl stop redis-server docker docker.socket containerd prometheus 2>/dev/null || true; fi
 fi

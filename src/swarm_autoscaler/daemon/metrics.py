@@ -102,6 +102,16 @@ class Metrics:
             ["cluster"],
             registry=r,
         )
+        self.instances = Gauge(
+            "autoscaler_instances",
+            "Machines counted against AUTOSCALER_EC2_MAX_INSTANCES: owned instances pending or running "
+            "(stopped warm-pool machines do not count)",
+            ["cluster"],
+            registry=r,
+        )
+        self.max_instances = Gauge(
+            "autoscaler_max_instances", "AUTOSCALER_EC2_MAX_INSTANCES: most machines at once", ["cluster"], registry=r
+        )
         self.pool = PoolMetrics(cluster, r)
 
     def follow(self, daemon: DaemonState) -> None:
@@ -124,6 +134,8 @@ class Metrics:
         self.last_success.labels(self.cluster).set(result.snapshot.now)
         self.pending.labels(self.cluster).set(result.plan.pending)
         self.unplaceable.labels(self.cluster).set(len(result.plan.unplaceable))
+        self.instances.labels(self.cluster).set(sum(1 for i in result.snapshot.instances if i.alive))
+        self.max_instances.labels(self.cluster).set(result.policy.max_instances)
         self.buckets.clear()
         for (bucket, type_name), count in result.cluster.counts_by_type().items():
             self.buckets.labels(self.cluster, bucket, type_name).set(count)
