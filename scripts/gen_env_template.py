@@ -1,7 +1,8 @@
-"""Write `.env.template` from the settings model (or, with --check, fail when it is out of date).
+"""Write `.env.template` and `docs/reference/settings.md` from the settings models (or, with --check, fail
+when either is out of date). Run it after adding or changing a setting.
 
 Usage: .venv/bin/python scripts/gen_env_template.py [--check]
-The same text is printed by `swarm-autoscaler env-template`; `--markdown` there gives the README table.
+The same texts are printed by `swarm-autoscaler env-template` (`--markdown` for the reference page).
 """
 
 from __future__ import annotations
@@ -11,24 +12,29 @@ import sys
 from pathlib import Path
 
 from swarm_autoscaler.config.doc import env_template
+from swarm_autoscaler.config.reference import settings_reference
 
-TEMPLATE = Path(__file__).resolve().parent.parent / ".env.template"
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = ROOT / ".env.template"
+REFERENCE = ROOT / "docs" / "reference" / "settings.md"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the file differs instead of writing")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a file differs instead of writing")
     args = parser.parse_args()
-    text = env_template()
-    if args.check:
-        current = TEMPLATE.read_text() if TEMPLATE.exists() else ""
-        if current != text:
-            print(f"{TEMPLATE} is out of date: run scripts/gen_env_template.py", file=sys.stderr)
-            return 1
-        return 0
-    TEMPLATE.write_text(text)
-    print(f"wrote {TEMPLATE}")
-    return 0
+    stale = 0
+    for path, text in ((TEMPLATE, env_template()), (REFERENCE, settings_reference())):
+        if args.check:
+            current = path.read_text() if path.exists() else ""
+            if current != text:
+                print(f"{path} is out of date: run .venv/bin/python scripts/gen_env_template.py", file=sys.stderr)
+                stale = 1
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"wrote {path}")
+    return stale
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsError
 
-from swarm_autoscaler.config.doc import env_template, markdown_table
+from swarm_autoscaler.config.doc import env_template
+from swarm_autoscaler.config.reference import settings_reference
 from swarm_autoscaler.config.settings import (
     InvalidSettingsError,
     LoggingSettings,
@@ -110,7 +111,7 @@ def _cmd_keeper(args: argparse.Namespace) -> int:
 
 
 def _cmd_env_template(args: argparse.Namespace) -> int:
-    sys.stdout.write(markdown_table() if args.markdown else env_template())
+    sys.stdout.write(settings_reference() if args.markdown else env_template())
     return 0
 
 
@@ -156,7 +157,7 @@ def _parser() -> argparse.ArgumentParser:
     keeper.set_defaults(handler=_cmd_keeper)
     _add_plugin_commands(commands)
     template = commands.add_parser("env-template", help="print the .env template of every variable")
-    template.add_argument("--markdown", action="store_true", help="print a Markdown table instead")
+    template.add_argument("--markdown", action="store_true", help="print the settings reference (Markdown) instead")
     template.set_defaults(handler=_cmd_env_template)
     health = commands.add_parser(
         "healthcheck", help="ask the running daemon's /healthz (the image's HEALTHCHECK)"

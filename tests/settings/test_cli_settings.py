@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from tests.startup import startup_events
 
-from swarm_autoscaler.config.doc import env_template, markdown_table
+from swarm_autoscaler.config.doc import env_template
+from swarm_autoscaler.config.reference import settings_reference
 from swarm_autoscaler.config.variables import variables
 
 SCRIPT = Path(sys.executable).parent / "swarm-autoscaler"
@@ -129,6 +130,6 @@ def test_an_unreadable_env_file_is_said_in_the_format_the_environment_asks_for()
 def test_env_template_command_prints_the_generated_text(markdown: bool) -> None:
     result = run("env-template", *(["--markdown"] if markdown else []))
     assert result.returncode == 0, result.stderr
-    assert result.stdout == (markdown_table() if markdown else env_template())
+    assert result.stdout == (settings_reference() if markdown else env_template())
     for name, *_ in variables():
         assert name in result.stdout

@@ -1,4 +1,5 @@
-"""The committed .env.template must be exactly what the generator produces, and must be loadable."""
+"""The committed .env.template and docs/reference/settings.md must be exactly what the settings models
+give (regenerate both with `.venv/bin/python scripts/gen_env_template.py`), and the template must load."""
 
 from __future__ import annotations
 
@@ -6,18 +7,23 @@ import subprocess
 import sys
 from pathlib import Path
 
-from swarm_autoscaler.config.doc import env_template, markdown_table
+from swarm_autoscaler.config.doc import env_template
+from swarm_autoscaler.config.reference import REGENERATE, settings_reference, type_of
 from swarm_autoscaler.config.settings import load_settings
 from swarm_autoscaler.config.variables import variables
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / ".env.template"
+REFERENCE = REPO / "docs" / "reference" / "settings.md"
+STALE = f"is out of date with the settings models: run `{REGENERATE}`"
 
 
 def test_committed_template_matches_the_generator() -> None:
-    assert TEMPLATE.read_text() == env_template(), (
-        ".env.template is out of date: run `.venv/bin/python scripts/gen_env_template.py`"
-    )
+    assert TEMPLATE.read_text() == env_template(), f".env.template {STALE}"
+
+
+def test_committed_settings_reference_matches_the_generator() -> None:
+    assert REFERENCE.read_text() == settings_reference(), f"docs/reference/settings.md {STALE}"
 
 
 def test_generator_script_check_mode_agrees() -> None:
@@ -28,17 +34,24 @@ def test_generator_script_check_mode_agrees() -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_every_variable_is_documented_with_its_default() -> None:
+def test_every_variable_is_documented_with_its_type_default_and_example() -> None:
     text = env_template()
-    table = markdown_table()
+    reference = settings_reference()
     for name, _, _, field in variables():
         assert field.description, f"{name} has no description"
         assert f"{name}=" in text
-        assert f"| `{name}` |" in table
+        section = reference.split(f"### `{name}`\n", 1)[1].split("\n### ", 1)[0]
+        assert field.description in section
+        assert f"- Type: {type_of(field)}" in section
+        assert "- Default: " in section
+        assert f"- Example: `{name}=" in section or f"- Example: `` {name}=" in section, (
+            f"{name} has no example: give its field json_schema_extra={{'example': ...}}"
+        )
     assert "# AUTOSCALER_POLL_INTERVAL=5s" in text
     assert "(duration; default 10m)" in text
-    assert "| `AUTOSCALER_HTTP_PORT` | `8000` |" in table
-    assert "| `AUTOSCALER_CLUSTER_NAME` | **required** |" in table
+    assert "| [`AUTOSCALER_HTTP_PORT`](#autoscaler_http_port) | integer, 0 to 65535 | `8000` |" in reference
+    assert "| [`AUTOSCALER_CLUSTER_NAME`](#autoscaler_cluster_name) | string | **required** |" in reference
+    assert "| [`AUTOSCALER_KEEPER_LOCK_TTL`](#autoscaler_keeper_lock_ttl) | duration, more than 0 | `15s` |" in reference
 
 
 def test_template_as_env_file_gives_valid_settings(clean_env: None) -> None:

@@ -1,7 +1,6 @@
-"""Documentation generated from the settings model: the `.env.template` file and a Markdown table.
-
-Both are derived from the fields' descriptions and defaults, so they cannot drift from the code; a test
-compares the committed `.env.template` with `env_template()`.
+"""Documentation generated from the settings model: the `.env.template` file (`reference` makes the
+settings reference page). Both are derived from the fields' descriptions and defaults, so they cannot
+drift from the code; a test compares the committed files with what the models give.
 """
 
 from __future__ import annotations
@@ -86,13 +85,3 @@ def _quote(value: str) -> str:
     """Single quotes keep JSON and regular expressions intact for both dotenv and a POSIX shell."""
     return f"'{value}'" if any(c in value for c in ' {}[]"$\\#()^') else value
 
-
-def markdown_table() -> str:
-    """A Markdown table of every variable (variable, default, description) for the README."""
-    rows = ["| Variable | Default | Description |", "| --- | --- | --- |"]
-    for name, _, _, field in variables():
-        default = _default(field)
-        shown = "**required**" if default is None else (f"`{default}`" if default else "unset")
-        description = (field.description or "").replace("|", "\\|")
-        rows.append(f"| `{name}` | {shown} | {description}{' (duration)' if _kind(field) else ''} |")
-    return "\n".join(rows) + "\n"

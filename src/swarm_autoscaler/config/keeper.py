@@ -118,7 +118,7 @@ class KeeperSettings(BaseSettings):
         default="",
         description="Boot script of the primaries, with placeholders {{cluster_id}}, {{user_id}}, "
         "{{wallet_id}}, {{scheduler_port}}, {{dashboard_port}} and {{autoscaler_env}} (the cluster's "
-        "autoscaler settings, one NAME=value line each). Empty: the built-in script (see the README).",
+        "autoscaler settings, one NAME=value line each). Empty: the built-in script (see docs/keeper.md).",
     )
     primary_iam_instance_profile: str | None = Field(
         default=None,

@@ -127,7 +127,7 @@ class TimingSettings(BaseSettings):
         description=(
             "How long a drained node beyond the reserve waits before it is terminated. Work that comes back "
             "within it reactivates the node without a new boot; every machine that leaves pays for it. "
-            "The default comes from the cost/wait frontier measured on the bundled scenarios (README: "
+            "The default comes from the cost/wait frontier measured on the bundled scenarios (docs/lab, "
             "Cost against wait)."
         ),
     )
