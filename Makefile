@@ -41,7 +41,7 @@ bench: $(STAMP)
 
 # Mutation testing (mutmut, configured in pyproject.toml) of the safety-relevant modules against the fast
 # planner and loop tests, then the kill rate per module. Not part of `make test`: a run takes long (the
-# README says how long). MUTATE narrows it to some mutants, e.g. MUTATE='swarm_autoscaler.core.plan.*';
+# docs/lab/mutation.md says how long). MUTATE narrows it to some mutants, e.g. MUTATE='swarm_autoscaler.core.plan.*';
 # MUTATION_JOBS sets the parallel workers. Each run starts afresh (mutants/ is rebuilt).
 MUTATE ?=
 MUTATION_JOBS ?= 2
@@ -65,7 +65,7 @@ clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build mutants
 
 # The daemon's image without a registry: a Debian base from mmdebstrap, wheels from the host, built on a
-# dockerd the project starts and saved under build/image/ (DEBUG=1 adds debugpy). See README, Deployment.
+# dockerd the project starts and saved under build/image/ (DEBUG=1 adds debugpy). See docs/deployment.md.
 image: $(STAMP)
 	bash scripts/ensure-services.sh
 	$(BIN)/python -m swarm_autoscaler_lab.localcloud.image $(if $(filter 1,$(DEBUG)),--debug)

@@ -72,7 +72,7 @@ def workloads() -> list[Workload]:
         t += rng.expovariate(1 / 0.5)
         mixed.append((round(t, 2), rng.choice((1.0, 1.0, 3.0, 3.0, 8.0)), rng.choice((1, 1, 2))))
     # With --hold only: a burst with a long tail (four 24 s jobs among 28 short ones), where machines that
-    # ran only short jobs sit idle holding results while the long ones run (issue 15's burst tail).
+    # ran only short jobs sit idle holding results while the long ones run (the burst's scale-in tail).
     tail = tuple((0.0, 24.0 if i % 8 == 0 else 2.0, 1) for i in range(32))
     return [
         *((Workload("tail", tail, 4, BOOT_S, JITTER_S),) if MODE["hold"] else ()),

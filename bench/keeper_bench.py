@@ -2,7 +2,7 @@
 
 Measures, per repetition, the time from discovery (one listing) until every cluster's own task has
 checked it once (claimed its lease, probed its scheduler, decided), and the process's resident memory
-with the 1,000 tasks alive. Targets (issue #12): all checked within 5 s, under 300 MB. Each cluster's
+with the 1,000 tasks alive. Targets: all checked within 5 s, under 300 MB. Each cluster's
 scheduler answers (half of them with work), so every check takes the full path.
 
 Run: `python -m bench keeper` (or `make bench`). `--quick` runs fewer repetitions.

@@ -1,4 +1,4 @@
-"""The packing plugin, on and off, live and in the simulator (issue 15, item 2: "steering dask toward
+"""The packing plugin, on and off, live and in the simulator ("steering dask toward
 packing ... measured on and off").
 
 One workload, scaled to seconds, where dask puts small tasks decides what the fleet costs: a

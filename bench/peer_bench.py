@@ -1,6 +1,6 @@
-"""Ours against dask's real Adaptive, live, in one run (issue 15, item 6).
+"""Ours against dask's real Adaptive, live, in one run.
 
-The three workloads of issue 15, all tasks `resources={"CPU": 1}` sleeping, on m5.large machines (2 CPU
+Three workloads of bursts and waves, all tasks `resources={"CPU": 1}` sleeping, on m5.large machines (2 CPU
 slots, 2 threads) that boot in a fixed time on both sides (no jitter: the issue's set-up):
 
 - `burst100`: 100 tasks of 2 s at t=0, boot 5 s, at most 10 machines;

@@ -1,5 +1,5 @@
-"""The cost/wait frontier of one or more knobs over the bundled scenarios and several seeds (issue 15,
-item 3: defaults chosen from the measured frontier).
+"""The cost/wait frontier of one or more knobs over the bundled scenarios and several seeds (the
+defaults are chosen from the measured frontier).
 
     nice -n 10 .venv/bin/python scripts/frontier.py --knob TERMINATION_DELAY=0s,30s,60s,120s \
         --knob DRAIN_DELAY=10s,30s,60s [--scenarios burst500,gpu_surge] [--seeds 5] [--policies ours] \
@@ -118,7 +118,7 @@ def report(table: dict[tuple[str, str, str], list[dict[str, Any]]], labels: list
 
 def cover(table: dict[tuple[str, str, str], list[dict[str, Any]]]) -> None:
     """Per scenario and baseline, the points of ours (with or without packing) at least as cheap with a
-    p95 wait at least as short (means over the seeds): issue 15's "some setting covers each baseline"."""
+    p95 wait at least as short (means over the seeds): the cost target "some setting covers each baseline"."""
     means = {k: (mean(r["cost_usd"] for r in v), mean(r["wait_p95_s"] for r in v)) for k, v in table.items()}
     print("\n| scenario | baseline (cost $, p95 s) | points of ours covering it |")
     print("|---|---|---|")

@@ -28,7 +28,10 @@ def main() -> int:
         if args.check:
             current = path.read_text() if path.exists() else ""
             if current != text:
-                print(f"{path} is out of date: run .venv/bin/python scripts/gen_env_template.py", file=sys.stderr)
+                print(
+                    f"{path} is out of date: run .venv/bin/python scripts/gen_env_template.py",
+                    file=sys.stderr,
+                )
                 stale = 1
             continue
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -149,9 +149,14 @@ async def test_instances_and_their_maximum_are_exposed_with_their_values(
     daemon_served: tuple[str, FakeCloud],
 ) -> None:
     text, cloud = daemon_served
-    values = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if not s.labels}
+    values = {
+        s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if not s.labels
+    }
     values |= {
-        s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if s.labels == {"cluster": CLUSTER}
+        s.name: s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.labels == {"cluster": CLUSTER}
     }
     assert values["autoscaler_max_instances"] == 6
     alive = sum(1 for i in cloud.instances.values() if i.alive)
@@ -173,7 +178,9 @@ def test_every_alert_has_a_severity_a_summary_and_a_description() -> None:
 def test_promtool_accepts_the_rules_and_their_unit_tests_pass(tmp_path: Path) -> None:
     promtool = shutil.which("promtool")
     assert promtool is not None
-    checked = subprocess.run([promtool, "check", "rules", str(ALERTS)], capture_output=True, text=True, check=False)
+    checked = subprocess.run(
+        [promtool, "check", "rules", str(ALERTS)], capture_output=True, text=True, check=False
+    )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     tested = subprocess.run(
         [promtool, "test", "rules", str(ALERT_TESTS)], capture_output=True, text=True, check=False, timeout=60
@@ -181,8 +188,14 @@ def test_promtool_accepts_the_rules_and_their_unit_tests_pass(tmp_path: Path) ->
     assert tested.returncode == 0, tested.stdout + tested.stderr
     # The dashboard's queries parse as PromQL too: checked as recording rules.
     exprs = [e.replace("$cluster", ".*") for e in dashboard_expressions() if not e.startswith("label_values")]
-    rules = {"groups": [{"name": "dashboard", "rules": [{"record": f"panel:{i}", "expr": e} for i, e in enumerate(exprs)]}]}
+    rules = {
+        "groups": [
+            {"name": "dashboard", "rules": [{"record": f"panel:{i}", "expr": e} for i, e in enumerate(exprs)]}
+        ]
+    }
     path = tmp_path / "dashboard-queries.yml"
     path.write_text(yaml.safe_dump(rules))
-    parsed = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, check=False)
+    parsed = subprocess.run(
+        [promtool, "check", "rules", str(path)], capture_output=True, text=True, check=False
+    )
     assert parsed.returncode == 0, parsed.stdout + parsed.stderr

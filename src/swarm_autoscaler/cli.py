@@ -157,7 +157,9 @@ def _parser() -> argparse.ArgumentParser:
     keeper.set_defaults(handler=_cmd_keeper)
     _add_plugin_commands(commands)
     template = commands.add_parser("env-template", help="print the .env template of every variable")
-    template.add_argument("--markdown", action="store_true", help="print the settings reference (Markdown) instead")
+    template.add_argument(
+        "--markdown", action="store_true", help="print the settings reference (Markdown) instead"
+    )
     template.set_defaults(handler=_cmd_env_template)
     health = commands.add_parser(
         "healthcheck", help="ask the running daemon's /healthz (the image's HEALTHCHECK)"

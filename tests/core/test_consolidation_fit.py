@@ -1,7 +1,7 @@
 """Consolidation's room check counts every task it places on a worker, not just the last one: the
 mutation run on core/consolidate.py found that forgetting the earlier ones (each task checked against
 the worker's whole free room) left every test green, and that cordons a worker whose tasks and the
-next one cannot all fit elsewhere (the flap issue 11 reported)."""
+next one cannot all fit elsewhere (a cordon undone a tick later: a flap)."""
 
 from __future__ import annotations
 

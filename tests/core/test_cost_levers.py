@@ -1,4 +1,4 @@
-"""Properties of the cost levers (issue 15) on fleets drawn for them (`cost_fleets()`), and how often
+"""Properties of the cost levers on fleets drawn for them (`cost_fleets()`), and how often
 the samples reach each lever: the cost-aware cordon across types, consolidation under load and the
 per-type queue threshold. (The general planner properties run on `worlds()`, whose reach table
 counts consolidation under load; fleets for the other two are rare there, so they get their own

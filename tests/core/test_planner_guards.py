@@ -1,5 +1,5 @@
 """Safety guards that no whole-plan rule reaches on its own, tested on the step that holds them, and
-the story of a machine terminated as broken just as it joined (issue 11), told tick by tick."""
+the story of a machine terminated as broken just as it joined, told tick by tick."""
 
 from __future__ import annotations
 

@@ -178,7 +178,7 @@ def test_every_disruptive_action_carries_expectations_that_hold_on_its_snapshot(
     step.
 
     Not vacuous: every kind of disruptive action the samples reach must carry expectations in at least
-    some samples (the planner fills them: issue 11, item 1; until it does, this test fails)."""
+    some samples (the planner fills them; until it does, this test fails)."""
     reached: Counter[str] = Counter()
     expecting: Counter[str] = Counter()
 

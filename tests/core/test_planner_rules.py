@@ -1094,7 +1094,7 @@ CONSOLIDATE = [
         "a worker left retiring by a retirement cut short (no cordon mark) is set running again",
         # act awaits every retirement it starts: one still retiring at the next plan was cut short (dask
         # may still be retiring it: harmless, see keep_cordons) or restored closing_gracefully by dask
-        # after an uncordon, and then nothing else makes it leave the bucket (issue 15's burst500: 23 of
+        # after an uncordon, and then nothing else makes it leave the bucket (the live burst500: 23 of
         # 40 stayed)
         assemble(xlarge(1, (), retiring=True), xlarge(2, running(1, "b"))),
         Plan((Uncordon("node-1", hostname(1), (addr(1),), STRAY_RETIREMENT),)),

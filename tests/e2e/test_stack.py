@@ -1,7 +1,7 @@
 """The daemon's image as a real docker swarm service: `docker stack deploy -c docker/stack.yml` on the local
 dockerd swarm, against the local cloud (moto, the dask scheduler and redis on loopback).
 
-The steps are the README's Deployment section, in the same order: the image (built here without a
+The steps are those of docs/deployment.md, "Deploy the stack", in the same order: the image (built here without a
 registry and cached under build/image), an env file, the stack deployed with two replicas sharing a redis
 leader lock, healthy through the image's HEALTHCHECK, a burst scaled up, a rolling `docker service update`
 in the middle of it without a double launch, the fleet back down, and `docker service logs` checked for

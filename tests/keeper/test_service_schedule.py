@@ -1,6 +1,6 @@
 """When the keeper checks a cluster and when it writes its tags (in-memory ports, a settable clock).
 
-Discovery wakes only the clusters a listing shows new or changed (seed 001: never reschedule them all);
+Discovery wakes only the clusters a listing shows new or changed (never reschedule them all);
 tags are written only when a restarted or other replica needs them (EC2 throttles mutating calls), and
 the idle and silence decisions allow for what the tags may not hold yet, so no cluster ends early."""
 

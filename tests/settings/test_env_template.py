@@ -51,7 +51,10 @@ def test_every_variable_is_documented_with_its_type_default_and_example() -> Non
     assert "(duration; default 10m)" in text
     assert "| [`AUTOSCALER_HTTP_PORT`](#autoscaler_http_port) | integer, 0 to 65535 | `8000` |" in reference
     assert "| [`AUTOSCALER_CLUSTER_NAME`](#autoscaler_cluster_name) | string | **required** |" in reference
-    assert "| [`AUTOSCALER_KEEPER_LOCK_TTL`](#autoscaler_keeper_lock_ttl) | duration, more than 0 | `15s` |" in reference
+    assert (
+        "| [`AUTOSCALER_KEEPER_LOCK_TTL`](#autoscaler_keeper_lock_ttl) | duration, more than 0 | `15s` |"
+        in reference
+    )
 
 
 def test_template_as_env_file_gives_valid_settings(clean_env: None) -> None:

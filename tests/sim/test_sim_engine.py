@@ -140,7 +140,11 @@ def test_adaptive_target_follows_distributed_formula() -> None:
     )  # 4 x 20 s / 5 s = 16, min 4 tasks
     known = replace(task, expected=30.0)
     assert AdaptiveLike().target(Snapshot(0.0, (), (), (), (), (known,) * 3)) == 3  # min(18, 3 tasks)
-    for cls, source in ((QueueRule, "seed 004"), (AdaptiveLike, "adaptive_target"), (Static, "maximum size")):
+    for cls, source in (
+        (QueueRule, "always-on base"),
+        (AdaptiveLike, "adaptive_target"),
+        (Static, "maximum size"),
+    ):
         assert source in (cls.__doc__ or "")
 
 

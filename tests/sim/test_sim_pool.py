@@ -45,8 +45,8 @@ def test_the_gpu_pool_scenario_with_and_without_a_pool(tmp_path: object) -> None
     from pathlib import Path
 
     env = Path(str(tmp_path)) / "gpu_pool.env"
-    # The launch counts compared last are seed 0's at a 2m termination delay (35 against 34). At the 1m
-    # default the refused starts' launches and the refills they spare happen to balance on seed 0 (34 and
+    # The launch counts compared last are the first seed's at a 2m termination delay (35 against 34). At the 1m
+    # default the refused starts' launches and the refills they spare happen to balance on the first seed (34 and
     # 34; 36 against 34 over five seeds), so the delay this check was measured at is set here.
     env.write_text(POOL_SCENARIOS["gpu_pool"][1] + "AUTOSCALER_TERMINATION_DELAY=2m\n", encoding="utf-8")
     pool = pooltable._run(str(env), True, 0, 0.0, 100.0)

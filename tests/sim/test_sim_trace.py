@@ -64,7 +64,7 @@ def test_round_trip_through_a_file(tmp_path: Path) -> None:
 
 
 def _check_heavy_tailed(jobs: tuple[Job, ...], settings: Any) -> None:
-    """Issue 15's heavy-tailed mix as specified: 2,000 jobs over 4 hours, durations with a median of about
+    """The heavy-tailed mix as specified: 2,000 jobs over 4 hours, durations with a median of about
     one minute and a long tail, shapes 1 CPU / 2 GiB to 8 CPU / 30 GiB, about 5% on a GPU, seven types
     from t3.medium to g4dn.xlarge, max 40."""
     assert len(jobs) == 2000 and max(j.submit_s for j in jobs) <= 4 * 3600

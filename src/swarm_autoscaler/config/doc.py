@@ -84,4 +84,3 @@ def _title(cls: type) -> str:
 def _quote(value: str) -> str:
     """Single quotes keep JSON and regular expressions intact for both dotenv and a POSIX shell."""
     return f"'{value}'" if any(c in value for c in ' {}[]"$\\#()^') else value
-

@@ -73,7 +73,13 @@ def _unwrapped(annotation: Any) -> Any:
             return annotation
 
 
-_NAMES: dict[Any, str] = {bool: "boolean", int: "integer", float: "number", str: "string", SecretStr: "secret"}
+_NAMES: dict[Any, str] = {
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    str: "string",
+    SecretStr: "secret",
+}
 
 
 def _base_type(field: FieldInfo) -> str:

@@ -1,11 +1,11 @@
-"""Per-type queue thresholds: "surge only when more than N tasks wait" (seed 004). Pure; used by plan().
+"""Per-type queue thresholds: "surge only when more than N tasks wait". Pure; used by plan().
 
 A type may carry `TypePolicy.surge_above` = N > 0: while a worker of that type is up and takes tasks
 (an active, uncordoned member with a connected worker), new machines of the type are launched only when
 more than N pending tasks would go on them; N or fewer wait for the machines already there (dask runs
 them as room frees up). With no such worker (none up yet, or all cordoned or drained) the threshold does
 not apply: a task no worker can start would otherwise wait for ever. This is the always-on base plus
-queue-length surge of seed 004 (opencap's GPU machines): base capacity from `min_instances` or a
+queue-length surge of a GPU fleet (scale-out only past a queue length): base capacity from `min_instances` or a
 `reserve`, surge machines only for a real queue. `tolerated_wait` is the other knob of the same trade:
 it holds back tasks dask's estimates say start soon; the threshold holds back a short queue whatever
 the estimates say.

@@ -21,7 +21,7 @@ from swarm_autoscaler.runtime.signals import run_until_signal
 
 log = structlog.get_logger("swarm_autoscaler.daemon.commands")
 
-# Exit statuses, as the README's Configuration section lists them. 1 is left to Python: an unexpected error
+# Exit statuses, as docs/configuration.md lists them. 1 is left to Python: an unexpected error
 # (a bug) still ends with its traceback.
 EXIT_CONFIG = 2  # a setting is wrong (the line names the variable)
 EXIT_ENDPOINT = 3  # an endpoint is unreachable, refuses us, or is not what the setting says

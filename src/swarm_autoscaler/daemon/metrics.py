@@ -110,7 +110,10 @@ class Metrics:
             registry=r,
         )
         self.max_instances = Gauge(
-            "autoscaler_max_instances", "AUTOSCALER_EC2_MAX_INSTANCES: most machines at once", ["cluster"], registry=r
+            "autoscaler_max_instances",
+            "AUTOSCALER_EC2_MAX_INSTANCES: most machines at once",
+            ["cluster"],
+            registry=r,
         )
         self.pool = PoolMetrics(cluster, r)
 

@@ -1,4 +1,4 @@
-"""The keeper: get-or-create, heartbeats and ending, and one asyncio task per cluster (seed 001).
+"""The keeper: get-or-create, heartbeats and ending, and one asyncio task per cluster.
 
 Each cluster is checked by its own task, on its own interval and at once on its own events (a request,
 a heartbeat), never by a sweep over all clusters. A task starts when its cluster is created or first

@@ -5,5 +5,5 @@ dask-like scheduler), `world` (simulated EC2 and swarm, and the daemon's ports o
 (random or scripted), `engine` (the discrete-event loop around `tick.run_tick`), `baselines` (queue
 rule, Adaptive-like, static), `report` (metrics and lower bounds), `config` (the settings subset it
 reads), `runner` (strategy by name), `cli` (`swarm-autoscaler simulate`), `plot` (timeline PNG),
-`hunt` (safety hunting with shrinking) and `table` (the README's comparison table).
+`hunt` (safety hunting with shrinking) and `table` (the comparison table of docs/lab/results.md).
 """

@@ -4,7 +4,7 @@ Every baseline returns a `Plan` from a `Snapshot`, like the real planner, and go
 `run_tick` observe/act path and the same simulated ports. They share housekeeping the real planner also
 does (so the comparison is about scaling decisions, not about leaking machines): terminate an instance
 whose node has not joined within `policy.max_start_time`, remove swarm nodes whose instance is gone, and
-never remove a machine whose worker has tasks (the scale-in protection of seed 004). Memory a baseline
+never remove a machine whose worker has tasks (the scale-in protection of a GPU fleet's queue rule). Memory a baseline
 keeps (idle counters) lives in its planner object and is lost when the simulated daemon restarts.
 
 The type launched for a task is its pinned type, else the cheapest allowed type whose capacity (less the
@@ -152,9 +152,9 @@ def launches(counts: Mapping[str, int], reason: str) -> list[Action]:
 
 @dataclass
 class QueueRule:
-    """The queue-length rule of seed 004 (opencap's GPU surge above an always-on base).
+    """The queue-length rule of a GPU fleet that surges above an always-on base.
 
-    Seed 004 states it as::
+    Its operators state it as::
 
         if nInstances == 0 and len(queue) > 0 ---> nInstances = 1
         if len(queue) > 5 and nInstances >= 1 ---> nInstances += 1   (evaluated every so often)

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m swarm_autoscaler_lab.sim.pooltable [--seeds N] [--volume-gib GIB]
 
-The scenario is `gpu_pool` (`workloads.POOL_SCENARIOS`: seed 004's GPU surges over an always-on base,
+The scenario is `gpu_pool` (`workloads.POOL_SCENARIOS`: GPU surges over an always-on base,
 with a pool of six stopped GPU machines). The run without a pool is the same settings with every
 `warm_pool` set to 0. Launches take `join_s` (90 s, jittered by the seed) to join, pool starts
 `pool_start_s` (30 s); a stopped machine pays its volume (`volume_gib`, 100 GiB) at `gib_month_usd`

@@ -1,5 +1,5 @@
 """`simulate --sweep KNOB=v1,v2,...`: "ours" over a setting's values, against the baselines, as cost
-against p95 wait (issue 15: the cost/wait trade as an operator's knob).
+against p95 wait (the cost/wait trade as an operator's knob).
 
 KNOB names a setting the simulator reads, in one of two forms:
 
@@ -171,7 +171,7 @@ def run_sweep(
 
 def covered(points: Sequence[Point]) -> dict[str, list[str]]:
     """Per baseline, the values at which "ours" is at least as cheap with a p95 wait at least as short
-    (issue 15's target: some setting of ours for each baseline)."""
+    (a cost target: some setting of ours for each baseline)."""
     ours = [p for p in points if p.policy == "ours"]
     return {
         b.policy: [

@@ -1,16 +1,16 @@
-"""The README's comparison table: every policy on every bundled scenario, as Markdown.
+"""The lab's comparison table (docs/lab/results.md): every policy on every bundled scenario, as Markdown.
 
     .venv/bin/python -m swarm_autoscaler_lab.sim.table [SCENARIOS_DIR] [--seeds N]
 
-Each scenario is `NAME.csv` with its settings in `NAME.env`. The first table is seed 0 (what `simulate`
+Each scenario is `NAME.csv` with its settings in `NAME.env`. The first table is `--seed=0` (what `simulate`
 prints by default); the second gives cost and p95 wait over N seeds (default 5), since join times are
-random and one seed can move a policy's cost by several percent. The targets for "ours" (issue 15, see
+random and one seed can move a policy's cost by several percent. The cost targets for "ours" (see
 `misses`) are then checked on the means over the seeds (safety on every run) and every miss is listed (exit
 status 1 when any is missed).
 
 `ours+packing` is ours with the dask scheduler running the packing preload (`Knobs.dask_packing`,
 `adapters.dask_packing`); its misses are listed too, for information (the exit status is ours'). A last
-table gives the baselines on seed 0 with and without the preload, since it helps any autoscaler.
+table gives the baselines on the first seed with and without the preload, since it helps any autoscaler.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def run_seeds(
     policies: Sequence[str] = TABLE_POLICIES,
     seed0_only: Sequence[str] = (),
 ) -> list[dict[str, dict[str, dict[str, Any]]]]:
-    """`policies` on every scenario for seeds 0 .. seeds-1 (and `seed0_only` on seed 0), the runs spread
+    """`policies` on every scenario for seeds 0 .. seeds-1 (and `seed0_only` on the first seed only), the runs spread
     over `workers` processes."""
     traces = sorted(directory.glob("*.csv"))
     jobs = [(t, p, seed) for seed in range(seeds) for t in traces for p in policies]
@@ -152,7 +152,7 @@ def _cell(value: object, key: str = "") -> str:
 
 
 BASELINES = ("queue-rule", "adaptive", "static")
-# Issue 15's targets: a baseline "dominates" ours when it is at least this much cheaper and no slower at
+# The cost targets: a baseline "dominates" ours when it is at least this much cheaper and no slower at
 # the p95 wait; the heavy-tailed mix and burst500 have their own bounds.
 DOMINANCE = 0.02
 HEAVY_COST_RATIO = 1.6
@@ -165,7 +165,7 @@ def misses(
     heavy: str = "heavy_tailed",
     policy: str = "ours",
 ) -> list[str]:
-    """The targets for "ours" (issue 15) that a run missed, one line each: safety and completion; no
+    """The cost targets for "ours" that a run missed, one line each: safety and completion; no
     baseline at least 2% cheaper and no slower at the p95 wait; on `heavy`, cost at most 1.6x the lower
     bound with a p95 wait no longer than the queue rule's; on `burst`, cost at most 1.15x and makespan at
     most 1.5x their lower bounds. (The issue's other target, a setting of ours at least as good as each
@@ -214,7 +214,7 @@ def dominates(other: Mapping[str, Any], ours: Mapping[str, Any], margin: float =
 
 
 def main(argv: Sequence[str]) -> int:
-    """Seed 0's table (what `simulate` prints by default), then cost and p95 over `--seeds N` (default 5)
+    """The first seed's table (what `simulate` prints by default), then cost and p95 over `--seeds N` (default 5)
     seeds; the targets are checked on the means over the seeds, safety on every run."""
     args = list(argv)
     seeds = 5

@@ -18,7 +18,7 @@ def _sorted(raw: list[tuple[float, float, float, float, int, str | None]]) -> tu
 
 
 def burst(seed: int = 0, n: int = 500) -> tuple[Job, ...]:
-    """Seed 000's video: `n` one-CPU jobs (2 GiB) sent within a minute to a cluster of at most 40
+    """A burst as users send it: `n` one-CPU jobs (2 GiB) sent within a minute to a cluster of at most 40
     workers; each runs 3 to 8 minutes (log-normal around 5)."""
     rng = random.Random(seed)
     raw: list[tuple[float, float, float, float, int, str | None]] = [
@@ -29,7 +29,7 @@ def burst(seed: int = 0, n: int = 500) -> tuple[Job, ...]:
 
 
 def gpu_surge(seed: int = 4) -> tuple[Job, ...]:
-    """Seed 004: GPU jobs (1 GPU, 2 CPUs, 8 GiB, 6 to 15 minutes) arriving about every 8 minutes for
+    """A GPU fleet with an always-on base: GPU jobs (1 GPU, 2 CPUs, 8 GiB, 6 to 15 minutes) arriving about every 8 minutes for
     four hours, which an always-on base of two GPU machines absorbs, plus a surge of 30 jobs within ten
     minutes after the first hour."""
     rng = random.Random(seed)
@@ -43,7 +43,7 @@ def gpu_surge(seed: int = 4) -> tuple[Job, ...]:
 
 
 def gpu_pool(seed: int = 4) -> tuple[Job, ...]:
-    """Seed 004 with surges the maximum can meet: GPU jobs (1 GPU, 1 CPU, 8 GiB, 10 to 25 minutes) about
+    """The GPU fleet with surges the maximum can meet: GPU jobs (1 GPU, 1 CPU, 8 GiB, 10 to 25 minutes) about
     every 12 minutes for five hours on an always-on base of two GPU machines, plus a surge of 6 jobs
     within two minutes every hour from the first: each surge needs new capacity at once, which a warm
     pool of stopped machines starts in about a minute where launches take two. The settings keep 3 of a
@@ -139,7 +139,7 @@ HEAVY_TYPES = ("t3.medium", "t3.large", "c5.xlarge", "m5.xlarge", "r5.xlarge", "
 
 
 def heavy_tailed(seed: int = 15, n: int = 2000, hours: float = 4.0) -> tuple[Job, ...]:
-    """Issue 15's heavy-tailed mix: `n` jobs over `hours` with Poisson arrivals (the arrival times of a
+    """A heavy-tailed mix: `n` jobs over `hours` with Poisson arrivals (the arrival times of a
     Poisson process given its count are uniform), log-normal durations with a median of one minute and a
     long tail (sigma 1.5: mean about 3 minutes, p99 about half an hour; clamped to 5 s .. 2 h), shapes from
     1 CPU / 2 GiB to 8 CPU / 30 GiB (`HEAVY_SHAPES`), and `HEAVY_GPU_SHARE` of the jobs needing one GPU
