@@ -181,7 +181,7 @@ def table(results: Mapping[str, Any]) -> str:
 
 
 def markdown(results: Mapping[str, Any]) -> str:
-    """The README's table: live medians (min-max over the repetitions), simulated medians, ratios."""
+    """The table of docs/lab/fidelity.md: live medians (min-max over the repetitions), simulated medians, ratios."""
     lines = [
         "| workload | figure | ours live | ours sim | sim/live | adaptive live | adaptive sim | sim/live |",
         "|---|---|---|---|---|---|---|---|",

@@ -100,7 +100,7 @@ def summarize(by_policy: Mapping[str, Sequence[Mapping[str, float]]]) -> dict[st
 
 
 def markdown(results: Mapping[str, Any]) -> str:
-    """The README's table: per workload and figure, medians (min-max) of both sides and the ratio."""
+    """The table of docs/lab/peer.md: per workload and figure, medians (min-max) of both sides and the ratio."""
     lines = [
         "| workload | figure | ours | Adaptive | ours / Adaptive | target |",
         "|---|---|---|---|---|---|",

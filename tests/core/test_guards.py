@@ -1,7 +1,7 @@
 """Safety guards pinned down one by one: each test here fails on a mutant (`make mutation`) that
 survived the rule tables and properties, in a condition that decides whether a busy, unowned or manager
-node is touched, or in max_instances, min_instances, the reserve or a delay. The README's Reliability
-section lists the mutants left alive and why each one is harmless."""
+node is touched, or in max_instances, min_instances, the reserve or a delay. docs/lab/mutation.md
+lists the mutants left alive and why each one is harmless."""
 
 from __future__ import annotations
 

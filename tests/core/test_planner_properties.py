@@ -141,7 +141,7 @@ def test_never_touches_unowned_or_manager_nodes(snapshot: Snapshot, policy: Poli
 def test_never_touches_a_node_that_is_not_ours_or_a_manager(snapshot: Snapshot, policy: Policy) -> None:
     """Only nodes of ours are drained, cordoned, uncordoned, activated or removed, and only their workers
     retired: nodes carrying our ownership label (`Node.ours`), or whose hostname matches one of our
-    instances (EC2 tags prove those; README planning rule 8: such a node gets the label in the same
+    instances (EC2 tags prove those; planning rule 8 of docs/planning.md: such a node gets the label in the same
     plan, and act re-checks the label before a drain). Never a manager, never a node that is neither."""
     nodes = {n.id: n for n in snapshot.nodes}
     owned_hosts = {i.hostname for i in snapshot.instances}
