@@ -146,7 +146,7 @@ class Ec2Transport:
     def _retrying(self) -> AsyncRetrying:
         attempts, initial, maximum = self._retry
         return AsyncRetrying(
-            retry=retry_if_exception(is_transient),
+            retry=retry_if_exception(_worth_retrying),
             wait=wait_exponential_jitter(multiplier=initial, max=maximum, jitter=initial),
             stop=stop_after_attempt(attempts),
             reraise=True,
@@ -193,3 +193,10 @@ class Ec2Transport:
                 self.endpoint,
                 f"{operation} failed: the answer is not the EC2 API's (not parseable); is this the EC2 endpoint?",
             ) from None
+
+
+def _worth_retrying(exc: BaseException) -> bool:
+    """Transient errors, and an answer botocore cannot parse: a loaded endpoint has sent a cut-short or
+    garbled body mid-run (seen with moto under load). A server that is not EC2 at all answers the same
+    way every time, so it still ends in `_not_ec2`'s one line, only after the retries."""
+    return is_transient(exc) or isinstance(exc, ResponseParserError)

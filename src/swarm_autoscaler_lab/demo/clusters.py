@@ -31,6 +31,7 @@ from swarm_autoscaler_lab.demo.clusters_view import ClustersDashboard, ClustersV
 from swarm_autoscaler_lab.localcloud.keepercloud import KeeperCloud, KeeperCloudOptions
 
 WALLETS = ("w-research", "none", "w-teaching", "w-lab", "none")
+UNAVAILABLE_RETRIES = 20  # 503s in a row (10 s of polling) before a user gives up on the keeper
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,11 +112,16 @@ class Session:
         self.run.created, self.run.cluster_id = status == 201, cluster["id"]
         self.view.event(f"{self.run.user}: PUT -> {status} {cluster['id']} ({cluster['state']})")
         self.run.phase = "starting"
+        unavailable = 0  # consecutive 503s: the keeper could not read its cloud; a client asks again
         while cluster["state"] != "running":
             if cluster["state"] == "failed":
                 raise RuntimeError(f"cluster failed: {cluster.get('reason')}")
             await asyncio.sleep(0.5)
             status, cluster = await self.api.call("GET", self.path)
+            unavailable = unavailable + 1 if status == 503 else 0
+            if status == 503 and unavailable < UNAVAILABLE_RETRIES:
+                cluster = {"state": self.run.state}
+                continue
             if status != 200:
                 raise RuntimeError(f"GET answered {status}: {cluster}")
             self.run.state = cluster["state"]

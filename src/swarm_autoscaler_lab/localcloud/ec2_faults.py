@@ -81,6 +81,10 @@ def ec2_error_document(code: str, message: str) -> bytes:
     ).encode()
 
 
+GARBLED = "<garbled>"  # an injected answer's code that stands for a cut-short body
+GARBLED_BODY = b'<?xml version="1.0" encoding="UTF-8"?>\n<DescribeInstancesResponse><reservationSet><item'
+
+
 class FaultInjector:
     """WSGI middleware: injects EC2 capacity refusals, throttling and other errors in front of `app`."""
 
@@ -129,6 +133,11 @@ class FaultInjector:
         with self._lock:
             self._injected.setdefault(action, []).append(_Injected(status, code, message, times))
 
+    def garble(self, action: str, times: int = 1) -> None:
+        """Answer the next `times` calls of `action` with 200 and a cut-short body that no parser reads,
+        as a loaded server sometimes does mid-run."""
+        self.fail(action, times, status=200, code=GARBLED, message="")
+
     def skew_clock(self, seconds: float) -> None:
         """Make EC2's clock run `seconds` ahead of this host's (behind when negative); 0 undoes it."""
         self.clock_skew = float(seconds)
@@ -171,7 +180,7 @@ class FaultInjector:
         if error is None:
             return self._app(environ, start_response) if not skew else self._skewed(environ, start_response)
         status, code, message = error
-        body = ec2_error_document(code, message)
+        body = GARBLED_BODY if code == GARBLED else ec2_error_document(code, message)
         headers = [
             ("Content-Type", "text/xml;charset=UTF-8"),
             ("Content-Length", str(len(body))),

@@ -120,6 +120,21 @@ async def test_retries_throttled_and_transient_calls(make_cloud: CloudFactory, f
     assert len(tokens) == 4 and tokens[3] != tokens[0]  # a new launch is a new request
 
 
+async def test_a_garbled_answer_is_retried_and_one_that_stays_garbled_is_not_ec2(
+    make_cloud: CloudFactory, faults: FaultInjector
+) -> None:
+    cloud = await make_cloud(retry_attempts=3)
+    faults.garble("DescribeInstances", times=2)  # a loaded endpoint's cut-short bodies, mid-run
+
+    assert await cloud.list_instances() == ()
+    assert cloud.stats.api_calls["DescribeInstances"] == 3
+
+    faults.garble("DescribeInstances", times=10)  # some other server: the same every time
+    with pytest.raises(EndpointError, match="not the EC2 API's"):
+        await cloud.list_instances()
+    assert cloud.stats.api_calls["DescribeInstances"] == 6  # three more attempts, then the one line
+
+
 async def test_client_errors_are_not_retried(make_cloud: CloudFactory, faults: FaultInjector) -> None:
     cloud = await make_cloud()
     faults.fail("DescribeInstances", status=400, code="InvalidParameterValue", message="bad filter")
