@@ -26,15 +26,20 @@ format: $(STAMP)
 
 # The whole suite: lint, then every test. Servers the tests need (redis-server, dockerd) are installed
 # with apt when missing by scripts/ensure-services.sh; the suite itself starts and stops them.
+# Every run records the AWS actions the product sends (at the local EC2) in one log; the audit run then checks
+# docker/iam-policy.json against it.
+AWS_ACTIONS := $(abspath build/aws-actions.log)
 test: lint
 	bash scripts/ensure-services.sh
-	$(BIN)/pytest -m "not e2e"
+	mkdir -p build && rm -f $(AWS_ACTIONS)
+	SWARM_AUTOSCALER_LAB_AWS_ACTION_LOG=$(AWS_ACTIONS) $(BIN)/pytest -m "not e2e and not audit"
 	# A second run: only one local swarm may exist per machine, and each run's swarm is session-scoped.
-	$(BIN)/pytest -m e2e tests/e2e
+	SWARM_AUTOSCALER_LAB_AWS_ACTION_LOG=$(AWS_ACTIONS) $(BIN)/pytest -m e2e tests/e2e
+	SWARM_AUTOSCALER_LAB_AWS_ACTION_LOG=$(AWS_ACTIONS) $(BIN)/pytest -m audit tests/audit
 
 # Without the chaos test (a few minutes; `make test` runs it).
 test-fast: $(STAMP)
-	$(BIN)/pytest -m "not swarm and not e2e and not chaos"
+	$(BIN)/pytest -m "not swarm and not e2e and not chaos and not audit"
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

@@ -24,10 +24,13 @@ from botocore.exceptions import BotoCoreError
 from botocore.parsers import ResponseParserError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
+from swarm_autoscaler import __version__
 from swarm_autoscaler.adapters.ec2_clock import Ec2Clock
 from swarm_autoscaler.adapters.ec2_support import is_transient, to_endpoint_error
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
 
+# Appended to botocore's user agent: CloudTrail (and the lab's audit of IAM actions) can tell our calls.
+PRODUCT_USER_AGENT = f"swarm-autoscaler/{__version__}"
 _SENT = "swarm_autoscaler_sent"  # request context key: monotonic time the call started (for the clock)
 
 
@@ -94,6 +97,7 @@ class Ec2Transport:
             retries={"total_max_attempts": 1, "mode": "standard"},  # tenacity retries, selectively
             connect_timeout=self._timeout,
             read_timeout=self._timeout,
+            user_agent_extra=PRODUCT_USER_AGENT,
         )
         stack = AsyncExitStack()
         creator = get_session().create_client(

@@ -41,6 +41,8 @@ from typing import Any
 from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
+from swarm_autoscaler_lab.localcloud.aws_actions import action_log_from_env
+
 WsgiEnviron = dict[str, Any]
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[WsgiEnviron, StartResponse], Iterable[bytes]]
@@ -96,6 +98,7 @@ class FaultInjector:
         self._injected: dict[str, list[_Injected]] = {}
         self._calls: Counter[str] = Counter()
         self._watchers: list[Callable[[str, dict[str, str]], None]] = []
+        self._audit = action_log_from_env()
         self.capacity_refusals = 0
         self.clock_skew = 0.0  # seconds EC2's clock runs ahead of this host's
 
@@ -173,6 +176,8 @@ class FaultInjector:
         action = params.get("Action")
         if action is None:
             return self._app(environ, start_response)
+        if self._audit is not None:
+            self._audit.record(environ, action, params)
         for callback in list(self._watchers):
             callback(action, params)
         error = self._decide(action, params)

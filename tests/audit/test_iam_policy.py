@@ -1,0 +1,61 @@
+"""The IAM policy an operator attaches (`docker/iam-policy.json`) lists exactly the AWS actions the product
+sent during this test run: none missing (the daemon or keeper would be refused on AWS), none never used.
+
+The actions are recorded where they arrive, at the local EC2 of every test (see
+`swarm_autoscaler_lab.localcloud.aws_actions`), so this runs after the rest of the suite: `make test`
+points its runs at one log and then runs `pytest -m audit`. Run alone it fails, naming how to run it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from swarm_autoscaler.adapters.ec2 import OWNER_TAG, OWNER_VALUE
+from swarm_autoscaler_lab.localcloud.aws_actions import AWS_ACTION_LOG_ENV, read_action_log
+
+pytestmark = pytest.mark.audit
+POLICY = Path(__file__).resolve().parents[2] / "docker" / "iam-policy.json"
+
+
+def _statements() -> list[dict[str, Any]]:
+    statements: list[dict[str, Any]] = json.loads(POLICY.read_text())["Statement"]
+    return statements
+
+
+def _listed() -> set[str]:
+    listed: set[str] = set()
+    for statement in _statements():
+        action = statement["Action"]
+        listed.update([action] if isinstance(action, str) else action)
+    return listed
+
+
+def test_the_policy_lists_every_action_the_suite_sent_and_no_other() -> None:
+    path = os.environ.get(AWS_ACTION_LOG_ENV)
+    if not path or not Path(path).exists():
+        pytest.fail(f"no action log: run the suite through `make test` (it sets {AWS_ACTION_LOG_ENV})")
+    sent, listed = read_action_log(Path(path)), _listed()
+    print(f"\nactions the product sent: {len(sent)}; listed in {POLICY.name}: {len(listed)}")
+    for name in sorted(sent | listed):
+        print(f"  {name:32} sent={name in sent} listed={name in listed}")
+
+    assert not sent - listed, f"sent but missing from {POLICY.name}: {sorted(sent - listed)}"
+    assert not listed - sent, f"listed in {POLICY.name} but never sent by the suite: {sorted(listed - sent)}"
+
+
+def test_disruptive_actions_are_allowed_only_on_machines_with_our_ownership_tag() -> None:
+    disruptive = {
+        "ec2:TerminateInstances",
+        "ec2:StopInstances",
+        "ec2:StartInstances",
+        "ec2:ModifyInstanceAttribute",
+    }
+    for statement in _statements():
+        actions = statement["Action"]
+        if disruptive & set([actions] if isinstance(actions, str) else actions):
+            assert statement["Condition"] == {"StringEquals": {f"ec2:ResourceTag/{OWNER_TAG}": OWNER_VALUE}}
