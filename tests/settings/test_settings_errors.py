@@ -152,3 +152,21 @@ def test_secrets_are_never_echoed(set_env: SetEnv, variable: str, secret: str) -
     lines = problems(set_env, **{variable: secret})
     assert lines == [f"{variable}: expected a URL like redis://host:6379/0"]
     assert "hunter2" not in "".join(lines)
+
+
+def test_dynamic_mode_starts_without_a_scheduler(set_env: SetEnv) -> None:
+    set_env(AUTOSCALER_MODE="dynamic", AUTOSCALER_DASK_SCHEDULER_URL=None)
+    settings = load_settings()
+    assert (settings.mode, settings.dask.scheduler_url) == ("dynamic", None)
+
+
+def test_the_computational_mode_needs_a_scheduler(set_env: SetEnv) -> None:
+    assert problems(set_env, AUTOSCALER_MODE="computational", AUTOSCALER_DASK_SCHEDULER_URL=None) == [
+        "AUTOSCALER_DASK_SCHEDULER_URL: required but not set"
+    ]
+
+
+def test_an_unknown_mode_is_one_line(set_env: SetEnv) -> None:
+    assert problems(set_env, AUTOSCALER_MODE="services") == [
+        "AUTOSCALER_MODE: expected 'computational' or 'dynamic', got 'services'"
+    ]

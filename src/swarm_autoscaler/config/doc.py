@@ -31,6 +31,13 @@ def _example(field: FieldInfo) -> str:
     return str(example)
 
 
+def required_when(field: FieldInfo) -> str:
+    """The condition under which a field with a default is required (`json_schema_extra`'s
+    "required_when"), or "": such a field is written uncommented, with its example, like a required one."""
+    extra = field.json_schema_extra
+    return str(extra.get("required_when", "")) if isinstance(extra, dict) else ""
+
+
 def _default(field: FieldInfo) -> str | None:
     """The default as it would be written in the environment; None when the field is required."""
     if field.is_required():
@@ -65,9 +72,11 @@ def env_template() -> str:
             lines.append(f"# ---- {_title(cls)}")
             lines.append("")
         default = _default(field)
-        text = f"{field.description} ({_kind(field)}{_shown_default(default)})"
+        when = required_when(field)
+        shown = f"required when {when}" if when else _shown_default(default)
+        text = f"{field.description} ({_kind(field)}{shown})"
         lines.extend(textwrap.wrap(text, width=105, initial_indent="# ", subsequent_indent="# "))
-        if default is None:
+        if default is None or when:
             lines.append(f"{name}={_quote(_example(field))}")
         else:
             lines.append(f"# {name}={_quote(default)}")

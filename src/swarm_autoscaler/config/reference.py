@@ -15,7 +15,7 @@ import annotated_types
 from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 
-from swarm_autoscaler.config.doc import _default, _example, _title
+from swarm_autoscaler.config.doc import _default, _example, _title, required_when
 from swarm_autoscaler.config.types import DurationMark
 from swarm_autoscaler.config.variables import variables
 
@@ -136,6 +136,8 @@ def settings_reference() -> str:
             sections.append(f"## {_title(cls)}\n")
         default = _default(field)
         shown = "**required**" if default is None else (_code(default) if default else "unset")
+        if when := required_when(field):
+            shown = f"**required** when {_code(when)}"
         anchor = name.lower()
         rows.append(f"| [`{name}`](#{anchor}) | {type_of(field)} | {shown} |")
         example = example_of(name, field)

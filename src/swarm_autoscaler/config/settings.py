@@ -305,9 +305,13 @@ class DaskSettings(BaseSettings):
 
     model_config = group_config(f"{PREFIX}DASK_")
 
-    scheduler_url: SchedulerUrl = Field(
-        description="Address of the dask scheduler.",
-        json_schema_extra={"example": "tcp://dask-scheduler:8786"},
+    scheduler_url: SchedulerUrl | None = Field(
+        default=None,
+        description="Address of the dask scheduler (unused in the dynamic mode).",
+        json_schema_extra={
+            "example": "tcp://dask-scheduler:8786",
+            "required_when": "AUTOSCALER_MODE=computational",
+        },
     )
     worker_hostname_pattern: str = Field(
         default=r"^(?P<hostname>.+)$",
@@ -405,6 +409,10 @@ class DebugSettings(BaseSettings):
     wait: bool = Field(default=False, description="Wait for the debugger to attach before the first tick.")
 
 
+# What drives the fleet (see `Settings.mode`).
+Mode = Literal["computational", "dynamic"]
+
+
 class Settings(BaseSettings):
     """The whole configuration. `Settings()` reads every group from the environment (env files: see
     `load_settings`)."""
@@ -414,6 +422,11 @@ class Settings(BaseSettings):
     cluster_name: ClusterName = Field(
         description="Name of the managed cluster, used in machine tags and node labels: keep it stable.",
         json_schema_extra={"example": "analytics"},
+    )
+    mode: Mode = Field(
+        default="computational",
+        description="What drives the fleet: `computational` reads the dask scheduler's tasks; `dynamic` reads "
+        "the swarm's pending service tasks (their reservations and node-label constraints), no dask needed.",
     )
     timing: TimingSettings = Field(default_factory=_from_env(TimingSettings))
     ec2: Ec2Settings = Field(default_factory=_from_env(Ec2Settings))
@@ -460,21 +473,45 @@ def load_settings(env_file: str | os.PathLike[str] | None = None) -> Settings:
     path = env_path(env_file)
     groups: dict[str, BaseSettings] = {}
     problems: list[str] = []
+    failed: set[str] = set()
     for attr, cls in GROUPS.items():
         group, wrong = read_group(cls, path)
         problems.extend(wrong)
+        if group is None:
+            failed.add(attr)
         # On errors, a placeholder so the root's own fields are still checked (model_construct reads nothing).
         groups[attr] = group if group is not None else cls.model_construct()
     try:
         root = _read(Settings, path, **groups)
     except (ValidationError, SettingsError) as exc:
         problems = _problems(exc, Settings) + problems
+        mode, _ = read_group(_ModeOnly, path)  # the mode's own error is among the root's
+        if mode is not None and "dask" not in failed:
+            problems.extend(_mode_needs(mode.mode, groups["dask"]))
+    else:
+        if "dask" not in failed:
+            problems.extend(_mode_needs(root.mode, root.dask))
     if problems:
         raise InvalidSettingsError(problems)
     problems = _across_groups(root)
     if problems:
         raise InvalidSettingsError(problems)
     return root
+
+
+class _ModeOnly(BaseSettings):
+    """The mode alone, read to check what it requires when other root variables are wrong."""
+
+    model_config = group_config(PREFIX)
+
+    mode: Mode = "computational"
+
+
+def _mode_needs(mode: str, dask: BaseSettings) -> list[str]:
+    """What the mode requires of the other groups: the computational mode reads a dask scheduler."""
+    if mode != "computational" or getattr(dask, "scheduler_url", None):
+        return []
+    return [f"{env_name(DaskSettings, 'scheduler_url')}: required but not set"]
 
 
 def _across_groups(settings: Settings) -> list[str]:

@@ -61,6 +61,8 @@ def type_capacity(snapshot: Snapshot, options: Sequence[TypeOption], space: Spac
 def unplaceable_reason(group: Group, options: Sequence[TypeOption], policy: Policy) -> str | None:
     """Why no allowed type can ever run this group's tasks, or None when one can."""
     if group.pinned is not None:
+        if group.pinned.startswith("node."):  # a swarm constraint (core/services.py), no type's name
+            return f"constrained to {group.pinned}, which no machine the daemon launches carries"
         if policy.type_policy(group.pinned) is None:
             return f"pinned to {group.pinned}, which is not an allowed instance type"
         option = next((o for o in options if o.name == group.pinned), None)

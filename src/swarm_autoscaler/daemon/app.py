@@ -64,6 +64,8 @@ async def open_daemon(
         # Unset, the endpoint is AWS's in the region: the region is then what points at it.
         where = "AUTOSCALER_EC2_ENDPOINT" if settings.ec2.endpoint else "AUTOSCALER_EC2_REGION"
         catalogue = await _checked(where, _start_ec2(stack, ec2, settings))  # also syncs EC2's clock
+        if settings.mode != "computational" or settings.dask.scheduler_url is None:
+            raise ConfigurationError(f"AUTOSCALER_MODE: {settings.mode} is not available in this build")
         workload = DaskWorkload(
             settings.dask.scheduler_url, settings.dask.worker_hostname_pattern, clock=clock
         )
