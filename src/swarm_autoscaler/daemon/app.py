@@ -21,6 +21,7 @@ from swarm_autoscaler.adapters.redis_lock import RedisLock, SingleReplicaLock
 from swarm_autoscaler.adapters.swarm import SwarmOrchestrator
 from swarm_autoscaler.config.policy import policy_from_settings
 from swarm_autoscaler.config.settings import Settings
+from swarm_autoscaler.config.worker import with_worker_env
 from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.model import InstanceType, Policy
 from swarm_autoscaler.core.ports import Lock, Orchestrator
@@ -153,14 +154,15 @@ async def _serve_http(
 
 
 def _ec2(settings: Settings, swarm: Orchestrator) -> Ec2Cloud:
+    boot_scripts = with_worker_env(settings.ec2.allowed_types, CATALOGUE)
     return Ec2Cloud(
         cluster_name=settings.cluster_name,
         region=settings.ec2.region,
         endpoint=settings.ec2.endpoint,
         access_key_id=_secret(settings.ec2.access_key_id),
         secret_access_key=_secret(settings.ec2.secret_access_key),
-        allowed_types={
-            name: (spec.ami_id, spec.boot_script) for name, spec in settings.ec2.allowed_types.items()
+        allowed_types={  # each type's user data first writes its worker env file (config.worker)
+            name: (spec.ami_id, boot_scripts[name]) for name, spec in settings.ec2.allowed_types.items()
         },
         subnet_ids=list(settings.ec2.subnet_ids),
         security_group_ids=list(settings.ec2.security_group_ids),

@@ -19,6 +19,12 @@ terminated one (worker stopped, its dockerd node gone); when it is started again
 `start_boot_delay` (a started machine boots faster than a new one: no image to pull) and joins with
 the join line the daemon wrote into its user data before the start.
 
+Two boots. The shortcut above (read the join line, join through a `Joiner`, start an in-process worker)
+serves the in-memory demo and the e2e tests that need no worker image. The real boot (`user_data_boot`,
+`localcloud.userdata.UserDataBoot`, real dockerd nodes only) runs the instance's actual user data on its
+own dockerd node: its own `docker swarm join` joins, its `shutdown` stops the instance (the warm pool), and
+the emulator starts no worker: swarm runs the worker global service's task on the node.
+
 Faults for tests: `never_join` (instance ids or a probability) makes a machine boot but never join.
 """
 
@@ -45,6 +51,18 @@ from swarm_autoscaler.core.ports import Orchestrator
 log = structlog.get_logger("swarm_autoscaler_lab.localcloud.machines")
 
 JOIN_RE = re.compile(r"docker\s+swarm\s+join\s+--token\s+(\S+)\s+(\S+)")
+
+
+class UserDataRunLike(Protocol):
+    returncode: int
+    output: str
+    powered_off: bool
+
+
+class UserDataBooter(Protocol):
+    """The real boot (`userdata.UserDataBoot`): the machine runs its own user data on its own node."""
+
+    async def boot(self, hostname: str, raw: str | bytes) -> UserDataRunLike: ...
 
 
 class Joiner(Protocol):
@@ -106,6 +124,10 @@ class MachineEmulator:
     never_join_ids: set[str] = field(default_factory=set)
     worker_resources: Callable[[InstanceType], dict[str, float]] = dask_resources
     seed: int = 0
+    # The real boot (real-dockerd path): each machine runs its user data on its own dockerd node, and its
+    # dask worker is the one swarm starts there from the worker service. None = the shortcut (in-memory
+    # demo): read the join line, join through `joiner`, start an in-process worker while the node is active.
+    user_data_boot: UserDataBooter | None = None
     clock: Callable[[], float] = lambda: asyncio.get_running_loop().time()
     machines: dict[str, Machine] = field(default_factory=dict)
     joined_total: int = 0
@@ -183,6 +205,9 @@ class MachineEmulator:
 
     async def _boot(self, machine: Machine) -> None:
         """Join the swarm (once), or stop into the warm pool when the user data says so."""
+        if not machine.joined and self.user_data_boot is not None:
+            await self._boot_from_user_data(machine)
+            return
         if not machine.joined:
             line = await asyncio.to_thread(self._join_line, machine.instance_id)
             self.booted.add(machine.instance_id)
@@ -199,8 +224,32 @@ class MachineEmulator:
             self.joined_total += 1
             log.info("machine joined the swarm", hostname=machine.hostname, instance=machine.instance_id)
 
+    async def _boot_from_user_data(self, machine: Machine) -> None:
+        """The real boot: run the instance's user data on its own node; its join is the one that joins."""
+        assert self.user_data_boot is not None
+        raw = await asyncio.to_thread(self._user_data, machine.instance_id)
+        self.booted.add(machine.instance_id)
+        run = await self.user_data_boot.boot(machine.hostname, raw)
+        if run.powered_off:  # the warm pool's first boot ends with shutdown: InitiatedShutdownBehavior=stop
+            await asyncio.to_thread(self._ec2.stop_instances, InstanceIds=[machine.instance_id])
+            machine.prepared = True
+            self.prepared_total += 1
+            log.info("machine ran its user data and stopped", hostname=machine.hostname)
+            return
+        if run.returncode != 0:
+            tail = "\n".join(run.output.strip().splitlines()[-10:])
+            raise RuntimeError(f"user data of {machine.instance_id} exited {run.returncode}: {tail}")
+        machine.joined = True
+        machine.joined_at = self.clock()
+        self.joined_total += 1
+        log.info(
+            "machine ran its user data and joined", hostname=machine.hostname, instance=machine.instance_id
+        )
+
     async def _run_worker(self, machine: Machine, node_active: bool) -> None:
         """A worker runs exactly while the machine's node is active and ready (a global service)."""
+        if self.user_data_boot is not None:
+            return  # the real boot: swarm runs the worker service's task on the node, not the emulator
         if machine.prepared:
             return
         if node_active and machine.worker is None:
@@ -266,6 +315,10 @@ class MachineEmulator:
                     hostname = (inst.get("PrivateDnsName") or inst["InstanceId"]).split(".")[0]
                     out[inst["InstanceId"]] = (hostname, inst["InstanceType"])
         return out
+
+    def _user_data(self, instance_id: str) -> str:
+        attr = self._ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
+        return str(attr.get("UserData", {}).get("Value", ""))
 
     def _join_line(self, instance_id: str) -> tuple[str, str] | None:
         """(token, manager address) from the user data's join line; None for a warm-pool machine's first

@@ -1,0 +1,199 @@
+"""Boot a local dockerd node from an instance's real user data, as EC2 and cloud-init would.
+
+The real-dockerd path of the local cloud (`--swarm`, the e2e suite) uses this instead of the emulator's
+shortcut (read the join line, join, start a dask worker in-process): the user data the daemon (or the
+keeper) gave the instance is decoded as cloud-init decodes it and run by bash inside the node's own
+namespaces, with `DOCKER_HOST` pointing at the node's dockerd. So the `docker swarm join` (or `init`) in it
+is the one that makes the node, and whatever runs on the node afterwards is what swarm starts there.
+
+API (for the machine emulator and for the keeper's primaries):
+- `user_data_scripts(raw)`: the scripts cloud-init would run, from the user data as EC2 returns it
+  (base64) or as text; a `#!` script, or MIME multipart (each `text/x-shellscript` part; `text/cloud-config`
+  parts are read for nothing and skipped). Text that is neither is skipped, as cloud-init does.
+- `await run_user_data(node, raw)`: run those scripts on `node` (a started `LocalNode`); returns a
+  `UserDataRun` (exit code, output, whether the script asked to power off).
+
+What stands in for a real machine (and what does not run here):
+- Namespaces: the script runs under `nsenter` into the UTS namespace of the node's dockerd (so `hostname`
+  is the node's) and in a private mount namespace (`unshare --mount`) where `/etc/swarm-autoscaler` is the
+  node's own folder (`node_etc(node)`), so files the user data writes there are per machine, and dockerd sees
+  them at that folder (a service mounts `{{.Node.Hostname}}`'s folder: see docs/worker-service.md). The
+  network namespace is the host's: every node is a loopback address (LOCAL-SWARM rules).
+- `docker`: a shim first on PATH runs the node's docker CLI and adds `--advertise-addr`/`--listen-addr`
+  with the node's loopback address to `swarm join` and `swarm init` (an EC2 machine has one private
+  address, so the real command needs none).
+- `shutdown`, `poweroff`, `halt`, `reboot`: shims that only record the request (`UserDataRun.powered_off`);
+  the caller stops the instance in EC2, as InstanceInitiatedShutdownBehavior=stop would.
+- Images: no registry here, so `preload` loads image tarballs into the node first (a real AMI has them
+  baked in, or pulls them from a registry).
+- The script runs as root on this machine's file system (outside `/etc/swarm-autoscaler`): test boot scripts
+  must be harmless here. cloud-init itself (modules, per-boot semantics, logs) does not run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import email
+import email.policy
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from swarm_autoscaler.errors import EndpointError
+from swarm_autoscaler_lab.localcloud.dockerd import LocalNode, LocalSwarm, _cli_env, _docker_cli
+
+ETC = Path("/etc/swarm-autoscaler")
+_POWER = ("shutdown", "poweroff", "halt", "reboot")
+
+
+def _as_text(raw: str | bytes) -> str:
+    data = raw.encode() if isinstance(raw, str) else raw
+    stripped = data.strip()
+    if stripped and not stripped.startswith((b"#", b"Content-Type", b"MIME-Version")):
+        with contextlib.suppress(binascii.Error, ValueError):
+            data = base64.b64decode(stripped, validate=True)
+    return data.decode(errors="replace")
+
+
+def user_data_scripts(raw: str | bytes) -> list[str]:
+    """The shell scripts cloud-init would run for this user data, in order (see the module docstring)."""
+    text = _as_text(raw)
+    if text.lstrip().startswith(("Content-Type:", "MIME-Version:")):
+        message = email.message_from_string(text, policy=email.policy.default)
+        scripts = []
+        for part in message.walk():
+            if part.get_content_type() == "text/x-shellscript":
+                body = part.get_payload(decode=True)
+                scripts.append(body.decode(errors="replace") if isinstance(body, bytes) else str(body))
+        return scripts
+    return [text] if text.startswith("#!") else []
+
+
+def node_etc(node: LocalNode) -> Path:
+    """The node's own `/etc/swarm-autoscaler` (its user data writes there; services mount it from here)."""
+    return node.folder / "etc-swarm-autoscaler"
+
+
+@dataclass(frozen=True, slots=True)
+class UserDataRun:
+    returncode: int
+    output: str
+    powered_off: bool  # the script ran shutdown/poweroff: the caller stops (or terminates) the instance
+
+
+def _shims(node: LocalNode) -> Path:
+    bin_dir = node.folder / "userdata-bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    docker = bin_dir / "docker"
+    docker.write_text(
+        "#!/bin/bash\n"
+        "# stand-in for an EC2 machine's single address: swarm join/init advertise the node's loopback address\n"
+        'if [ "${1:-}" = swarm ] && { [ "${2:-}" = join ] || [ "${2:-}" = init ]; }; then\n'
+        "  sub=$2; shift 2\n"
+        f'  exec {_docker_cli()} swarm "$sub" --advertise-addr {node.address} '
+        f'--listen-addr {node.swarm_addr} "$@"\n'
+        "fi\n"
+        f'exec {_docker_cli()} "$@"\n'
+    )
+    for name in _POWER:
+        (bin_dir / name).write_text(f'#!/bin/bash\necho "$0 $*" >> {node.folder / "powered-off"}\n')
+    for path in bin_dir.iterdir():
+        path.chmod(0o755)
+    return bin_dir
+
+
+def _run_sync(node: LocalNode, scripts: Sequence[str], env: Mapping[str, str], timeout: float) -> UserDataRun:
+    pid = node.pid()
+    if pid is None:
+        raise EndpointError(f"dockerd {node.hostname}", "the node's dockerd is not running")
+    bin_dir = _shims(node)
+    etc = node_etc(node)
+    etc.mkdir(parents=True, exist_ok=True)
+    ETC.mkdir(parents=True, exist_ok=True)  # the mount point (empty on this machine; bound per node)
+    marker = node.folder / "powered-off"
+    marker.unlink(missing_ok=True)
+    full_env = {
+        **_cli_env(),
+        **env,
+        "DOCKER_HOST": node.docker_url,
+        "PATH": f"{bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": "/root",
+    }
+    outputs: list[str] = []
+    code = 0
+    for index, script in enumerate(scripts):
+        path = node.folder / f"user-data-{index}.sh"
+        path.write_text(script)
+        path.chmod(0o700)
+        cmd = [
+            "nsenter", f"--target={pid}", "--uts", "--",
+            "unshare", "--mount", "--propagation", "private", "--",
+            "bash", "-c", f'mount --bind "$1" {ETC} && exec "$2"', "user-data", str(etc), str(path),
+        ]  # fmt: skip
+        try:
+            done = subprocess.run(
+                cmd, capture_output=True, text=True, env=full_env, timeout=timeout, check=False
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise EndpointError(f"dockerd {node.hostname}", f"user data ran over {timeout}s") from exc
+        outputs.append(done.stdout + done.stderr)
+        code = done.returncode
+        if code != 0:
+            break
+    return UserDataRun(code, "".join(outputs), marker.exists())
+
+
+async def run_user_data(
+    node: LocalNode,
+    raw: str | bytes,
+    *,
+    env: Mapping[str, str] | None = None,
+    preload: Sequence[Path] = (),
+    timeout: float = 300.0,
+) -> UserDataRun:
+    """Run `raw` (user data, base64 or text) on `node` as its machine's first boot would.
+
+    `preload`: image tarballs `docker load`ed into the node first (the AMI's images). `env`: extra
+    environment for the scripts. Blocking work runs in a thread."""
+    for tarball in preload:
+        await node.docker("load", "-i", str(tarball), timeout=300)
+    scripts = user_data_scripts(raw)
+    return await asyncio.to_thread(_run_sync, node, scripts, dict(env or {}), timeout)
+
+
+class UserDataBoot:
+    """The machine emulator's real boot (`MachineEmulator.user_data_boot`): a machine that boots becomes a
+    new dockerd node of `swarm` named after its hostname, and runs its user data there."""
+
+    def __init__(self, swarm: LocalSwarm, preload: Sequence[Path] = (), timeout: float = 300.0) -> None:
+        self.swarm = swarm
+        self.preload = tuple(preload)
+        self.timeout = timeout
+
+    async def boot(self, hostname: str, raw: str | bytes) -> UserDataRun:
+        node = self.swarm.nodes.get(hostname)
+        preload: Sequence[Path] = ()
+        if node is None:
+            node = await self.swarm.add_node(hostname)
+            preload = self.preload
+        return await run_user_data(node, raw, preload=preload, timeout=self.timeout)
+
+
+def node_swarm_state(node: LocalNode) -> str:
+    """`inactive`, `pending`, `active`, ... as the node's dockerd reports it."""
+    return node.docker_sync("info", "-f", "{{.Swarm.LocalNodeState}}").strip()
+
+
+__all__ = [
+    "ETC",
+    "UserDataBoot",
+    "UserDataRun",
+    "node_etc",
+    "node_swarm_state",
+    "run_user_data",
+    "user_data_scripts",
+]

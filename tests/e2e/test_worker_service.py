@@ -1,0 +1,137 @@
+"""The real boot path on real dockerd nodes: the daemon's machines run their own user data and their dask
+workers are the tasks of the worker global service (`docker/worker-stack.yml`), not workers the emulator
+starts.
+
+Phases (each one's duration is printed): the image in the manager's engine (built once and cached under
+build/image), the worker service deployed, a burst of queued tasks scaled up for (each new instance boots
+from its user data: it writes its worker env file and runs the `docker swarm join` the daemon rendered, on
+its own dockerd node), the tasks run on the swarm-started workers of the new nodes, then the fleet drains
+and terminates back to its minimum (zero).
+
+What stands in for AWS: moto for EC2, a dockerd per machine (`localcloud.userdata`: user data decoded as
+cloud-init would and run by bash in the node's UTS namespace with the node's `/etc/swarm-autoscaler`), and
+the image loaded into each new node before its user data runs (a real AMI bakes it in or pulls it from a
+registry). The daemon runs in-process here (`lc.daemon()`); the daemon as a service is `test_stack.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+
+import pytest
+from distributed import Client, get_worker
+from tests.e2e.helpers import hostname_of, owned_instances, start, wait_for
+
+from swarm_autoscaler.core.model import GIB, Terminate
+from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
+from swarm_autoscaler_lab.localcloud.dockerd import _cli_env, _docker_cli
+from swarm_autoscaler_lab.localcloud.image import BUILD, IMAGE, ROOT, ensure_image, image_key
+from swarm_autoscaler_lab.localcloud.userdata import UserDataBoot
+
+pytestmark = [pytest.mark.e2e, pytest.mark.swarm, pytest.mark.timeout(900)]
+
+STACK = "dask"
+SERVICE = f"{STACK}_worker"
+
+
+def _where() -> tuple[str, dict[str, float]]:
+    """Run on a worker: its name and the resources it published."""
+    worker = get_worker()
+    return str(worker.name), dict(worker.state.total_resources)
+
+
+def _phase(name: str, started: float, phases: dict[str, float]) -> float:
+    now = time.monotonic()
+    phases[name] = now - started
+    print(f"phase {name}: {phases[name]:.1f}s", flush=True)
+    return now
+
+
+def _deploy(lc: LocalCloud, etc_template: str) -> None:
+    env = {
+        **_cli_env(),
+        "DOCKER_HOST": lc.local_swarm.manager_url,
+        "WORKER_IMAGE": IMAGE,
+        "AUTOSCALER_CLUSTER_NAME": lc.options.cluster_name,
+        "DASK_SCHEDULER_ADDRESS": lc.scheduler_address,
+        "WORKER_ENV_DIR": etc_template,
+    }
+    cmd = [_docker_cli(), "stack", "deploy", "-c", str(ROOT / "docker" / "worker-stack.yml"), STACK]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+async def test_machines_boot_from_user_data_into_the_worker_service(cloud: LocalCloud) -> None:
+    lc = cloud
+    assert lc.emulator is not None and lc.scheduler is not None
+    manager = lc.local_swarm.manager
+    phases: dict[str, float] = {}
+    t = time.monotonic()
+    await asyncio.to_thread(ensure_image, manager)
+    tarball = BUILD / "image" / f"runtime-{image_key()}.tar"
+    assert tarball.exists()
+    t = _phase("image", t, phases)
+
+    # every node's own /etc/swarm-autoscaler (node folders are <base>/<hostname>, see userdata.node_etc)
+    _deploy(lc, f"{lc.local_swarm.base_dir}/{{{{.Node.Hostname}}}}/etc-swarm-autoscaler")
+    t = _phase("deploy worker service", t, phases)
+
+    emulator = lc.emulator
+    emulator.user_data_boot = UserDataBoot(lc.local_swarm, preload=[tarball])
+    scheduler = lc.scheduler
+    before = set(owned_instances(lc, ("pending", "running", "shutting-down", "terminated")))
+    try:
+        async with lc.daemon({"AUTOSCALER_MAX_START_TIME": "240s"}) as daemon:
+            running = await start(daemon)
+            try:
+                async with Client(lc.scheduler_address, asynchronous=True) as client:
+                    # 3 tasks of 2 CPUs each on m5.large (2 CPUs): one machine each
+                    futures = [
+                        client.submit(
+                            _where,
+                            key=f"boot-{i}",
+                            pure=False,
+                            resources={"CPU": 2, "RAM": GIB, "instance-type:m5.large": 1},
+                        )
+                        for i in range(3)
+                    ]
+                    await wait_for(
+                        lambda: bool(scheduler.workers), 300, "a worker started by swarm on a new node"
+                    )
+                    t = _phase("scale up (launch, boot from user data, join, worker service task)", t, phases)
+                    results = await asyncio.wait_for(client.gather(futures), 300)
+                    t = _phase("tasks run", t, phases)
+                launched = {
+                    iid: inst
+                    for iid, inst in owned_instances(
+                        lc, ("pending", "running", "shutting-down", "terminated")
+                    ).items()
+                    if iid not in before
+                }
+                hostnames = {hostname_of(i) for i in launched.values()}
+                names = {name for name, _ in results}
+                # the tasks ran on workers named after the new machines' hostnames ...
+                assert names and names <= hostnames, (names, hostnames)
+                # ... publishing the type's resources (m5.large: 2 CPUs, 8 GiB; no overhead configured)
+                for _, resources in results:
+                    assert resources["CPU"] == 2 and resources["RAM"] == 8 * GIB
+                    assert resources["instance-type:m5.large"] == 1e9
+                # ... which swarm started from the global service, not the emulator
+                assert all(m.worker is None for m in emulator.machines.values())
+                ps = await manager.docker(
+                    "service", "ps", SERVICE, "--filter", "desired-state=running", "--format", "{{.Node}}"
+                )
+                assert names <= set(ps.split()), ps
+                await wait_for(lambda: not owned_instances(lc), 180, "the fleet back at its minimum (0)")
+                await wait_for(lambda: not scheduler.workers, 60, "every dask worker gone")
+                _phase("drain and terminate to the minimum", t, phases)
+                terminated = {iid for a in running.record.of(Terminate) for iid in a.instance_ids}
+                assert set(launched) <= terminated
+            finally:
+                await running.halt()
+    finally:
+        emulator.user_data_boot = None
+        await manager.docker("stack", "rm", STACK)
+    print("phases:", {k: round(v, 1) for k, v in phases.items()}, flush=True)

@@ -1,0 +1,59 @@
+"""User data decoded as cloud-init would (`localcloud.userdata`), and the worker env the daemon renders."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+from swarm_autoscaler.adapters.ec2_support import (
+    render_pool_user_data,
+    render_start_user_data,
+    render_user_data,
+)
+from swarm_autoscaler.config.types import AllowedType, Overhead
+from swarm_autoscaler.config.worker import with_worker_env, worker_resources
+from swarm_autoscaler.core.catalogue import CATALOGUE
+from swarm_autoscaler.core.model import GIB
+from swarm_autoscaler.runtime.worker import read_env_file, worker_argv
+from swarm_autoscaler_lab.localcloud.userdata import user_data_scripts
+
+AMI = "ami-12345678"
+
+
+def test_a_shebang_script_in_base64_is_one_script() -> None:
+    text = render_user_data("echo hi", "SWMTKN-1-x", "127.0.0.11:2377")
+    assert user_data_scripts(base64.b64encode(text.encode()).decode()) == [text]
+    assert user_data_scripts(text) == [text]
+
+
+def test_mime_multipart_runs_its_shell_parts_only() -> None:
+    for text in (render_pool_user_data("echo pool"), render_start_user_data("SWMTKN-1-x", "10.0.0.1:2377")):
+        scripts = user_data_scripts(base64.b64encode(text.encode()))
+        assert len(scripts) == 1 and scripts[0].startswith("#!/bin/bash")
+        assert "cloud-config" not in scripts[0]
+    assert "shutdown -h now" in user_data_scripts(render_pool_user_data(""))[0]
+
+
+def test_text_without_a_header_is_not_run() -> None:
+    assert user_data_scripts("echo no shebang") == []
+
+
+def test_worker_env_is_the_types_resources_minus_its_overhead(tmp_path: Path) -> None:
+    spec = AllowedType(ami_id=AMI, overhead=Overhead(cpus=0.5, ram_gib=1.0), boot_script="#!/bin/sh\necho x")
+    res = worker_resources(CATALOGUE["m5.xlarge"], spec)
+    assert res == {"CPU": 3.5, "RAM": float(15 * GIB), "instance-type:m5.xlarge": 1e9}
+    script = with_worker_env({"m5.xlarge": spec}, CATALOGUE)["m5.xlarge"]
+    assert script.startswith("#!/bin/sh\n") and script.endswith("echo x")
+    # the heredoc's body is the env file the worker's entrypoint reads
+    body = script.split("<<'SWARM_AUTOSCALER_EOF'\n", 1)[1].split("SWARM_AUTOSCALER_EOF", 1)[0]
+    env_file = tmp_path / "worker.env"
+    env_file.write_text(body)
+    argv = worker_argv(
+        read_env_file(env_file),
+        {"DASK_SCHEDULER_ADDRESS": "tcp://10.0.0.1:8786", "DASK_WORKER_NAME": "ip-1"},
+        [],
+    )
+    assert argv[:5] == ["dask", "worker", "tcp://10.0.0.1:8786", "--name", "ip-1"]
+    resources = argv[argv.index("--resources") + 1]
+    assert resources == f"CPU=3.5 RAM={15 * GIB} instance-type:m5.xlarge=1000000000"
+    assert argv[argv.index("--nthreads") + 1] == "3"
