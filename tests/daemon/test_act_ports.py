@@ -78,8 +78,8 @@ async def test_node_actions_reach_the_node_they_name() -> None:
     assert [(o.ok, o.detail) for o in outcomes] == [
         (True, "drained"),
         (True, "activated"),
-        (True, "marked"),
-        (True, "labelled"),
+        (True, "marked and labelled"),  # ONE node update for the node's marks and labels
+        (True, "marked and labelled"),
     ]
     nodes = world.swarm.nodes
     assert nodes[first].availability == Availability.DRAIN

@@ -152,7 +152,7 @@ class StuckSwarm(MemorySwarm):
         super().__init__(cluster_name="test")
         self.entered = asyncio.Event()
 
-    async def mark(self, node_id: str, marks: NodeMarks) -> None:
+    async def mark(self, node_id: str, marks: NodeMarks, labels: Mapping[str, str] | None = None) -> None:
         self.entered.set()
         await asyncio.sleep(3600)
 

@@ -140,8 +140,11 @@ class Orchestrator(Protocol):
         exists raises `NotFoundError`."""
         ...
 
-    async def mark(self, node_id: str, marks: NodeMarks) -> None:
-        """Replace the node's lifecycle marks (other labels are kept). Idempotent."""
+    async def mark(self, node_id: str, marks: NodeMarks, labels: Mapping[str, str] | None = None) -> None:
+        """Replace the node's lifecycle marks and add or overwrite `labels` (the labels its instance was
+        launched with), in ONE node update; other labels are kept. Idempotent: when the node already
+        carries these marks and labels, nothing is written. A node that no longer exists raises
+        `NotFoundError`."""
         ...
 
     async def add_labels(self, node_id: str, labels: Mapping[str, str]) -> None:

@@ -539,8 +539,10 @@ class SimOrchestrator:
     async def set_availability(self, node_id: str, availability: Availability) -> None:
         self.world.set_availability(node_id, availability)
 
-    async def mark(self, node_id: str, marks: NodeMarks) -> None:
+    async def mark(self, node_id: str, marks: NodeMarks, labels: Mapping[str, str] | None = None) -> None:
         self.world.mark(node_id, marks)
+        if labels:
+            self.world.add_labels(node_id, labels)
 
     async def add_labels(self, node_id: str, labels: Mapping[str, str]) -> None:
         self.world.add_labels(node_id, labels)
