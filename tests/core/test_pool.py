@@ -172,3 +172,12 @@ def test_launches_refused_where_ec2_picks_leave_pool_machines_startable() -> Non
     result = plan(assemble(pooled(1), unrunnable=gpu_work(1), unavailable=(refused,)), gpu_policy())  # type: ignore[arg-type]
     [start] = result.of_kind(Start)
     assert start.instance_ids == ("i-0001",)  # type: ignore[union-attr]
+
+
+def test_a_drained_spot_machine_is_terminated_not_stopped_into_a_short_pool() -> None:
+    inst, node, worker = _drained(1)
+    spot = (dataclasses.replace(inst, spot=True), node, worker)
+    result = plan(assemble(spot), gpu_policy(pool=2))  # type: ignore[arg-type]
+    assert not result.of_kind(Stop)  # EC2 cannot stop a one-time spot instance
+    [term] = result.of_kind(Terminate)
+    assert term.instance_ids == (inst.id,)  # type: ignore[union-attr]

@@ -69,3 +69,28 @@ def test_a_negative_pool_names_the_variable(set_env: SetEnv) -> None:
     found = _problems(set_env, AUTOSCALER_EC2_ALLOWED_TYPES=_types(m5_large={"warm_pool": -1}))
     assert len(found) == 1
     assert found[0].startswith("AUTOSCALER_EC2_ALLOWED_TYPES: m5.large.warm_pool: ")
+
+
+def test_spot_first_with_a_spot_price_is_what_the_cheapest_fit_pays(set_env: SetEnv) -> None:
+    spot = {"capacity": ["spot", "on-demand"], "spot_price_per_hour": 0.2}
+    set_env(
+        AUTOSCALER_EC2_ALLOWED_TYPES=json.dumps(
+            {
+                "g4dn.xlarge": {"ami_id": "ami-12345678", **spot},
+                "m5.large": {"ami_id": "ami-12345678", "spot_price_per_hour": 0.03},  # on-demand only
+            }
+        )
+    )
+    settings = load_settings()
+    assert settings.ec2.allowed_types["m5.large"].capacity == ["on-demand"]  # the default: nothing changes
+    gpu, cpu = policy_from_settings(settings, CATALOGUE).allowed_types
+    assert (gpu.price_per_hour, cpu.price_per_hour) == (0.2, None)
+
+
+@pytest.mark.parametrize("capacity", ["[]", '["spot", "spot"]', '["reserved"]'])
+def test_a_capacity_list_that_is_empty_repeats_or_names_no_capacity_is_refused(
+    set_env: SetEnv, capacity: str
+) -> None:
+    types = '{"m5.large": {"ami_id": "ami-12345678", "capacity": ' + capacity + "}}"
+    [problem] = _problems(set_env, AUTOSCALER_EC2_ALLOWED_TYPES=types)
+    assert problem.startswith("AUTOSCALER_EC2_ALLOWED_TYPES") and "capacity" in problem

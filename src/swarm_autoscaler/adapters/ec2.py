@@ -11,7 +11,13 @@ connection errors. RunInstances carries a ClientToken so that a retried launch c
 Capacity: a refused (type, subnet) is skipped for a back-off (3 min doubling to 10 min by default,
 forgotten after a success); `launch` tries only the subnets still open for the type, moving on to the
 next one on a refusal, and `unavailable(now)` reports the pairs still blocked (the planner counts a
-type out only while all its subnets are, see core/backoff.py). Failures of the endpoint or credentials raise `EndpointError` naming the endpoint.
+type out only while all its subnets are, see core/backoff.py).
+
+Spot: a type whose capacities (`capacities`, from the type's `capacity` setting) start with "spot" is
+launched per subnet as a one-time spot instance first (`InstanceMarketOptions`, terminated on
+interruption), then on-demand; a spot refusal for capacity or price (`is_spot_refusal`) blocks only
+(type, subnet, spot). A launch into the warm pool is always on-demand: EC2 cannot stop a one-time spot
+instance. Failures of the endpoint or credentials raise `EndpointError` naming the endpoint.
 
 Clock: `now()` is EC2's own clock, learnt from the `Date` header of every response (see `ec2_clock`),
 so ages measured from LaunchTime and the back-off's deadlines share EC2's time base, whatever this
@@ -32,6 +38,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from swarm_autoscaler.adapters import ec2_pool
 from swarm_autoscaler.adapters.ec2_support import (
+    CAPACITY_TAG,
     GONE_CODES,
     HOSTNAME_TAG,
     LABEL_TAG_PREFIX,
@@ -43,6 +50,7 @@ from swarm_autoscaler.adapters.ec2_support import (
     error_message,
     is_capacity,
     is_endpoint_failure,
+    is_spot_refusal,
     render_pool_user_data,
     render_user_data,
     to_endpoint_error,
@@ -50,7 +58,14 @@ from swarm_autoscaler.adapters.ec2_support import (
     to_instance_type,
 )
 from swarm_autoscaler.adapters.ec2_transport import Ec2Transport
-from swarm_autoscaler.core.backoff import DEFAULT_INITIAL, DEFAULT_MAXIMUM, CapacityBackoff, launch_subnets
+from swarm_autoscaler.core.backoff import (
+    DEFAULT_INITIAL,
+    DEFAULT_MAXIMUM,
+    ON_DEMAND,
+    SPOT,
+    CapacityBackoff,
+    launch_subnets,
+)
 from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.model import (
     OWNERSHIP_LABEL,
@@ -79,6 +94,16 @@ _RESERVED_PREFIXES = ("aws:", LABEL_TAG_PREFIX)
 JoinCommand = Callable[[], Awaitable[tuple[str, str]]]
 
 
+def _with_instance_tag(specs: list[dict[str, Any]], key: str, value: str) -> list[dict[str, Any]]:
+    """`specs` (TagSpecifications) with one more tag on the instance, leaving the input as it was."""
+    return [
+        dict(spec, Tags=[*spec["Tags"], {"Key": key, "Value": value}])
+        if spec["ResourceType"] == "instance"
+        else spec
+        for spec in specs
+    ]
+
+
 def owner_tags(cluster_name: str) -> dict[str, str]:
     """The tags that mark an instance as owned by this daemon for `cluster_name`."""
     return {OWNER_TAG: OWNER_VALUE, CLUSTER_TAG: cluster_name}
@@ -102,6 +127,7 @@ class Ec2Cloud(Ec2Transport):
         key_name: str | None = None,
         iam_instance_profile: str | None = None,
         custom_tags: Mapping[str, str] | None = None,
+        capacities: Mapping[str, Sequence[str]] | None = None,
         capacity_backoff_initial: float = DEFAULT_INITIAL,
         capacity_backoff_max: float = DEFAULT_MAXIMUM,
         clock: Callable[[], float] | None = None,
@@ -132,6 +158,7 @@ class Ec2Cloud(Ec2Transport):
         self._profile = iam_instance_profile
         self._custom_tags = dict(custom_tags or {})
         self._backoff = CapacityBackoff(capacity_backoff_initial, capacity_backoff_max)
+        self._backoff.capacities = {name: tuple(caps) for name, caps in (capacities or {}).items() if caps}
         self._type_cache: dict[str, InstanceType] = {}
         self._validate()
 
@@ -224,23 +251,28 @@ class Ec2Cloud(Ec2Transport):
             return LaunchResult(error=prepared)
         launched: list[Instance] = []
         refused: list[Unavailable] = []
-        for subnet in self._backoff.open_subnets(type_name, self._subnets, self._clock()):
+        capacities = (ON_DEMAND,) if pool else self._backoff.capacities.get(type_name, (ON_DEMAND,))
+        for subnet, capacity in self._backoff.open_offerings(
+            type_name, self._subnets, self._clock(), capacities
+        ):
             remaining = count - len(launched)
             if remaining <= 0:
                 break
             try:
-                launched.extend(await self._run_instances(type_name, subnet, remaining, prepared))
+                launched.extend(await self._run_instances(type_name, subnet, remaining, prepared, capacity))
             except (ClientError, BotoCoreError) as exc:
-                if is_capacity(exc):
+                if is_capacity(exc) or (capacity == SPOT and is_spot_refusal(exc)):
                     self.stats.capacity_refusals += 1
-                    refused.append(self._backoff.refused(type_name, subnet, self._clock()))
+                    refusal = self._backoff.refused(type_name, subnet, self._clock(), capacity)
+                    if capacity == capacities[-1]:  # the subnet is out for the type: the planner may know
+                        refused.append(refusal)
                     continue
                 if is_endpoint_failure(exc) and not launched:
                     raise to_endpoint_error(self.endpoint, "RunInstances", exc) from None
                 where = f" in {subnet}" if subnet else ""
-                error = f"RunInstances {type_name}{where} failed: {error_message(exc)}"
+                error = f"RunInstances {type_name} ({capacity}){where} failed: {error_message(exc)}"
                 return LaunchResult(tuple(launched), tuple(refused), error)
-            self._backoff.succeeded(type_name, subnet)
+            self._backoff.succeeded(type_name, subnet, capacity)
         if not launched and not refused:
             refused = [u for u in self.unavailable(self._clock()) if u.type_name == type_name]
         return LaunchResult(tuple(launched), tuple(refused))
@@ -257,7 +289,7 @@ class Ec2Cloud(Ec2Transport):
         tags = self._instance_tags(labels)
         if pool:
             tags[POOL_TAG] = PoolPhase.PREPARE.value
-        if len(tags) > MAX_TAGS:
+        if len(tags) + (SPOT in self._backoff.capacities.get(type_name, ())) > MAX_TAGS:  # spot: one more
             return f"{len(tags)} tags (ownership, labels, custom) exceed EC2's limit of {MAX_TAGS}"
         if pool:
             user_data = render_pool_user_data(boot_script)
@@ -299,13 +331,21 @@ class Ec2Cloud(Ec2Transport):
         return tags
 
     async def _run_instances(
-        self, type_name: str, subnet: str, count: int, params: dict[str, Any]
+        self, type_name: str, subnet: str, count: int, params: dict[str, Any], capacity: str = ON_DEMAND
     ) -> list[Instance]:
         # all or nothing per subnet: a partial refusal moves the whole request to the next subnet, which
         # behaves the same on EC2 and on moto (moto launches MinCount instances, ignoring MaxCount)
         call = dict(params, MinCount=count, MaxCount=count, ClientToken=uuid.uuid4().hex)
         if subnet:
             call["SubnetId"] = subnet
+        if capacity == SPOT:
+            call["TagSpecifications"] = _with_instance_tag(call["TagSpecifications"], CAPACITY_TAG, SPOT)
+            # one-time (no persistent request to clean up), terminated on interruption: the daemon
+            # replaces the machine; EC2 cannot stop or hibernate a one-time spot instance
+            call["InstanceMarketOptions"] = {
+                "MarketType": "spot",
+                "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
+            }
         self.stats.launch_calls += 1
         result = await self._call("run_instances", **call)
         instances = [i for i in (to_instance(raw) for raw in result.get("Instances", ())) if i]

@@ -44,6 +44,20 @@ THROTTLING_CODES = frozenset(
 CAPACITY_CODES = frozenset(
     {"InsufficientInstanceCapacity", "InsufficientCapacity", "InsufficientHostCapacity", "Unsupported"}
 )
+# What EC2 answers a spot launch it cannot serve now (no spot capacity, the spot price above the bid,
+# the account's spot quota): each falls back to on-demand, never to an error.
+SPOT_REFUSAL_CODES = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "InsufficientCapacity",
+        "SpotMaxPriceTooLow",
+        "MaxSpotInstanceCountExceeded",
+        "InsufficientFreeAddressesInSubnet",
+        "Unsupported",
+        "UnfulfillableCapacity",
+        "CapacityNotAvailable",
+    }
+)
 CREDENTIAL_CODES = frozenset(
     {
         "AuthFailure",
@@ -88,6 +102,11 @@ def is_transient(exc: BaseException) -> bool:
 
 def is_capacity(exc: BaseException) -> bool:
     return error_code(exc) in CAPACITY_CODES
+
+
+def is_spot_refusal(exc: BaseException) -> bool:
+    """A spot launch EC2 cannot serve now (see SPOT_REFUSAL_CODES): try on-demand instead."""
+    return error_code(exc) in SPOT_REFUSAL_CODES
 
 
 _NO_CREDENTIALS = (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError)
@@ -180,6 +199,8 @@ HOSTNAME_TAG = "swarm-autoscaler/hostname"
 # the last start on AWS, not on every EC2-compatible server, so the adapter keeps it itself.
 POOL_TAG = "swarm-autoscaler/pool"
 STARTED_AT_TAG = "swarm-autoscaler/started-at"
+# "spot" on a machine launched as spot: EC2 reports InstanceLifecycle too, but not every endpoint does
+CAPACITY_TAG = "swarm-autoscaler/capacity"
 
 
 def node_labels(tags: Mapping[str, str]) -> dict[str, str]:
@@ -204,6 +225,7 @@ def to_instance(raw: Mapping[str, Any]) -> Instance | None:
         tags=tags,
         labels=node_labels(tags),
         pool=_pool_phase(tags.get(POOL_TAG)),
+        spot=raw.get("InstanceLifecycle") == "spot" or tags.get(CAPACITY_TAG) == "spot",
     )
 
 

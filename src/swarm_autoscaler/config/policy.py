@@ -79,7 +79,7 @@ def _type_policy(name: str, allowed: AllowedType, known: InstanceType | None) ->
         name=name,
         reserve=allowed.reserve,
         overhead=overhead,
-        price_per_hour=allowed.price_per_hour,
+        price_per_hour=allowed.planned_price,
         minimum=allowed.min,
         warm_pool=allowed.warm_pool,
         surge_above=allowed.surge_above,

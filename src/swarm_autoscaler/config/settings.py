@@ -244,7 +244,10 @@ class Ec2Settings(Ec2AccessSettings):
         'volume), "price_per_hour" (USD, overrides the catalogue), '
         '"overhead" ({"cpus", "ram_gib", "gpus"} kept back for the OS and sidecars), "boot_script" (shell '
         'run at boot), "surge_above" (while a worker of the type is up, launch more of it only when more '
-        "than this many pending tasks would go on them; default 0: for any)}. Key order is the order of "
+        'than this many pending tasks would go on them; default 0: for any), "capacity" (the EC2 '
+        'capacity to launch with, tried in order: ["on-demand"] (default) or ["spot", "on-demand"] for spot '
+        'with an on-demand fallback), "spot_price_per_hour" (USD; with spot first, the price the cheapest '
+        "fit uses)}. Key order is the order of "
         "preference on price ties.",
         json_schema_extra={"example": '{"m5.large": {"ami_id": "ami-0123456789abcdef0", "reserve": 1}}'},
     )

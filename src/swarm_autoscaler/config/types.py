@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, SecretStr
@@ -190,6 +190,35 @@ class AllowedType(BaseModel):
         le=100_000,
         description="While a worker of this type is up, launch more only for more than this many tasks.",
     )
+    capacity: Annotated[list[Capacity], AfterValidator(_capacities)] = Field(
+        default_factory=lambda: ["on-demand"],
+        description='EC2 capacity to launch with, tried in order (["spot", "on-demand"]: spot, falling back '
+        "to on-demand when EC2 refuses spot).",
+    )
+    spot_price_per_hour: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_PRICE,
+        description="USD per hour of a spot machine; with spot first in `capacity`, the cheapest fit uses it.",
+    )
+
+    @property
+    def planned_price(self) -> float | None:
+        """The price the cheapest-fit choice uses: the spot price when spot is tried first and one is set."""
+        if self.capacity[0] == "spot" and self.spot_price_per_hour is not None:
+            return self.spot_price_per_hour
+        return self.price_per_hour
+
+
+Capacity = Literal["spot", "on-demand"]
+
+
+def _capacities(value: list[Capacity]) -> list[Capacity]:
+    if not value or len(set(value)) != len(value):
+        raise PydanticCustomError(
+            "capacity", 'expected a non-empty list without repeats, like ["spot", "on-demand"]'
+        )
+    return value
 
 
 def known_types(types: dict[str, AllowedType]) -> dict[str, AllowedType]:

@@ -7,6 +7,11 @@ about the others. So a refusal blocks only its (type, subnet) pair; a launch goe
 type still open (`open_subnets`), and the planner counts a type as unavailable only while every subnet
 it could launch in is blocked (`refused_types`). Taking the whole type out after one subnet refused
 would make the plan fall back to a type twice the price while another zone could launch it.
+
+Spot and on-demand capacity are refused apart (a spot shortage, or a spot price above the bid, says
+nothing about on-demand capacity), so a strike is per (type, subnet, capacity). `unavailable` reports a
+(type, subnet) pair only while every capacity the type may launch with is blocked there, so the planner
+still sees one pair per subnet.
 """
 
 from __future__ import annotations
@@ -44,12 +49,18 @@ class _Strike:
 DEFAULT_INITIAL = 180.0
 DEFAULT_MAXIMUM = 600.0
 
+ON_DEMAND = "on-demand"
+SPOT = "spot"
+CAPACITIES = (SPOT, ON_DEMAND)
+
 
 class CapacityBackoff:
-    """Which (type, subnet) pairs EC2 recently refused, and until when they are skipped.
+    """Which (type, subnet, capacity) offerings EC2 recently refused, and until when they are skipped.
 
-    The first refusal blocks the pair for `initial` seconds; each further refusal of the same pair
-    (without a success in between) doubles that, up to `maximum`. A success forgets the pair.
+    The first refusal blocks the offering for `initial` seconds; each further refusal of the same one
+    (without a success in between) doubles that, up to `maximum`. A success forgets it. `capacity` is
+    "on-demand" unless said otherwise; `capacities` maps a type to the capacities it launches with (a
+    type not in it: on-demand only).
     """
 
     def __init__(self, initial: float = DEFAULT_INITIAL, maximum: float = DEFAULT_MAXIMUM) -> None:
@@ -57,29 +68,51 @@ class CapacityBackoff:
             raise ValueError(f"need 0 < initial <= maximum, got {initial}, {maximum}")
         self._initial = initial
         self._maximum = maximum
-        self._strikes: dict[tuple[str, str], _Strike] = {}
+        self._strikes: dict[tuple[str, str, str], _Strike] = {}
+        self.capacities: dict[str, tuple[str, ...]] = {}
 
-    def refused(self, type_name: str, subnet_id: str, now: float) -> Unavailable:
-        previous = self._strikes.get((type_name, subnet_id))
+    def _capacities(self, type_name: str) -> tuple[str, ...]:
+        return self.capacities.get(type_name) or (ON_DEMAND,)
+
+    def refused(self, type_name: str, subnet_id: str, now: float, capacity: str = ON_DEMAND) -> Unavailable:
+        previous = self._strikes.get((type_name, subnet_id, capacity))
         count = previous.count + 1 if previous else 1
         delay = min(self._initial * 2 ** (count - 1), self._maximum)
-        self._strikes[(type_name, subnet_id)] = _Strike(count, now + delay)
+        self._strikes[(type_name, subnet_id, capacity)] = _Strike(count, now + delay)
         return Unavailable(type_name, now + delay, subnet_id)
 
-    def succeeded(self, type_name: str, subnet_id: str) -> None:
-        self._strikes.pop((type_name, subnet_id), None)
+    def succeeded(self, type_name: str, subnet_id: str, capacity: str = ON_DEMAND) -> None:
+        self._strikes.pop((type_name, subnet_id, capacity), None)
 
-    def blocked(self, type_name: str, subnet_id: str, now: float) -> bool:
-        strike = self._strikes.get((type_name, subnet_id))
+    def blocked(self, type_name: str, subnet_id: str, now: float, capacity: str = ON_DEMAND) -> bool:
+        strike = self._strikes.get((type_name, subnet_id, capacity))
         return strike is not None and strike.until > now
 
-    def open_subnets(self, type_name: str, subnets: Sequence[str], now: float) -> tuple[str, ...]:
+    def open_subnets(
+        self, type_name: str, subnets: Sequence[str], now: float, capacity: str = ON_DEMAND
+    ) -> tuple[str, ...]:
         """The subnets of `subnets` (see `launch_subnets`) where `type_name` is not blocked at `now`."""
-        return tuple(s for s in launch_subnets(subnets) if not self.blocked(type_name, s, now))
+        return tuple(s for s in launch_subnets(subnets) if not self.blocked(type_name, s, now, capacity))
+
+    def open_offerings(
+        self, type_name: str, subnets: Sequence[str], now: float, capacities: Sequence[str]
+    ) -> tuple[tuple[str, str], ...]:
+        """(subnet, capacity) pairs to try in order: per subnet, each of `capacities` not blocked."""
+        return tuple(
+            (subnet, capacity)
+            for subnet in launch_subnets(subnets)
+            for capacity in capacities
+            if not self.blocked(type_name, subnet, now, capacity)
+        )
 
     def unavailable(self, now: float) -> tuple[Unavailable, ...]:
+        """The (type, subnet) pairs blocked for every capacity of the type, until the first reopens."""
+        pairs: dict[tuple[str, str], dict[str, float]] = {}
+        for (type_name, subnet_id, capacity), strike in self._strikes.items():
+            if strike.until > now:
+                pairs.setdefault((type_name, subnet_id), {})[capacity] = strike.until
         return tuple(
-            Unavailable(type_name, strike.until, subnet_id)
-            for (type_name, subnet_id), strike in sorted(self._strikes.items())
-            if strike.until > now
+            Unavailable(type_name, min(untils[c] for c in self._capacities(type_name)), subnet_id)
+            for (type_name, subnet_id), untils in sorted(pairs.items())
+            if all(c in untils for c in self._capacities(type_name))
         )

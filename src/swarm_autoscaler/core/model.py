@@ -135,6 +135,7 @@ class Instance:
     `launched_at` is EC2's launch time, or the time of its last start from the warm pool (as EC2's
     LaunchTime is after a start). `labels` are the node labels it was launched with (kept in its tags):
     its node gets them once it joins. `pool`: its warm pool phase, None for a machine launched to work.
+    `spot`: a spot instance (EC2 may interrupt it, and it cannot be stopped into the warm pool).
     """
 
     id: str
@@ -147,6 +148,7 @@ class Instance:
     tags: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     pool: PoolPhase | None = None
+    spot: bool = False
 
     @property
     def alive(self) -> bool:

@@ -128,6 +128,7 @@ def into_pool(facts: Facts, shrink: Step) -> Step:
             member is None
             or not isinstance(action, Terminate)
             or pooled[member.type_name] >= pools.get(member.type_name, 0)
+            or (member.instance is not None and member.instance.spot)  # EC2 cannot stop a spot one
         ):
             actions.append(action)
             continue

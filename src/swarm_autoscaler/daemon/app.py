@@ -169,6 +169,7 @@ def _ec2(settings: Settings, swarm: Orchestrator) -> Ec2Cloud:
         key_name=settings.ec2.key_name,
         iam_instance_profile=settings.ec2.iam_instance_profile,
         custom_tags=dict(settings.ec2.custom_tags),
+        capacities={name: tuple(spec.capacity) for name, spec in settings.ec2.allowed_types.items()},
         capacity_backoff_initial=settings.timing.capacity_backoff_initial,
         capacity_backoff_max=settings.timing.capacity_backoff_max,
         join_command=swarm.join_command,
