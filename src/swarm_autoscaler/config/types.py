@@ -156,6 +156,21 @@ def _boot_script(value: str) -> str:
     return value
 
 
+Capacity = Literal["spot", "on-demand"]
+
+
+def _on_demand() -> list[Capacity]:
+    return ["on-demand"]
+
+
+def _capacities(value: list[Capacity]) -> list[Capacity]:
+    if not value or len(set(value)) != len(value):
+        raise PydanticCustomError(
+            "capacity", 'expected a non-empty list without repeats, like ["spot", "on-demand"]'
+        )
+    return value
+
+
 class AllowedType(BaseModel):
     """How one allowed instance type is launched and used."""
 
@@ -191,7 +206,7 @@ class AllowedType(BaseModel):
         description="While a worker of this type is up, launch more only for more than this many tasks.",
     )
     capacity: Annotated[list[Capacity], AfterValidator(_capacities)] = Field(
-        default_factory=lambda: ["on-demand"],
+        default_factory=_on_demand,
         description='EC2 capacity to launch with, tried in order (["spot", "on-demand"]: spot, falling back '
         "to on-demand when EC2 refuses spot).",
     )
@@ -208,17 +223,6 @@ class AllowedType(BaseModel):
         if self.capacity[0] == "spot" and self.spot_price_per_hour is not None:
             return self.spot_price_per_hour
         return self.price_per_hour
-
-
-Capacity = Literal["spot", "on-demand"]
-
-
-def _capacities(value: list[Capacity]) -> list[Capacity]:
-    if not value or len(set(value)) != len(value):
-        raise PydanticCustomError(
-            "capacity", 'expected a non-empty list without repeats, like ["spot", "on-demand"]'
-        )
-    return value
 
 
 def known_types(types: dict[str, AllowedType]) -> dict[str, AllowedType]:
