@@ -336,3 +336,21 @@ async def test_the_marks_of_a_node_whose_drain_is_skipped_are_skipped_with_it() 
     )
     assert outcomes[1].kind == "skipped" and "ownership label" in outcomes[1].detail
     assert w.swarm.nodes[theirs].marks == before
+
+
+async def test_the_oldest_waiting_actions_start_first_and_the_deadline_leaves_the_newest() -> None:
+    swarm = OrderedSwarm(delay=0.1)
+    w = World(swarm)
+    nodes = [w.machine(n, worker=False)[0] for n in range(1, 7)]
+    marks = [MarkNode(node, NodeMarks(empty_since=float(n)), "empty") for n, node in enumerate(nodes)]
+    waited = {nodes[4]: 7, nodes[5]: 3}  # these two were planned and left over the last ticks
+    outcomes = await act(
+        Plan(tuple(marks)),
+        w.snapshot(),
+        w.ports,
+        config=ActConfig(CLUSTER, concurrency=2, deadline=0.15),  # one bookkeeping slot: two start
+        age=lambda a: waited.get(getattr(a, "node_id", ""), 0),
+    )
+    started = [node for node, step, _ in swarm.events if step == "start"]
+    assert started == [nodes[4], nodes[5]]  # oldest first, then the deadline stopped starting work
+    assert [o.ok for o in outcomes] == [False, False, False, False, True, True]

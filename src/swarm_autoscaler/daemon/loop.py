@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ import structlog
 from swarm_autoscaler.core.model import Instance, InstanceState, InstanceType, Policy, Unavailable, fields_of
 from swarm_autoscaler.core.ports import Cloud, LaunchResult, Lock
 from swarm_autoscaler.daemon.tick import ActConfig, ObserveError, Outcome, Ports, TickResult, run_tick
+from swarm_autoscaler.daemon.waiting import Waiting
 from swarm_autoscaler.errors import AutoscalerError
 
 log = structlog.get_logger("swarm_autoscaler.daemon.loop")
@@ -192,6 +194,7 @@ class Daemon:
     last_tick_ok: bool | None = None
     leader: bool = False
     ticks: int = 0
+    waiting: Waiting = field(default_factory=Waiting, repr=False)
     _standby_logged: bool = field(default=False, repr=False)
     _leadership: Leadership | None = field(default=None, repr=False)
 
@@ -234,7 +237,9 @@ class Daemon:
                     still_leader=lambda: leadership.held,
                     config=ActConfig(self.cluster_name, self.act_concurrency),
                     deadline=self.tick_deadline,
+                    age=self.waiting.age,
                 )
+            result = self._note_waiting(result)
             self.last_success = self.clock()
             self.last_snapshot_at = result.snapshot.now
             self._log_tick(result, time.perf_counter() - started)
@@ -254,6 +259,24 @@ class Daemon:
         if self.on_tick is not None:
             self.on_tick(result, time.perf_counter() - started, error)
         return result
+
+    def _note_waiting(self, result: TickResult) -> TickResult:
+        """Count the actions planned again without being carried out; ONE warning line in a tick where
+        some have just waited more than `waiting.warn_after` ticks (the daemon is not keeping up)."""
+        if not result.acted:
+            return result
+        now = result.snapshot.now
+        overdue = self.waiting.update(now, result.plan, result.outcomes)
+        if overdue is not None:
+            log.warning(
+                "actions keep waiting: planned again tick after tick and not carried out",
+                cluster=self.cluster_name,
+                ticks=self.waiting.warn_after,
+                just_overdue=overdue.kinds,
+                oldest_ticks=overdue.oldest_ticks,
+                oldest_seconds=round(overdue.oldest_seconds, 1),
+            )
+        return dataclasses.replace(result, waiting=self.waiting.oldest(now))
 
     def _note_leadership(self, held: bool) -> None:
         if held != self.leader or not self._standby_logged:

@@ -64,6 +64,18 @@ class Metrics:
             ["cluster", "kind", "outcome"],
             registry=r,
         )
+        self.deferred = Counter(
+            "autoscaler_actions_deferred",
+            "Actions left to the next tick by the tick's deadline (not started, or cut at the hard stop), by kind",
+            ["cluster", "kind"],
+            registry=r,
+        )
+        self.oldest_waiting = Gauge(
+            "autoscaler_oldest_waiting_action_seconds",
+            "Seconds the oldest action planned again tick after tick and not yet carried out has waited",
+            ["cluster"],
+            registry=r,
+        )
         self.launch_failures = Counter(
             "autoscaler_launch_failures", "Failed launches by reason", ["cluster", "reason"], registry=r
         )
@@ -144,7 +156,10 @@ class Metrics:
             self.buckets.labels(self.cluster, bucket, type_name).set(count)
         self.cordoned.labels(self.cluster).set(sum(1 for m in result.cluster.active if m.cordoned))
         self.pool.observe(result)
+        self.oldest_waiting.labels(self.cluster).set(result.waiting)
         for outcome in result.outcomes:
+            if outcome.kind == "deadline":
+                self.deferred.labels(self.cluster, outcome.action_kind).inc()
             label = "ok" if outcome.ok else outcome.kind or "error"
             self.actions.labels(self.cluster, outcome.action_kind, label).inc()
             if outcome.action_kind == "Launch" and not outcome.ok:

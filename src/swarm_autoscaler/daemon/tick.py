@@ -27,6 +27,7 @@ from swarm_autoscaler.daemon.act import (
     StillLeader,
     act,
 )
+from swarm_autoscaler.daemon.jobs import Age
 from swarm_autoscaler.errors import AutoscalerError
 
 __all__ = [
@@ -52,6 +53,7 @@ class TickResult:
     plan: Plan
     outcomes: tuple[Outcome, ...]
     acted: bool
+    waiting: float = 0.0  # seconds the oldest action still waiting has waited (set by the daemon)
 
     @functools.cached_property
     def cluster(self) -> Cluster:
@@ -96,12 +98,13 @@ async def run_tick(
     planner: Callable[[Snapshot, Policy], Plan] = make_plan,
     config: ActConfig = DEFAULT_ACT,
     deadline: float | None = None,
+    age: Age = lambda _: 0,
 ) -> TickResult:
     """Observe, plan and (when `leader`) act. Raises ObserveError when observe fails.
 
     `deadline`: seconds the whole tick may take (None: none); act gets what observe and plan left of
     it, but never less than half of it, so that a slow observe cannot leave act no time at all.
-    Overrides `config.deadline`."""
+    Overrides `config.deadline`. `age(action)`: the ticks it has waited (act starts the oldest first)."""
     started = time.monotonic()
     snapshot = await observe(ports, catalogue, now)
     plan = planner(snapshot, policy)
@@ -110,5 +113,5 @@ async def run_tick(
     if deadline is not None:
         left = max(deadline - (time.monotonic() - started), deadline / 2)
         config = dataclasses.replace(config, deadline=left)
-    outcomes = await act(plan, snapshot, ports, still_leader, config)
+    outcomes = await act(plan, snapshot, ports, still_leader, config, age)
     return TickResult(snapshot, policy, plan, outcomes, acted=True)
