@@ -24,7 +24,7 @@ async def deadline_act_got(monkeypatch: pytest.MonkeyPatch, deadline: float, pla
     seen: list[ActConfig] = []
 
     async def recording_act(
-        p: Plan, s: Snapshot, ports: Ports, still_leader: StillLeader, config: ActConfig = GIVEN
+        p: Plan, s: Snapshot, ports: Ports, still_leader: StillLeader, config: ActConfig = GIVEN, *_: object
     ) -> tuple[Outcome, ...]:
         seen.append(config)
         return ()
