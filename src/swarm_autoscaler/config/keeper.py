@@ -160,6 +160,21 @@ class KeeperSettings(BaseSettings):
         description="Lifetime of a replica's lease on a cluster unless refreshed: a dead replica's clusters "
         "move to another within it. At least twice AUTOSCALER_KEEPER_CHECK_INTERVAL.",
     )
+    usage_interval: Duration = Field(
+        default=30.0,
+        gt=0,
+        le=1800,
+        description="Time between two readings of every cluster machine for usage per wallet (needs "
+        "AUTOSCALER_REDIS_URL). A reading is absolute, so a longer interval loses nothing while EC2 still "
+        "lists the machines (about an hour after they end); it only delays the figures.",
+    )
+    wallet_metric_limit: int = Field(
+        default=200,
+        ge=1,
+        le=10_000,
+        description="Most wallets with their own label values in the usage metrics; the rest are added up "
+        "under the wallet label `_other` (bounds the metrics' cardinality).",
+    )
 
     @field_validator("token")
     @classmethod

@@ -6,6 +6,10 @@ compared in constant time and never logged. Errors are JSON `{"error": "..."}`:
     GET    /v1/clusters                                  200, a JSON list
     GET    /v1/clusters/{user_id}/{wallet_id}            200; 404 unknown
     DELETE /v1/clusters/{user_id}/{wallet_id}            202 (ends it now); 404 without a live cluster
+    GET    /v1/usage?user_id=&wallet_id=&since=&until=   200, instance-seconds and USD: totals, per
+                                                         wallet, per cluster (`usage.usage_json`);
+                                                         since/until epoch seconds, whole hours; 400 for
+                                                         a bad one; 503 without a ledger (no redis)
     GET    /healthz, /metrics                            no token (no state changes)
 
 401 without a token or with a wrong one, 422 for ids that break `model.ID_RULE`, 503 when the cloud
@@ -22,8 +26,9 @@ from aiohttp import web
 
 from swarm_autoscaler.errors import AutoscalerError
 from swarm_autoscaler.keeper.metrics import KeeperMetrics
-from swarm_autoscaler.keeper.model import Cluster, ClusterKey, InvalidIdError
+from swarm_autoscaler.keeper.model import ID_PATTERN, ID_RULE, Cluster, ClusterKey, InvalidIdError
 from swarm_autoscaler.keeper.service import Keeper, KeeperBusyError
+from swarm_autoscaler.keeper.usage import UsageLedger, usage_json
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 KEEPER: web.AppKey[Keeper] = web.AppKey("keeper", Keeper)
@@ -60,7 +65,9 @@ class _Routes:
         metrics: KeeperMetrics,
         expected_start_s: float,
         healthy: Callable[[], str | None],
+        usage: UsageLedger | None = None,
     ) -> None:
+        self.usage = usage
         self.keeper = keeper
         self._expected = f"Bearer {token}".encode()
         self.metrics = metrics
@@ -118,6 +125,26 @@ class _Routes:
             return _error(404, "no live cluster for this user and wallet")
         return web.json_response(self._view(cluster), status=202)
 
+    async def get_usage(self, request: web.Request) -> web.Response:
+        if self.usage is None:
+            return _error(503, "usage accounting needs AUTOSCALER_REDIS_URL")
+        query = request.query
+        ids = {}
+        for name in ("user_id", "wallet_id"):
+            value = query.get(name) or None
+            if value is not None and not ID_PATTERN.fullmatch(value):
+                raise InvalidIdError(f"{name} {value[:80]!r} is not valid: {ID_RULE}")
+            ids[name] = value
+        window = {}
+        for name in ("since", "until"):
+            text = query.get(name) or None
+            try:
+                window[name] = None if text is None else float(text)
+            except ValueError:
+                return _error(400, f"{name} must be epoch seconds, got {str(text)[:40]!r}")
+        rows = await self.usage.query(ids["user_id"], ids["wallet_id"], window["since"], window["until"])
+        return web.json_response(usage_json(rows))
+
     async def healthz(self, _: web.Request) -> web.Response:
         problem = self.healthy()
         if problem is not None:
@@ -140,10 +167,11 @@ def build_keeper_app(
     *,
     expected_start_s: float = 120.0,
     healthy: Callable[[], str | None] = lambda: None,
+    usage: UsageLedger | None = None,
 ) -> web.Application:
     """The API over `keeper`. `healthy` returns None when fine, else why not (503 on /healthz).
     `expected_start_s` is how long a primary usually takes to run (for `eta_s`)."""
-    routes = _Routes(keeper, token, metrics, expected_start_s, healthy)
+    routes = _Routes(keeper, token, metrics, expected_start_s, healthy, usage)
     app = web.Application(middlewares=[routes.guard])
     app[KEEPER] = keeper
     base = "/v1/clusters/{user_id}/{wallet_id}"
@@ -152,6 +180,7 @@ def build_keeper_app(
     app.router.add_get("/v1/clusters", routes.list_clusters)
     app.router.add_get(base, routes.get_cluster)
     app.router.add_delete(base, routes.delete_cluster)
+    app.router.add_get("/v1/usage", routes.get_usage)
     app.router.add_get("/healthz", routes.healthz)
     app.router.add_get("/metrics", routes.metrics_text)
     return app

@@ -27,6 +27,7 @@ from swarm_autoscaler.errors import ConfigurationError, EndpointError
 from swarm_autoscaler.keeper.adapters.dask_probe import HttpSchedulerProbe
 from swarm_autoscaler.keeper.adapters.ec2_primaries import Ec2Primaries, UserData
 from swarm_autoscaler.keeper.adapters.redis_leases import RedisLocks
+from swarm_autoscaler.keeper.adapters.redis_usage import RedisUsage
 from swarm_autoscaler.keeper.adapters.tags import worker_tags
 from swarm_autoscaler.keeper.api import build_keeper_app
 from swarm_autoscaler.keeper.lifecycle import KeeperTiming
@@ -34,6 +35,7 @@ from swarm_autoscaler.keeper.locks import InProcessLocks
 from swarm_autoscaler.keeper.metrics import KeeperMetrics
 from swarm_autoscaler.keeper.model import ClusterKey
 from swarm_autoscaler.keeper.service import Keeper
+from swarm_autoscaler.keeper.usage import UsageAccountant
 from swarm_autoscaler.runtime.http import start_http
 from swarm_autoscaler.runtime.signals import run_until_signal
 
@@ -96,7 +98,11 @@ async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
         stack.push_async_callback(locks.close)
         probe = HttpSchedulerProbe()
         stack.push_async_callback(probe.close)
-        metrics = KeeperMetrics()
+        metrics = KeeperMetrics(keeper_settings.wallet_metric_limit)
+        usage = None
+        if config.redis.url is not None:
+            usage = RedisUsage(config.redis.url.get_secret_value(), keeper_settings.name)
+            stack.push_async_callback(usage.close)
         keeper = Keeper(
             hosts=hosts,
             probe=probe,
@@ -113,7 +119,12 @@ async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
             metrics,
             expected_start_s=min(EXPECTED_START_S, keeper_settings.max_start_time),
             healthy=lambda: _unhealthy(keeper),
+            usage=usage,
         )
+        if usage is not None:
+            keeper.accountant = UsageAccountant(
+                hosts, usage, keeper_settings.usage_interval, hosts.now, metrics.counted
+            )
         where = "AUTOSCALER_EC2_ENDPOINT" if config.ec2.endpoint else "AUTOSCALER_EC2_REGION"
         await _checked(where, stack.enter_async_context(hosts))  # the client only: no request yet
         await _listen(stack, app, config)  # before any request: a busy port is found first

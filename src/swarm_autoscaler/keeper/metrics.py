@@ -1,20 +1,42 @@
-"""The keeper's Prometheus metrics: clusters by state, requests by route and status, lifecycle actions.
-Each keeper owns its registry (no global state)."""
+"""The keeper's Prometheus metrics: clusters by state, requests by route and status, lifecycle actions,
+and usage per wallet (instance-seconds and USD counted by this replica's readings; add them up across
+replicas). Each keeper owns its registry (no global state).
+
+Usage's label cardinality is bounded: the first `wallet_limit` (user, wallet) pairs this replica counts
+get their own `user` and `wallet` label values; every later one is added to `user="_other",
+wallet="_other"`. The exact figures per wallet are in `GET /v1/usage`."""
 
 from __future__ import annotations
 
 from collections import Counter as Tally
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 
 from swarm_autoscaler.keeper.model import Cluster, ClusterState
+from swarm_autoscaler.keeper.usage import Reading
+
+OTHER = "_other"
 
 
 class KeeperMetrics:
-    def __init__(self) -> None:
+    def __init__(self, wallet_limit: int = 200) -> None:
         self.registry = CollectorRegistry()
+        self.wallet_limit = wallet_limit
+        self._wallets: set[tuple[str, str]] = set()
+        self.usage_seconds = Counter(
+            "keeper_usage_instance_seconds_total",
+            f"Instance-seconds counted per wallet (at most {wallet_limit} wallets; the rest under _other).",
+            ["user", "wallet"],
+            registry=self.registry,
+        )
+        self.usage_cost = Counter(
+            "keeper_usage_cost_usd_total",
+            f"USD counted per wallet (at most {wallet_limit} wallets; the rest under _other).",
+            ["user", "wallet"],
+            registry=self.registry,
+        )
         self.clusters = Gauge(
             "keeper_clusters", "Clusters this replica knows, by state.", ["state"], registry=self.registry
         )
@@ -33,6 +55,16 @@ class KeeperMetrics:
 
     def request(self, method: str, route: str, response: web.StreamResponse) -> None:
         self.requests.labels(method, route, str(response.status)).inc()
+
+    def counted(self, added: Sequence[Reading]) -> None:
+        """Usage this replica's reading added (`UsageAccountant.on_counted`)."""
+        for reading in added:
+            pair = (reading.machine.user_id, reading.machine.wallet_id)
+            if pair not in self._wallets and len(self._wallets) < self.wallet_limit:
+                self._wallets.add(pair)
+            labels = pair if pair in self._wallets else (OTHER, OTHER)
+            self.usage_seconds.labels(*labels).inc(reading.seconds)
+            self.usage_cost.labels(*labels).inc(reading.seconds * reading.price_per_second)
 
     def action(self, name: str) -> None:
         self.actions.labels(name).inc()

@@ -34,6 +34,7 @@ from swarm_autoscaler.errors import AutoscalerError
 from swarm_autoscaler.keeper.lifecycle import Decision, KeeperTiming, Probe, decide
 from swarm_autoscaler.keeper.model import Cluster, ClusterKey, ClusterState
 from swarm_autoscaler.keeper.ports import ClusterHosts, Locks, SchedulerProbe
+from swarm_autoscaler.keeper.usage import UsageAccountant
 
 log = structlog.get_logger("swarm_autoscaler.keeper")
 
@@ -59,6 +60,7 @@ class Keeper:
     create_wait: float = 30.0
     on_action: LifecycleHook | None = None
     lock_ttl: float = 0.0  # the lease's TTL; 0: three check intervals
+    accountant: UsageAccountant | None = None  # usage per wallet, read on its own interval in `run`
     checks: int = 0
     last_discovery: float | None = None  # when the last listing of every cluster succeeded (for /healthz)
     _known: dict[str, Cluster] = field(default_factory=dict)
@@ -147,13 +149,18 @@ class Keeper:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Discover clusters every interval (so clusters created by other replicas, or before a restart,
-        get a task here too) until `stop` is set; then stop every cluster task."""
+        get a task here too) until `stop` is set; then stop every cluster task. Usage is read meanwhile
+        (by every replica: the ledger counts each second once)."""
+        accounting = None if self.accountant is None else asyncio.create_task(self.accountant.run(stop))
         try:
             while not stop.is_set():
                 with contextlib.suppress(AutoscalerError):
                     await self.discover()
                 await _wait(stop, self.interval)
         finally:
+            if accounting is not None:
+                accounting.cancel()
+                await asyncio.gather(accounting, return_exceptions=True)
             await self.stop()
 
     async def discover(self) -> None:

@@ -52,6 +52,8 @@ from swarm_autoscaler.keeper.adapters.tags import (
     USER_TAG,
     WALLET_TAG,
     WORKER_KEEPER_TAG,
+    WORKER_USER_TAG,
+    WORKER_WALLET_TAG,
     new_cluster_id,
     order,
     orphan_clusters,
@@ -61,6 +63,7 @@ from swarm_autoscaler.keeper.adapters.tags import (
     to_cluster,
 )
 from swarm_autoscaler.keeper.model import Cluster, ClusterKey, ClusterState
+from swarm_autoscaler.keeper.usage import Machine, ended_at
 
 TERMINATE_BATCH = 50
 SWEEP_EVERY = 12  # listings between two looks for workers whose primary is gone (1 min at 5 s)
@@ -111,6 +114,7 @@ class Ec2Primaries(Ec2Transport):
         self._ports = (scheduler_port, dashboard_port)
         self._primary_ids: dict[str, str] = {}  # cluster id -> primary instance id (never changes)
         self._listings = 0
+        self._spot_prices: dict[tuple[str, str, int], float | None] = {}  # (type, zone, hour) -> USD/h
 
     # ----------------------------------------------------------------------------------- checks
 
@@ -195,6 +199,64 @@ class Ec2Primaries(Ec2Transport):
         cluster = to_cluster(raw, self._ports)
         self._primary_ids[cluster.cluster_id] = cluster.primary_id
         return cluster
+
+    async def machines(self) -> list[Machine]:
+        """Every machine of this keeper's clusters that EC2 still lists, terminated ones too (for usage):
+        the primaries by the keeper's tag, the workers by their keeper tag; two paged listings."""
+        out: list[Machine] = []
+        for tag, cid_tag, user_tag, wallet_tag in (
+            (KEEPER_TAG, CLUSTER_ID_TAG, USER_TAG, WALLET_TAG),
+            (WORKER_KEEPER_TAG, CLUSTER_TAG, WORKER_USER_TAG, WORKER_WALLET_TAG),
+        ):
+            filters = [
+                {"Name": f"tag:{OWNER_TAG}", "Values": [OWNER_VALUE]},
+                {"Name": f"tag:{tag}", "Values": [self._name]},
+            ]
+            try:
+                reservations = await self._pages("describe_instances", "Reservations", Filters=filters)
+            except (ClientError, BotoCoreError) as exc:
+                raise to_endpoint_error(self.endpoint, "DescribeInstances", exc) from None
+            for raw in (raw for res in reservations for raw in res.get("Instances", ())):
+                tags = tags_of(raw)
+                if tags.get(OWNER_TAG) != OWNER_VALUE or tags.get(tag) != self._name or not tags.get(cid_tag):
+                    continue
+                out.append(
+                    Machine(
+                        instance_id=raw["InstanceId"],
+                        user_id=tags.get(user_tag, ""),
+                        wallet_id=tags.get(wallet_tag, ""),
+                        cluster_id=tags[cid_tag],
+                        instance_type=raw.get("InstanceType", ""),
+                        launched_at=raw["LaunchTime"].timestamp(),
+                        ended_at=ended_at(raw),
+                        spot_price_per_hour=await self._spot_price(raw),
+                    )
+                )
+        return list({m.instance_id: m for m in out}.values())
+
+    async def _spot_price(self, raw: Mapping[str, Any]) -> float | None:
+        """The current spot price of a spot instance's type in its zone (cached per hour); None for an
+        on-demand instance, or when EC2 does not say (then the list price is used)."""
+        if raw.get("InstanceLifecycle") != "spot":
+            return None
+        zone = raw.get("Placement", {}).get("AvailabilityZone", "")
+        key = (raw.get("InstanceType", ""), zone, int(self.now() // 3600))
+        if key not in self._spot_prices:
+            price: float | None = None
+            try:
+                result = await self._call(
+                    "describe_spot_price_history",
+                    InstanceTypes=[key[0]],
+                    AvailabilityZone=zone,
+                    ProductDescriptions=["Linux/UNIX"],
+                    MaxResults=1,
+                )
+                history = result.get("SpotPriceHistory", ())
+                price = float(history[0]["SpotPrice"]) if history else None
+            except (ClientError, BotoCoreError, KeyError, ValueError):
+                price = None
+            self._spot_prices[key] = price
+        return self._spot_prices[key]
 
     # ----------------------------------------------------------------------------------- creating
 

@@ -1,0 +1,190 @@
+"""Usage per wallet: what each (user, wallet) spent on its clusters' machines. Pure, plus one loop.
+
+Every machine of a cluster (its primary and its workers) is billed from its launch to its end (or to
+now while it runs), per second with EC2's 60-second minimum, at its type's list price (the bundled
+catalogue's on-demand price per hour), or at the spot price when it runs as a spot instance and the
+price is known. A machine is attributed to the (user, wallet) and cluster of its ownership tags.
+
+The ledger (`UsageLedger`, redis in production) stores, per machine, the seconds already counted, and
+adds to the totals only what a new reading adds beyond them, in one atomic step: a reading is an
+absolute figure (seconds from launch to end or now), so a reading repeated by a restarted keeper or by
+another replica counts nothing twice, and a keeper down for a while counts its seconds on the next
+pass. Totals are kept by hour (the hour in which a reading counted them), so `since`/`until` select
+whole hours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol, runtime_checkable
+
+import structlog
+
+from swarm_autoscaler.core.catalogue import CATALOGUE
+from swarm_autoscaler.errors import AutoscalerError
+
+log = structlog.get_logger("swarm_autoscaler.keeper.usage")
+
+MINIMUM_S = 60.0  # EC2 bills at least a minute each time a machine starts
+HOUR = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Machine:
+    """One machine of a cluster as EC2 lists it. `ended_at` is None while it runs."""
+
+    instance_id: str
+    user_id: str
+    wallet_id: str
+    cluster_id: str
+    instance_type: str
+    launched_at: float
+    ended_at: float | None = None
+    spot_price_per_hour: float | None = None
+
+    def billed_seconds(self, now: float) -> float:
+        """Seconds billed if it ended at min(its end, now): at least the minimum once launched."""
+        end = now if self.ended_at is None else min(self.ended_at, now)
+        if end < self.launched_at:
+            return 0.0
+        return max(MINIMUM_S, end - self.launched_at)
+
+    @property
+    def price_per_second(self) -> float:
+        if self.spot_price_per_hour is not None:
+            return self.spot_price_per_hour / HOUR
+        known = CATALOGUE.get(self.instance_type)
+        price = known.price_per_hour if known is not None else None
+        return (price or 0.0) / HOUR
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What the ledger is told about one machine: its billed seconds so far and their price."""
+
+    machine: Machine
+    seconds: float
+    price_per_second: float
+
+
+def readings(machines: Iterable[Machine], now: float) -> list[Reading]:
+    return [Reading(m, m.billed_seconds(now), m.price_per_second) for m in machines if m.cluster_id]
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """Instance-seconds and cost (USD) of one cluster of one (user, wallet)."""
+
+    user_id: str
+    wallet_id: str
+    cluster_id: str
+    seconds: float
+    cost: float
+
+
+@runtime_checkable
+class UsageLedger(Protocol):
+    async def record(self, readings: Sequence[Reading], now: float) -> list[Reading]:
+        """Add what each reading adds beyond what was counted for its machine; atomic per reading.
+        Returns the increments (a reading whose seconds is what was added, its cost seconds times price)."""
+        ...
+
+    async def query(
+        self, user_id: str | None, wallet_id: str | None, since: float | None, until: float | None
+    ) -> list[UsageRow]:
+        """The rows of the matching (user, wallet) pairs, counted in hours in [since, until)."""
+        ...
+
+
+def usage_json(rows: Sequence[UsageRow]) -> dict[str, Any]:
+    """The API's view: totals, per wallet and per cluster."""
+    wallets: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in sorted(rows, key=lambda r: (r.user_id, r.wallet_id, r.cluster_id)):
+        w = wallets.setdefault(
+            (row.user_id, row.wallet_id),
+            {"user_id": row.user_id, "wallet_id": row.wallet_id, "instance_seconds": 0.0, "cost_usd": 0.0},
+        )
+        w["instance_seconds"] += row.seconds
+        w["cost_usd"] += row.cost
+    return {
+        "instance_seconds": round(sum(r.seconds for r in rows), 3),
+        "cost_usd": round(sum(r.cost for r in rows), 6),
+        "wallets": [
+            {**w, "instance_seconds": round(w["instance_seconds"], 3), "cost_usd": round(w["cost_usd"], 6)}
+            for w in wallets.values()
+        ],
+        "clusters": [
+            {
+                "cluster_id": r.cluster_id,
+                "user_id": r.user_id,
+                "wallet_id": r.wallet_id,
+                "instance_seconds": round(r.seconds, 3),
+                "cost_usd": round(r.cost, 6),
+            }
+            for r in sorted(rows, key=lambda r: (r.user_id, r.wallet_id, r.cluster_id))
+        ],
+    }
+
+
+def ended_at(raw: Mapping[str, Any]) -> float | None:
+    """When a stopped or terminated instance ended, from EC2's `StateTransitionReason`
+    ("User initiated (2026-12-03 07:45:12 GMT)"); None while it runs or when the reason has no time."""
+    state = raw.get("State", {}).get("Name", "")
+    if state in ("pending", "running"):
+        return None
+    reason = raw.get("StateTransitionReason") or ""
+    start, stop = reason.rfind("("), reason.rfind(")")
+    if start < 0 or stop < start:
+        return None
+    text = reason[start + 1 : stop].replace(" GMT", "").replace(" UTC", "")
+    try:
+        return datetime.strptime(text, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
+
+
+class MachineSource(Protocol):
+    async def machines(self) -> list[Machine]:
+        """Every machine of this keeper's clusters EC2 still lists (terminated ones too)."""
+        ...
+
+
+WalletHook = Callable[[Sequence[Reading]], None]
+
+
+@dataclass
+class UsageAccountant:
+    """Reads every machine each `interval` and records the readings. Every replica may run one: the
+    ledger counts each second once whoever reads it."""
+
+    source: MachineSource
+    ledger: UsageLedger
+    interval: float = 30.0
+    clock: Callable[[], float] = time.time
+    on_counted: WalletHook | None = None
+    passes: int = 0
+    _last: float | None = field(default=None)
+
+    async def account(self) -> list[Reading]:
+        now = self.clock()
+        added = await self.ledger.record(readings(await self.source.machines(), now), now)
+        self.passes += 1
+        self._last = now
+        if self.on_counted is not None and added:
+            self.on_counted(added)
+        return added
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.account()
+            except AutoscalerError as exc:
+                log.warning("usage pass failed", error=str(exc))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.interval):
+                    await stop.wait()
