@@ -20,6 +20,7 @@ BENCHMARKS: dict[str, str] = {
     "fidelity": "bench.fidelity_bench",
     "peer": "bench.peer_bench",
     "packing": "bench.packing_bench",
+    "drain": "bench.drain_bench",
 }
 
 
