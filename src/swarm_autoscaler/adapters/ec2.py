@@ -230,6 +230,32 @@ class Ec2Cloud(Ec2Transport):
         if unknown:
             raise ConfigurationError(f"EC2 at {self.endpoint} does not know instance type(s) {unknown}")
 
+    async def spot_prices(self, names: Sequence[str]) -> dict[str, float]:
+        """The current spot price (USD per hour, Linux) of each of `names` that EC2 quotes: the highest
+        across the zones it quotes, as a launch may land in any subnet's zone. Raises EndpointError."""
+        if not names:
+            return {}
+        try:
+            history = await self._pages(
+                "describe_spot_price_history",
+                "SpotPriceHistory",
+                InstanceTypes=list(dict.fromkeys(names)),
+                ProductDescriptions=["Linux/UNIX", "Linux/UNIX (Amazon VPC)"],
+                StartTime=self._clock(),  # from now: only each zone's current price
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise to_endpoint_error(self.endpoint, "DescribeSpotPriceHistory", exc) from None
+        prices: dict[str, float] = {}
+        for entry in history:
+            try:
+                price = float(entry["SpotPrice"])
+            except (KeyError, ValueError):
+                continue
+            name = entry.get("InstanceType", "")
+            if name in names and price > 0:
+                prices[name] = max(price, prices.get(name, 0.0))
+        return prices
+
     # ----------------------------------------------------------------------------------- launching
 
     def unavailable(self, now: float) -> tuple[Unavailable, ...]:

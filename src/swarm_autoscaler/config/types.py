@@ -214,13 +214,15 @@ class AllowedType(BaseModel):
         default=None,
         gt=0,
         le=MAX_PRICE,
-        description="USD per hour of a spot machine; with spot first in `capacity`, the cheapest fit uses it.",
+        description="USD per hour of a spot machine; with spot first in `capacity`, the cheapest fit uses "
+        "it (unset: the spot price EC2 quotes at start-up).",
     )
 
     @property
     def planned_price(self) -> float | None:
-        """The price the cheapest-fit choice uses: the spot price when spot is tried first and one is set."""
-        if self.capacity[0] == "spot" and self.spot_price_per_hour is not None:
+        """The price overriding the catalogue's in the cheapest-fit choice. Spot first: the spot price when
+        set, else None (the daemon then prices the type at the spot price EC2 quotes at start-up)."""
+        if self.capacity[0] == "spot":
             return self.spot_price_per_hour
         return self.price_per_hour
 

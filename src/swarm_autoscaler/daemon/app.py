@@ -180,7 +180,32 @@ async def _start_ec2(
     stack: contextlib.AsyncExitStack, ec2: Ec2Cloud, settings: Settings
 ) -> dict[str, InstanceType]:
     await stack.enter_async_context(ec2)
-    return await _catalogue(ec2, list(settings.ec2.allowed_types))
+    catalogue = await _catalogue(ec2, list(settings.ec2.allowed_types))
+    return await _with_spot_prices(ec2, catalogue, settings)
+
+
+async def _with_spot_prices(
+    ec2: Ec2Cloud, catalogue: dict[str, InstanceType], settings: Settings
+) -> dict[str, InstanceType]:
+    """Types launched spot first without a `spot_price_per_hour` are priced, for the cheapest-fit choice,
+    at the spot price EC2 quotes at start-up; if EC2 quotes none (or refuses), at the on-demand price."""
+    wanted = [
+        name
+        for name, spec in settings.ec2.allowed_types.items()
+        if spec.capacity[0] == "spot" and spec.spot_price_per_hour is None and name in catalogue
+    ]
+    if not wanted:
+        return catalogue
+    try:
+        prices = await ec2.spot_prices(wanted)
+    except EndpointError as exc:
+        log.warning(f"spot prices unreadable, the on-demand price is used for the choice: {exc}")
+        return catalogue
+    out = dict(catalogue)
+    for name, price in prices.items():
+        out[name] = dataclasses.replace(out[name], price_per_hour=price)
+    log.info("spot prices read from EC2", prices=prices)
+    return out
 
 
 def _without_consolidation(policy: Policy, check: SchedulerCheck, scheduler: str) -> Policy:

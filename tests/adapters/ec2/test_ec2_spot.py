@@ -6,6 +6,7 @@ launches a warm-pool machine as spot."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -13,6 +14,9 @@ from tests.adapters.ec2.ec2_helpers import CloudFactory
 from tests.fakes import SteppedClock
 
 from swarm_autoscaler.adapters.ec2 import Ec2Cloud
+from swarm_autoscaler.config.settings import load_settings
+from swarm_autoscaler.core.catalogue import CATALOGUE
+from swarm_autoscaler.daemon.app import _with_spot_prices
 from swarm_autoscaler_lab.localcloud import FaultInjector, LocalNetwork
 
 TYPE = "c5.large"
@@ -93,3 +97,29 @@ async def test_a_warm_pool_launch_is_never_spot(make_cloud: CloudFactory) -> Non
     result = await cloud.launch(TYPE, 1, {}, pool=True)
     assert len(result.instances) == 1 and [market(p) for p in sent] == [None]
     assert not (await cloud.list_instances())[0].spot
+
+
+async def test_spot_prices_are_read_from_ec2_for_the_types_asked(make_cloud: CloudFactory) -> None:
+    cloud = await make_cloud()
+    prices = await cloud.spot_prices([TYPE, "m5.large"])
+    assert set(prices) == {TYPE, "m5.large"}  # moto quotes a token price in every zone
+    assert all(0 < p < 1 for p in prices.values())
+    assert await cloud.spot_prices([]) == {}
+
+
+async def test_the_daemon_prices_a_spot_first_type_at_ec2s_quote_unless_a_price_is_set(
+    make_cloud: CloudFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    types = {
+        TYPE: {"ami_id": "ami-12345678", "capacity": ["spot", "on-demand"]},
+        "m5.large": {"ami_id": "ami-12345678", "capacity": ["spot"], "spot_price_per_hour": 0.04},
+        "m5.xlarge": {"ami_id": "ami-12345678"},
+    }
+    monkeypatch.setenv("AUTOSCALER_CLUSTER_NAME", "spot")
+    monkeypatch.setenv("AUTOSCALER_DASK_SCHEDULER_URL", "tcp://scheduler:8786")
+    monkeypatch.setenv("AUTOSCALER_EC2_ALLOWED_TYPES", json.dumps(types))
+    catalogue = {name: CATALOGUE[name] for name in types}
+    priced = await _with_spot_prices(await make_cloud(), catalogue, load_settings())
+    assert priced[TYPE].price_per_hour is not None and priced[TYPE].price_per_hour < 0.01  # moto's quote
+    assert priced["m5.large"] == catalogue["m5.large"]  # its set spot price wins, in the policy
+    assert priced["m5.xlarge"] == catalogue["m5.xlarge"]  # on-demand: the catalogue's price
