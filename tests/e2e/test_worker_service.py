@@ -69,8 +69,8 @@ async def test_machines_boot_from_user_data_into_the_worker_service(cloud: Local
     manager = lc.local_swarm.manager
     phases: dict[str, float] = {}
     t = time.monotonic()
+    tarball = BUILD / "image" / f"runtime-{image_key()}.tar"  # where ensure_image caches it
     await asyncio.to_thread(ensure_image, manager)
-    tarball = BUILD / "image" / f"runtime-{image_key()}.tar"
     assert tarball.exists()
     t = _phase("image", t, phases)
 
