@@ -17,11 +17,12 @@ registry). The daemon runs in-process here (`lc.daemon()`); the daemon as a serv
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import time
 
 import pytest
-from distributed import Client, get_worker
+from distributed import Client
 from tests.e2e.helpers import hostname_of, owned_instances, start, wait_for
 
 from swarm_autoscaler.core.model import GIB, Terminate
@@ -34,12 +35,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.swarm, pytest.mark.timeout(900)]
 
 STACK = "dask"
 SERVICE = f"{STACK}_worker"
-
-
-def _where() -> tuple[str, dict[str, float]]:
-    """Run on a worker: its name and the resources it published."""
-    worker = get_worker()
-    return str(worker.name), dict(worker.state.total_resources)
 
 
 def _phase(name: str, started: float, phases: dict[str, float]) -> float:
@@ -88,9 +83,10 @@ async def test_machines_boot_from_user_data_into_the_worker_service(cloud: Local
             try:
                 async with Client(lc.scheduler_address, asynchronous=True) as client:
                     # 3 tasks of 2 CPUs each on m5.large (2 CPUs): one machine each
-                    futures = [
+                    futures = [  # time.sleep: the worker image can import it (not this test module)
                         client.submit(
-                            _where,
+                            time.sleep,
+                            1.0,
                             key=f"boot-{i}",
                             pure=False,
                             resources={"CPU": 2, "RAM": GIB, "instance-type:m5.large": 1},
@@ -101,7 +97,10 @@ async def test_machines_boot_from_user_data_into_the_worker_service(cloud: Local
                         lambda: bool(scheduler.workers), 300, "a worker started by swarm on a new node"
                     )
                     t = _phase("scale up (launch, boot from user data, join, worker service task)", t, phases)
-                    results = await asyncio.wait_for(client.gather(futures), 300)
+                    await asyncio.wait_for(client.gather(futures), 300)
+                    ran_on = await client.who_has(futures)
+                    workers = {addr: scheduler.workers[addr] for addrs in ran_on.values() for addr in addrs}
+                    results = [(str(ws.name), dict(ws.resources)) for ws in workers.values()]
                     t = _phase("tasks run", t, phases)
                 launched = {
                     iid: inst
@@ -133,5 +132,7 @@ async def test_machines_boot_from_user_data_into_the_worker_service(cloud: Local
                 await running.halt()
     finally:
         emulator.user_data_boot = None
+        with contextlib.suppress(Exception):  # what the workers said, for a failure's report
+            print(await manager.docker("service", "logs", "--tail", "40", SERVICE), flush=True)
         await manager.docker("stack", "rm", STACK)
     print("phases:", {k: round(v, 1) for k, v in phases.items()}, flush=True)
