@@ -309,3 +309,43 @@ async def test_workers_whose_primary_is_gone_are_listed_as_ending_clusters_and_t
         await hosts.list_clusters()
     assert hosts.stats.api_calls["DescribeInstances"] == describes + SWEEP_EVERY - 1
     assert [c.cluster_id for c in await hosts.list_clusters()] == [live.cluster_id]
+
+
+async def test_machines_lists_primary_and_workers_with_owner_type_and_spot_price(
+    make_hosts: Factory, raw_ec2: Any, network: LocalNetwork
+) -> None:
+    """Usage's source: every machine of this keeper, terminated ones too, attributed from its tags; a
+    spot worker carries the spot price EC2 reports, an on-demand one none (its list price is used)."""
+    hosts = await make_hosts()
+    cluster = await hosts.create(ALICE, 1_800_000_000.5)
+    on_demand = await _worker(raw_ec2, network, cluster.cluster_id, worker_tags(hosts._name, ALICE))
+    tags = {**worker_tags(hosts._name, ALICE), OWNER_TAG: OWNER_VALUE, CLUSTER_TAG: cluster.cluster_id}
+    result = await raw_ec2.run_instances(
+        ImageId=network.ami_id,
+        InstanceType="t3.micro",
+        MinCount=1,
+        MaxCount=1,
+        SubnetId=network.subnet_ids[0],
+        InstanceMarketOptions={"MarketType": "spot"},
+        TagSpecifications=[
+            {"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+        ],
+    )
+    spot = result["Instances"][0]["InstanceId"]
+    await _worker(raw_ec2, network, "kc-someone-else", worker_tags("another-keeper", BOB))
+    await raw_ec2.terminate_instances(InstanceIds=[on_demand])
+
+    machines = {m.instance_id: m for m in await hosts.machines()}
+
+    assert set(machines) == {cluster.primary_id, on_demand, spot}
+    assert {(m.user_id, m.wallet_id, m.cluster_id) for m in machines.values()} == {
+        ("alice", "w1", cluster.cluster_id)
+    }
+    assert (
+        machines[cluster.primary_id].instance_type == PRIMARY
+        and machines[cluster.primary_id].ended_at is None
+    )
+    assert machines[on_demand].ended_at is not None and machines[on_demand].spot_price_per_hour is None
+    price = machines[spot].spot_price_per_hour
+    assert price is not None and price > 0
+    assert machines[spot].price_per_second == price / 3600
