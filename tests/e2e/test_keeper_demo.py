@@ -44,6 +44,9 @@ def test_three_users_clusters_are_created_scale_and_all_end(tmp_path: Path) -> N
     assert result["launches"] >= 3 + sum(peaks.values()), context
     assert result["terminations"] == result["launches"], context
     assert result["final_instances"] == 0, context
+    # Each wallet's spend, as the keeper's usage counts it, is shown (at least its primary's minute).
+    costs = result["wallet_cost_usd"]
+    assert len(costs) == 3 and all(c is not None and c > 0 for c in costs.values()), context
     assert set(result) >= {
         "clusters_created",
         "clusters_ended",

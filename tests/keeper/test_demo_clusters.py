@@ -33,6 +33,7 @@ def test_the_summary_names_every_figure_and_every_error() -> None:
         "tasks_done": 20,
         "tasks": 24,
         "peak_workers": {"user1": 2},
+        "wallet_cost_usd": {"user1/w1": 0.0123},
         "launches": 9,
         "terminations": 8,
         "final_instances": 1,
@@ -42,3 +43,4 @@ def test_the_summary_names_every_figure_and_every_error() -> None:
     text = "\n".join(summary_lines(result))
     assert "clusters ended        2" in text and "final instances       1" in text
     assert "user3: RuntimeError: cluster failed" in text
+    assert "cost per wallet (USD) {'user1/w1': 0.0123}" in text

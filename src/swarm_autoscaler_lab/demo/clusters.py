@@ -18,6 +18,7 @@ The run ends when every cluster has ended (its `GET` answers 404), or at the tim
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import time
@@ -179,18 +180,25 @@ async def run_clusters(opts: ClustersOptions) -> dict[str, Any]:
         tasks = [asyncio.create_task(s(i * opts.stagger_s)) for i, s in enumerate(sessions)]
         try:
             with ClustersDashboard() as dash:
-                await _watch(kc, view, tasks, dash, started, opts.timeout_s)
+                await _watch(kc, api, view, tasks, dash, started, opts.timeout_s)
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await api.close()
         await _settle(kc, timeout=30.0)
+        await asyncio.sleep(2 * (1.0 if opts.fast else 2.0))  # the last usage readings
+        final = KeeperApi(url, kc.token)
+        try:
+            await _costs(final, view)
+        finally:
+            await final.close()
         return _summary(kc, view, time.monotonic() - started)
 
 
 async def _watch(
     kc: KeeperCloud,
+    api: KeeperApi,
     view: ClustersView,
     tasks: list[asyncio.Task[None]],
     dash: ClustersDashboard,
@@ -208,8 +216,20 @@ async def _watch(
             primary = kc.primaries.by_cluster(run.cluster_id) if kc.primaries and run.cluster_id else None
             run.workers = primary.worker_count() if primary is not None else 0
             run.peak_workers = max(run.peak_workers, run.workers)
+        await _costs(api, view)
         dash.update(view)
         await asyncio.sleep(0.5)
+
+
+async def _costs(api: KeeperApi, view: ClustersView) -> None:
+    """Each wallet's running cost, as the keeper counts it (`GET /v1/usage`)."""
+    with contextlib.suppress(aiohttp.ClientError):
+        status, body = await api.call("GET", "/v1/usage")
+        if status != 200 or not isinstance(body, dict):
+            return
+        spent = {(w["user_id"], w["wallet_id"]): w["cost_usd"] for w in body.get("wallets", ())}
+        for run in view.users:
+            run.cost_usd = spent.get((run.user, run.wallet), run.cost_usd)
 
 
 async def _settle(kc: KeeperCloud, timeout: float) -> None:
@@ -233,6 +253,7 @@ def _summary(kc: KeeperCloud, view: ClustersView, wall: float) -> dict[str, Any]
         "terminations": sum(1 for s in states if s in ("shutting-down", "terminated")),
         "final_instances": sum(1 for s in states if s in ("pending", "running")),
         "peak_workers": {u.user: u.peak_workers for u in view.users},
+        "wallet_cost_usd": {f"{u.user}/{u.wallet}": u.cost_usd for u in view.users},
         "tasks_done": sum(u.done for u in view.users),
         "tasks": sum(u.tasks for u in view.users),
         "errors": {u.user: u.error for u in view.users if u.error},
@@ -246,6 +267,7 @@ def summary_lines(result: dict[str, Any]) -> Iterator[str]:
     yield f"  clusters ended        {result['clusters_ended']}"
     yield f"  tasks done            {result['tasks_done']} of {result['tasks']}"
     yield f"  peak workers          {result['peak_workers']}"
+    yield f"  cost per wallet (USD) {result['wallet_cost_usd']}"
     yield f"  instances launched    {result['launches']} (primaries and workers)"
     yield f"  instances terminated  {result['terminations']}"
     yield f"  final instances       {result['final_instances']}"

@@ -32,6 +32,7 @@ class UserRun:
     running_after_s: float | None = None
     ended_after_s: float | None = None
     error: str = ""
+    cost_usd: float | None = None  # the wallet's spend so far (the keeper's GET /v1/usage)
 
 
 @dataclass
@@ -64,7 +65,7 @@ class ClustersDashboard(LiveDashboard[ClustersView]):
         view.printed = view.total_events
         if self.due():
             users = " | ".join(
-                f"{u.user}: {u.phase} {u.state} workers {u.workers} tasks {u.done}/{u.tasks}"
+                f"{u.user}: {u.phase} {u.state} workers {u.workers} tasks {u.done}/{u.tasks} cost {_usd(u.cost_usd)}"
                 for u in view.users
             )
             print(f"[{view.elapsed:6.1f}s] instances {view.instances} | {users}", flush=True)
@@ -82,6 +83,7 @@ def render(view: ClustersView) -> Group:
         "tasks",
         "running at",
         "ended at",
+        "wallet cost",
     ):
         table.add_column(column)
     for u in view.users:
@@ -95,6 +97,7 @@ def render(view: ClustersView) -> Group:
             f"{u.done}/{u.tasks}",
             _seconds(u.running_after_s),
             _seconds(u.ended_after_s),
+            _usd(u.cost_usd),
         )
     header = Panel(
         f"swarm-autoscaler demo --clusters {len(view.users)} - {view.elapsed:.1f}s - "
@@ -107,3 +110,7 @@ def render(view: ClustersView) -> Group:
 
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}s"
+
+
+def _usd(value: float | None) -> str:
+    return "-" if value is None else f"${value:.4f}"

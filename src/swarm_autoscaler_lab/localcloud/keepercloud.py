@@ -174,6 +174,7 @@ class KeeperCloud:
             "AUTOSCALER_KEEPER_MAX_START_TIME": "60s" if fast else "120s",
             "AUTOSCALER_KEEPER_CHECK_INTERVAL": "1s" if fast else "2s",
             "AUTOSCALER_KEEPER_LOCK_TTL": "3s" if fast else "6s",
+            "AUTOSCALER_KEEPER_USAGE_INTERVAL": "1s" if fast else "2s",
             "AUTOSCALER_KEEPER_HTTP_PORT": str(http_port),
             "AUTOSCALER_HTTP_HOST": "127.0.0.1",
             "AUTOSCALER_LOG_FORMAT": "console",
