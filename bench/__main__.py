@@ -17,6 +17,7 @@ BENCHMARKS: dict[str, str] = {
     "act": "bench.act_bench",
     "keeper": "bench.keeper_bench",
     "keeper-ec2": "bench.keeper_ec2_bench",
+    "keeper-usage": "bench.keeper_usage_bench",
     "fidelity": "bench.fidelity_bench",
     "peer": "bench.peer_bench",
     "packing": "bench.packing_bench",
