@@ -58,6 +58,6 @@ def test_the_clusters_dashboard_prints_each_event_once_and_a_line_per_period(
     lines = capsys.readouterr().out.splitlines()
     assert lines == [
         "     1.0s user1 requested a cluster",
-        "[   1.0s] instances 0 | user1: working - workers 0 tasks 1/4",
+        "[   1.0s] instances 0 | user1: working - workers 0 tasks 1/4 cost -",  # no usage read yet
         "     2.0s user1's cluster is running",
     ]

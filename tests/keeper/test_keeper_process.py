@@ -6,12 +6,12 @@ wrong setting is one line naming the variable."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import signal
 import socket
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,6 @@ CLI = str(Path(sys.executable).with_name("swarm-autoscaler"))
 TOKEN = "k33per-T0ken-that-must-never-leak"
 REDIS_PASSWORD = "keeper-Redis-pw"
 EC2_SECRET = "keeper/Ec2+Secret-never-logged"
-names = itertools.count(1)
 
 
 def free_port() -> int:
@@ -73,11 +72,14 @@ async def raw_ec2(moto: MotoServer) -> AsyncIterator[Any]:
 
 
 def keeper_env(moto: MotoServer, network: LocalNetwork, redis: RedisServer, port: int) -> dict[str, str]:
+    """A keeper process's environment. Its name is unique in the whole run, not per module: moto's
+    backends are process-wide, so a later module's fresh MotoServer still holds an earlier module's
+    machines, and a repeated keeper name would count them as its own."""
     env = env_without_autoscaler()
     env.update(
         {
             "AUTOSCALER_KEEPER_TOKEN": TOKEN,
-            "AUTOSCALER_KEEPER_NAME": f"proc-keeper-{next(names)}",
+            "AUTOSCALER_KEEPER_NAME": f"proc-keeper-{uuid.uuid4().hex[:8]}",
             "AUTOSCALER_KEEPER_PRIMARY_TYPE": "m5.large",
             "AUTOSCALER_KEEPER_PRIMARY_AMI_ID": network.ami_id,
             "AUTOSCALER_KEEPER_WORKER_TYPES": json.dumps({"t3.micro": {"ami_id": network.ami_id}}),
