@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 from tests.e2e.helpers import wait_for
@@ -32,7 +33,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 IDLE = 8.0  # seconds
 
 
-async def test_a_cluster_is_requested_runs_scales_with_its_work_and_ends_once_unused() -> None:
+async def test_a_cluster_is_requested_runs_scales_with_its_work_and_ends_once_unused(tmp_path: Path) -> None:
     async with (
         KeeperCloud(KeeperCloudOptions(fast=True, max_workers=3)) as kc,
         kc.keeper(idle_timeout_s=IDLE) as (
@@ -42,12 +43,12 @@ async def test_a_cluster_is_requested_runs_scales_with_its_work_and_ends_once_un
     ):
         api = KeeperApi(url, kc.token)
         try:
-            await _life_of_one_cluster(kc, api)
+            await _life_of_one_cluster(kc, api, tmp_path)
         finally:
             await api.close()
 
 
-async def _life_of_one_cluster(kc: KeeperCloud, api: KeeperApi) -> None:
+async def _life_of_one_cluster(kc: KeeperCloud, api: KeeperApi, tmp_path: Path) -> None:
     from distributed import Client
 
     path = "/v1/clusters/alice/none"
@@ -58,12 +59,13 @@ async def _life_of_one_cluster(kc: KeeperCloud, api: KeeperApi) -> None:
     assert tags_of(primary)[USER_TAG] == "alice" and tags_of(primary)[WALLET_TAG] == "none"
 
     body = await wait_state(api, path, "running", 60)
-    assert body["scheduler_url"] == f"tcp://{primary['PrivateIpAddress']}:8786"
+    assert body["scheduler_url"] == f"tls://{primary['PrivateIpAddress']}:8786"
     again, same = await api.call("PUT", path)
     assert again == 200 and same["id"] == cid
 
     peak = 0
-    async with Client(body["scheduler_url"], asynchronous=True) as client:  # type: ignore[no-untyped-call]
+    security = await api.security(path, tmp_path / "client")  # the client's TLS files, behind the token
+    async with Client(body["scheduler_url"], asynchronous=True, security=security) as client:  # type: ignore[no-untyped-call]
         futures = [client.submit(sleep_task, 2.0, resources={"CPU": 1.0}, pure=False) for _ in range(6)]
         gathered = asyncio.ensure_future(client.gather(futures))
         while not gathered.done():
@@ -95,7 +97,9 @@ async def _life_of_one_cluster(kc: KeeperCloud, api: KeeperApi) -> None:
     assert kc.instances() == {}
 
 
-async def test_a_restarted_keeper_with_stale_heartbeats_keeps_a_cluster_whose_scheduler_has_work() -> None:
+async def test_a_restarted_keeper_with_stale_heartbeats_keeps_a_cluster_whose_scheduler_has_work(
+    tmp_path: Path,
+) -> None:
     from distributed import Client
 
     path = "/v1/clusters/bob/w-1"
@@ -106,10 +110,11 @@ async def test_a_restarted_keeper_with_stale_heartbeats_keeps_a_cluster_whose_sc
                 status, body = await api.call("PUT", path)
                 cid = body["id"]
                 body = await wait_state(api, path, "running", 60)
+                security = await api.security(path, tmp_path / "client")
             finally:
                 await api.close()
         # The keeper is down. Work arrives directly at the scheduler, and no client heartbeats.
-        async with Client(body["scheduler_url"], asynchronous=True) as client:  # type: ignore[no-untyped-call]
+        async with Client(body["scheduler_url"], asynchronous=True, security=security) as client:  # type: ignore[no-untyped-call]
             long_task = client.submit(sleep_task, 3 * IDLE, resources={"CPU": 1.0}, pure=False)
             await wait_for(lambda: bool(workers_of(kc, cid)), 60, "a worker launched for the work")
             await asyncio.sleep(IDLE + 1.0)

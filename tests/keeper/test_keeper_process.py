@@ -79,6 +79,7 @@ def keeper_env(moto: MotoServer, network: LocalNetwork, redis: RedisServer, port
     env.update(
         {
             "AUTOSCALER_KEEPER_TOKEN": TOKEN,
+            "AUTOSCALER_KEEPER_PUBLIC_URL": f"http://127.0.0.1:{port}",
             "AUTOSCALER_KEEPER_NAME": f"proc-keeper-{uuid.uuid4().hex[:8]}",
             "AUTOSCALER_KEEPER_PRIMARY_TYPE": "m5.large",
             "AUTOSCALER_KEEPER_PRIMARY_AMI_ID": network.ami_id,
@@ -167,7 +168,7 @@ async def test_keeper_process_serves_the_api_launches_and_ends_a_cluster_and_sto
                 "w1",
             )
             assert created["state"] == "starting"
-            assert created["scheduler_url"] == f"tcp://{primary['PrivateIpAddress']}:8786"
+            assert created["scheduler_url"] == f"tls://{primary['PrivateIpAddress']}:8786"
 
             async with session.delete(f"{base}/v1/clusters/alice/w1", headers=auth) as response:
                 assert response.status == 202

@@ -5,6 +5,7 @@ the keeper's, and the boot template's rendering."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -24,6 +25,7 @@ TOKEN = "a-Keeper-token-0123456789"
 AMI = "ami-0123456789abcdef0"
 KEEPER = {
     "AUTOSCALER_KEEPER_TOKEN": TOKEN,
+    "AUTOSCALER_KEEPER_PUBLIC_URL": "http://10.0.0.5:8080",
     "AUTOSCALER_KEEPER_PRIMARY_AMI_ID": AMI,
     "AUTOSCALER_KEEPER_WORKER_TYPES": json.dumps(
         {"m5.large": {"ami_id": AMI, "reserve": 1}, "c5.large": {"ami_id": AMI}}
@@ -152,7 +154,10 @@ def test_each_clusters_autoscaler_settings_derive_from_the_keepers(keeper_env: p
     }
     script = user_data_of(config)(ClusterKey("alice", "none"), "kc-0123456789abcdef")
     assert "AKIAKEEPER" not in script and "never-in-user-data" not in script  # credentials stay out
-    assert "{{" not in script
+    assert not re.search(
+        r"\{\{\s*[A-Za-z_]", script
+    )  # every keeper placeholder filled (docker's {{.X}} stay)
+    assert TOKEN not in script  # the API token stays out: only the cluster's one-time token is there
     (tags_line,) = [line for line in script.splitlines() if line.startswith("AUTOSCALER_EC2_CUSTOM_TAGS=")]
     assert json.loads(
         tags_line.partition("=")[2]

@@ -65,6 +65,7 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from distributed import Client as _Client
+from distributed.security import Security
 
 from swarm_autoscaler.adapters.dask_check import MIN_DISTRIBUTED, PROBE, SchedulerCheck, cordon_problem
 from swarm_autoscaler.adapters.dask_fence import _FENCE, DEFAULT_FENCE_TTL, FENCE_PLUGIN, _make_recorders
@@ -268,6 +269,16 @@ class _HostnameMatcher:
 # --------------------------------------------------------------------------------------------- adapter
 
 
+def _security(tls_files: tuple[str, str, str] | None) -> Any:
+    """dask's TLS settings from (CA, certificate, key) PEM files; None: plain tcp://."""
+    if tls_files is None:
+        return None
+    ca, cert, key = tls_files
+    return Security(  # type: ignore[no-untyped-call]
+        tls_ca_file=ca, tls_client_cert=cert, tls_client_key=key, require_encryption=True
+    )
+
+
 class DaskWorkload:
     """`ports.Workload` on a dask scheduler.
 
@@ -286,8 +297,10 @@ class DaskWorkload:
         retire_timeout: float = 300.0,
         fence_ttl: float = DEFAULT_FENCE_TTL,
         clock: Callable[[], float] = time.time,
+        tls_files: tuple[str, str, str] | None = None,
     ) -> None:
         self.address = scheduler_address
+        self._security = _security(tls_files)
         self._pattern = worker_hostname_pattern
         self._fence_ttl = fence_ttl
         self._clock = clock
@@ -482,7 +495,13 @@ class DaskWorkload:
                 await self._discard_client()
             if self._client is not None:
                 return self._client
-            client = Client(self.address, asynchronous=True, timeout=self._timeout, set_as_default=False)
+            client = Client(
+                self.address,
+                asynchronous=True,
+                timeout=self._timeout,
+                set_as_default=False,
+                security=self._security,
+            )
             try:
                 await self._call(client, self._timeout + 5)
                 await self._watch(client)

@@ -26,6 +26,7 @@ from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings
 
+from swarm_autoscaler import __version__
 from swarm_autoscaler.config.durations import format_duration
 from swarm_autoscaler.config.settings import (
     PREFIX,
@@ -52,28 +53,77 @@ from swarm_autoscaler.core.catalogue import known_type
 KEEPER_PREFIX = f"{PREFIX}KEEPER_"
 EXAMPLE_TOKEN = "replace-me-with-a-long-random-token"
 KEEPER_HTTP_PORT = 8080
-PLACEHOLDERS = ("cluster_id", "user_id", "wallet_id", "scheduler_port", "dashboard_port", "autoscaler_env")
+DEFAULT_IMAGE = f"swarm-autoscaler:{__version__}"
+PLACEHOLDERS = (
+    "cluster_id",
+    "user_id",
+    "wallet_id",
+    "scheduler_port",
+    "dashboard_port",
+    "autoscaler_env",
+    "keeper_url",
+    "credentials_token",
+    "image",
+)
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 TEMPLATE_LIMIT = USER_DATA_LIMIT - 4096  # room for the rendered values (the worker types' JSON above all)
 
 DEFAULT_PRIMARY_BOOT = """\
 #!/bin/bash
 # Primary of on-demand cluster {{cluster_id}} (user {{user_id}}, wallet {{wallet_id}}), from the keeper.
-set -eu
+# Needs docker and curl on the AMI. Makes this machine the manager of a swarm of its own, running:
+# a dask scheduler speaking TLS only, the cluster's own autoscaler, and the dask worker as a global
+# service on the workers that autoscaler launches. Images: {{image}} only (pinned).
+set -euo pipefail
+umask 077
+D=/etc/swarm-autoscaler
+mkdir -p "$D/tls"
+# 1. This cluster's TLS files, once: the token below is spent on first use (a second use gets 410).
+curl -fsS --retry 30 --retry-delay 5 --retry-all-errors -o "$D/credentials.json" \\
+  -H "Authorization: Bearer {{credentials_token}}" "{{keeper_url}}/v1/primaries/{{cluster_id}}/credentials"
+docker run --rm --network none --user 0 -v "$D:/d" --entrypoint python3 {{image}} -c \\
+  'import json,pathlib; f=json.load(open("/d/credentials.json"))["files"]; [pathlib.Path("/d/tls",n).write_text(t) for n,t in f.items()]'
+rm -f "$D/credentials.json"
+# 2. A swarm of its own; the files become swarm secrets (swarm sends them only to the nodes that run a
+# task using them, in memory).
 docker swarm init
+ADDR=$(docker info --format '{{.Swarm.NodeAddr}}')
+for f in ca scheduler scheduler-key worker worker-key; do docker secret create "dask-$f" "$D/tls/$f.pem"; done
+rm -f "$D"/tls/*-key.pem
 docker network create --driver overlay --attachable dask
+S=/run/secrets
+TLS_SCHEDULER="--tls-ca-file $S/dask-ca --tls-cert $S/dask-scheduler --tls-key $S/dask-scheduler-key"
+TLS_WORKER="--tls-ca-file $S/dask-ca --tls-cert $S/dask-worker --tls-key $S/dask-worker-key"
+# 3. The scheduler: tls:// on {{scheduler_port}} (mutual TLS: only holders of this cluster's certificates
+# connect); its HTTP port {{dashboard_port}} (health, metrics, dashboard) is for the keeper's probe: open
+# it to the keeper's security group only (docs/keeper-security.md).
 docker service create --name dask-scheduler --network dask --constraint node.role==manager \\
-  --publish {{scheduler_port}}:8786 --publish {{dashboard_port}}:8787 \\
-  ghcr.io/dask/dask:latest dask scheduler
-mkdir -p /etc/swarm-autoscaler
-cat > /etc/swarm-autoscaler/cluster.env <<'SWARM_AUTOSCALER_ENV'
+  --secret dask-ca --secret dask-scheduler --secret dask-scheduler-key \\
+  --publish published={{scheduler_port}},target=8786,mode=host \\
+  --publish published={{dashboard_port}},target=8787,mode=host \\
+  --entrypoint dask {{image}} scheduler --protocol tls --port 8786 --dashboard-address :8787 $TLS_SCHEDULER
+# 4. The cluster's autoscaler: this swarm, this cluster's name and EC2 tags, the scheduler over TLS.
+cat > "$D/cluster.env" <<'SWARM_AUTOSCALER_ENV'
 {{autoscaler_env}}
-AUTOSCALER_DASK_SCHEDULER_URL=tcp://dask-scheduler:8786
+AUTOSCALER_DASK_SCHEDULER_URL=tls://dask-scheduler:8786
+AUTOSCALER_DASK_TLS_CA_FILE=/run/secrets/dask-ca
+AUTOSCALER_DASK_TLS_CERT_FILE=/run/secrets/dask-worker
+AUTOSCALER_DASK_TLS_KEY_FILE=/run/secrets/dask-worker-key
 AUTOSCALER_DOCKER_URL=unix:///var/run/docker.sock
 SWARM_AUTOSCALER_ENV
-docker service create --name autoscaler --network dask --constraint node.role==manager \\
+docker service create --name autoscaler --network dask --constraint node.role==manager --user 0 \\
+  --secret dask-ca --secret dask-worker --secret dask-worker-key \\
   --mount type=bind,src=/var/run/docker.sock,dst=/var/run/docker.sock \\
-  --env-file /etc/swarm-autoscaler/cluster.env swarm-autoscaler:latest run
+  --env-file "$D/cluster.env" {{image}} run
+# 5. The dask worker, one per machine the autoscaler launched (its ownership label), as in
+# docker/worker-stack.yml, with this cluster's worker certificate.
+docker service create --name dask-worker --mode global --network host \\
+  --constraint node.labels.swarm-autoscaler.cluster=={{cluster_id}} --constraint node.role==worker \\
+  --secret dask-ca --secret dask-worker --secret dask-worker-key \\
+  --env DASK_SCHEDULER_ADDRESS="tls://$ADDR:{{scheduler_port}}" --env 'DASK_WORKER_NAME={{.Node.Hostname}}' \\
+  --mount type=bind,src=/etc/swarm-autoscaler,dst=/etc/swarm-autoscaler,readonly \\
+  --restart-condition any --restart-delay 2s --stop-grace-period 30s \\
+  --entrypoint python3 {{image}} -m swarm_autoscaler.runtime.worker $TLS_WORKER
 """
 
 
@@ -117,8 +167,21 @@ class KeeperSettings(BaseSettings):
     primary_boot_template: str = Field(
         default="",
         description="Boot script of the primaries, with placeholders {{cluster_id}}, {{user_id}}, "
-        "{{wallet_id}}, {{scheduler_port}}, {{dashboard_port}} and {{autoscaler_env}} (the cluster's "
-        "autoscaler settings, one NAME=value line each). Empty: the built-in script (see docs/keeper.md).",
+        "{{wallet_id}}, {{scheduler_port}}, {{dashboard_port}}, {{autoscaler_env}} (the cluster's "
+        "autoscaler settings, one NAME=value line each), {{keeper_url}} (AUTOSCALER_KEEPER_PUBLIC_URL), "
+        "{{credentials_token}} (the one-time token that fetches the cluster's TLS files) and {{image}} "
+        "(AUTOSCALER_KEEPER_IMAGE). Empty: the built-in script (see docs/keeper.md).",
+    )
+    public_url: str | None = Field(
+        default=None,
+        description="The keeper's API as a primary reaches it (http:// or https://, no path): the default "
+        "boot script fetches its cluster's TLS files there. Required with the built-in boot script.",
+        json_schema_extra={"example": "http://10.0.0.5:8080"},
+    )
+    image: str = Field(
+        default=DEFAULT_IMAGE,
+        description="The image each primary runs its scheduler, autoscaler and workers from (the one "
+        "docker/Dockerfile builds), pinned by a version tag or a digest; never :latest.",
     )
     primary_iam_instance_profile: str | None = Field(
         default=None,
@@ -184,6 +247,26 @@ class KeeperSettings(BaseSettings):
             raise PydanticCustomError("token", "expected at least 16 characters")
         if secret == EXAMPLE_TOKEN:
             raise PydanticCustomError("token", "replace the template's example token with a random one")
+        return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        if not re.fullmatch(r"https?://[^\s/]+", value.rstrip("/")):
+            raise PydanticCustomError("url", "expected http://host:port or https://host:port, without a path")
+        return value.rstrip("/")
+
+    @field_validator("image")
+    @classmethod
+    def _pinned(cls, value: str) -> str:
+        name, _, digest = value.partition("@")
+        tag = name.rpartition(":")[2] if ":" in name.rpartition("/")[2] else ""
+        if not digest and (not tag or tag == "latest"):
+            raise PydanticCustomError(
+                "image", "expected an image pinned by a version tag or a digest (name:1.2.3), not :latest"
+            )
         return value
 
     @field_validator("primary_type")
@@ -260,6 +343,14 @@ def load_keeper_settings(env_file: str | os.PathLike[str] | None = None) -> Keep
                 f"{KEEPER_PREFIX}LOCK_TTL: must be at least twice {KEEPER_PREFIX}CHECK_INTERVAL "
                 f"({format_duration(2 * keeper.check_interval)}) so a replica keeps its clusters between two "
                 f"checks, got {format_duration(keeper.lock_ttl)}"
+            ]
+        )
+    if keeper.public_url is None and "keeper_url" in _PLACEHOLDER.findall(keeper.boot_template):
+        raise InvalidSettingsError(
+            [
+                f"{KEEPER_PREFIX}PUBLIC_URL: required by the primaries' boot script (it fetches its "
+                "cluster's TLS files from the keeper there): set it to the keeper's API as the primaries "
+                "reach it, for example http://10.0.0.5:8080"
             ]
         )
     return config

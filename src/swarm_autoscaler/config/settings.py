@@ -26,6 +26,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
@@ -316,6 +317,22 @@ class DaskSettings(BaseSettings):
             "required_when": "AUTOSCALER_MODE=computational",
         },
     )
+    tls_ca_file: str | None = Field(
+        default=None,
+        description="For a tls:// scheduler: the CA certificate (PEM file) that signed the scheduler's and "
+        "this autoscaler's certificates. Set it with AUTOSCALER_DASK_TLS_CERT_FILE and _KEY_FILE.",
+        json_schema_extra={"example": "/run/secrets/dask-ca.pem"},
+    )
+    tls_cert_file: str | None = Field(
+        default=None,
+        description="For a tls:// scheduler: this autoscaler's certificate (PEM file), signed by the CA.",
+        json_schema_extra={"example": "/run/secrets/dask-worker.pem"},
+    )
+    tls_key_file: str | None = Field(
+        default=None,
+        description="For a tls:// scheduler: the private key (PEM file) of AUTOSCALER_DASK_TLS_CERT_FILE.",
+        json_schema_extra={"example": "/run/secrets/dask-worker-key.pem"},
+    )
     worker_hostname_pattern: str = Field(
         default=r"^(?P<hostname>.+)$",
         description="Regular expression searched in a worker's name; its named group `hostname` is the "
@@ -334,6 +351,24 @@ class DaskSettings(BaseSettings):
         if "hostname" not in compiled.groupindex:
             raise PydanticCustomError("regex", "expected a regular expression with a group (?P<hostname>...)")
         return value
+
+    @model_validator(mode="after")
+    def _tls_all_or_none(self) -> DaskSettings:
+        files = (self.tls_ca_file, self.tls_cert_file, self.tls_key_file)
+        if any(files) and not all(files):
+            raise PydanticCustomError(
+                "tls", "set all three of the TLS_CA_FILE, TLS_CERT_FILE and TLS_KEY_FILE, or none"
+            )
+        if all(files) and not (self.scheduler_url or "").startswith("tls://"):
+            raise PydanticCustomError("tls", "the TLS files need a tls:// AUTOSCALER_DASK_SCHEDULER_URL")
+        return self
+
+    @property
+    def tls_files(self) -> tuple[str, str, str] | None:
+        """(CA, certificate, key) when the scheduler speaks TLS, else None."""
+        if self.tls_ca_file and self.tls_cert_file and self.tls_key_file:
+            return (self.tls_ca_file, self.tls_cert_file, self.tls_key_file)
+        return None
 
     def hostname_of(self, worker_name: str) -> str | None:
         """The node hostname in `worker_name`, or None when the pattern does not match it."""

@@ -68,7 +68,10 @@ async def open_daemon(
         if settings.mode != "computational" or settings.dask.scheduler_url is None:
             raise ConfigurationError(f"AUTOSCALER_MODE: {settings.mode} is not available in this build")
         workload = DaskWorkload(
-            settings.dask.scheduler_url, settings.dask.worker_hostname_pattern, clock=clock
+            settings.dask.scheduler_url,
+            settings.dask.worker_hostname_pattern,
+            clock=clock,
+            tls_files=settings.dask.tls_files,
         )
         stack.push_async_callback(workload.close)
         check = await _checked("AUTOSCALER_DASK_SCHEDULER_URL", workload.check_scheduler())

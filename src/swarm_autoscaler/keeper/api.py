@@ -10,6 +10,11 @@ compared in constant time and never logged. Errors are JSON `{"error": "..."}`:
                                                          wallet, per cluster (`usage.usage_json`);
                                                          since/until epoch seconds, whole hours; 400 for
                                                          a bad one; 503 without a ledger (no redis)
+    GET    /v1/clusters/{user_id}/{wallet_id}/credentials  200, the client's TLS files (PEM) of the live
+                                                         cluster; 404 without one
+    GET    /v1/primaries/{cluster_id}/credentials        the primary's TLS files, once: its bearer is the
+                                                         one-time token of its boot script (not the API
+                                                         token); 410 Gone on a second use
     GET    /healthz, /metrics                            no token (no state changes)
 
 401 without a token or with a wrong one, 422 for ids that break `model.ID_RULE`, 503 when the cloud
@@ -25,6 +30,7 @@ from typing import Any
 from aiohttp import web
 
 from swarm_autoscaler.errors import AutoscalerError
+from swarm_autoscaler.keeper.credentials import CredentialStore, token_matches
 from swarm_autoscaler.keeper.metrics import KeeperMetrics
 from swarm_autoscaler.keeper.model import ID_PATTERN, ID_RULE, Cluster, ClusterKey, InvalidIdError
 from swarm_autoscaler.keeper.service import Keeper, KeeperBusyError
@@ -33,6 +39,7 @@ from swarm_autoscaler.keeper.usage import UsageLedger, usage_json
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 KEEPER: web.AppKey[Keeper] = web.AppKey("keeper", Keeper)
 _EXEMPT = ("/healthz", "/metrics")
+_OWN_TOKEN = "/v1/primaries/"  # routes that check a token of their own
 
 
 def cluster_json(cluster: Cluster, now: float, eta_s: float) -> dict[str, Any]:
@@ -66,9 +73,12 @@ class _Routes:
         expected_start_s: float,
         healthy: Callable[[], str | None],
         usage: UsageLedger | None = None,
+        credentials: CredentialStore | None = None,
     ) -> None:
         self.usage = usage
         self.keeper = keeper
+        self._token = token
+        self.credentials = credentials
         self._expected = f"Bearer {token}".encode()
         self.metrics = metrics
         self.expected_start_s = expected_start_s
@@ -83,7 +93,7 @@ class _Routes:
         return response
 
     async def _respond(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path not in _EXEMPT:
+        if request.path not in _EXEMPT and not request.path.startswith(_OWN_TOKEN):
             given = request.headers.get("Authorization", "").encode()
             if not hmac.compare_digest(given, self._expected):
                 return _error(401, "missing or wrong bearer token")
@@ -145,6 +155,36 @@ class _Routes:
         rows = await self.usage.query(ids["user_id"], ids["wallet_id"], window["since"], window["until"])
         return web.json_response(usage_json(rows))
 
+    async def client_credentials(self, request: web.Request) -> web.Response:
+        cluster = await self.keeper.get(_key(request))
+        if cluster is None or not cluster.live:
+            return _error(404, "no live cluster for this user and wallet")
+        if self.credentials is None:
+            return _error(404, "this keeper's clusters have no TLS credentials")
+        made = await self.credentials.get_or_make(cluster.cluster_id)
+        return web.json_response(
+            {
+                "cluster_id": cluster.cluster_id,
+                "scheduler_url": cluster.scheduler_url,
+                "files": made.for_client(),
+            },
+            headers={"Cache-Control": "no-store"},
+        )
+
+    async def primary_credentials(self, request: web.Request) -> web.Response:
+        cid = request.match_info["cluster_id"]
+        given = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        if not ID_PATTERN.fullmatch(cid) or not token_matches(self._token, cid, given):
+            return _error(401, "missing or wrong one-time token")
+        if self.credentials is None:
+            return _error(404, "this keeper's clusters have no TLS credentials")
+        if not await self.credentials.use_once(cid):
+            return _error(410, "this one-time token was already used")
+        made = await self.credentials.get_or_make(cid)
+        return web.json_response(
+            {"cluster_id": cid, "files": made.for_primary()}, headers={"Cache-Control": "no-store"}
+        )
+
     async def healthz(self, _: web.Request) -> web.Response:
         problem = self.healthy()
         if problem is not None:
@@ -168,10 +208,12 @@ def build_keeper_app(
     expected_start_s: float = 120.0,
     healthy: Callable[[], str | None] = lambda: None,
     usage: UsageLedger | None = None,
+    credentials: CredentialStore | None = None,
 ) -> web.Application:
     """The API over `keeper`. `healthy` returns None when fine, else why not (503 on /healthz).
-    `expected_start_s` is how long a primary usually takes to run (for `eta_s`)."""
-    routes = _Routes(keeper, token, metrics, expected_start_s, healthy, usage)
+    `expected_start_s` is how long a primary usually takes to run (for `eta_s`). `credentials`: where
+    the clusters' TLS credentials are kept (None: the credentials routes answer 404)."""
+    routes = _Routes(keeper, token, metrics, expected_start_s, healthy, usage, credentials)
     app = web.Application(middlewares=[routes.guard])
     app[KEEPER] = keeper
     base = "/v1/clusters/{user_id}/{wallet_id}"
@@ -181,6 +223,8 @@ def build_keeper_app(
     app.router.add_get(base, routes.get_cluster)
     app.router.add_delete(base, routes.delete_cluster)
     app.router.add_get("/v1/usage", routes.get_usage)
+    app.router.add_get(base + "/credentials", routes.client_credentials)
+    app.router.add_get(_OWN_TOKEN + "{cluster_id}/credentials", routes.primary_credentials)
     app.router.add_get("/healthz", routes.healthz)
     app.router.add_get("/metrics", routes.metrics_text)
     return app

@@ -26,10 +26,13 @@ from swarm_autoscaler.config.keeper import KeeperConfig, cluster_env, env_lines,
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
 from swarm_autoscaler.keeper.adapters.dask_probe import HttpSchedulerProbe
 from swarm_autoscaler.keeper.adapters.ec2_primaries import Ec2Primaries, UserData
+from swarm_autoscaler.keeper.adapters.redis_credentials import RedisCredentials
 from swarm_autoscaler.keeper.adapters.redis_leases import RedisLocks
 from swarm_autoscaler.keeper.adapters.redis_usage import RedisUsage
 from swarm_autoscaler.keeper.adapters.tags import worker_tags
+from swarm_autoscaler.keeper.adapters.tls import make_credentials
 from swarm_autoscaler.keeper.api import build_keeper_app
+from swarm_autoscaler.keeper.credentials import InProcessCredentials, primary_token
 from swarm_autoscaler.keeper.lifecycle import KeeperTiming
 from swarm_autoscaler.keeper.locks import InProcessLocks
 from swarm_autoscaler.keeper.metrics import KeeperMetrics
@@ -50,9 +53,13 @@ def user_data_of(config: KeeperConfig) -> UserData:
     """The primaries' boot script for one cluster: the template with that cluster's values."""
     keeper = config.keeper
     template = keeper.boot_template
+    secret = keeper.token.get_secret_value()
 
     def render(key: ClusterKey, cluster_id: str) -> str:
         values = {
+            "keeper_url": keeper.public_url or "",
+            "credentials_token": primary_token(secret, cluster_id),
+            "image": keeper.image,
             "cluster_id": cluster_id,
             "user_id": key.user_id,
             "wallet_id": key.wallet_id,
@@ -96,6 +103,9 @@ async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
         hosts = primaries(config)
         locks = _locks(config)
         stack.push_async_callback(locks.close)
+        credentials = _credentials(config)
+        if isinstance(credentials, RedisCredentials):
+            stack.push_async_callback(credentials.close)
         probe = HttpSchedulerProbe()
         stack.push_async_callback(probe.close)
         metrics = KeeperMetrics(keeper_settings.wallet_metric_limit)
@@ -120,6 +130,7 @@ async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
             expected_start_s=min(EXPECTED_START_S, keeper_settings.max_start_time),
             healthy=lambda: _unhealthy(keeper),
             usage=usage,
+            credentials=credentials,
         )
         if usage is not None:
             keeper.accountant = UsageAccountant(
@@ -138,6 +149,13 @@ def _locks(config: KeeperConfig) -> RedisLocks | InProcessLocks:
     if config.redis.url is None:
         return InProcessLocks()
     return RedisLocks(config.redis.url.get_secret_value(), config.keeper.name)
+
+
+def _credentials(config: KeeperConfig) -> RedisCredentials | InProcessCredentials:
+    """The clusters' TLS credentials: in redis when the replicas share one (they must agree on them)."""
+    if config.redis.url is None:
+        return InProcessCredentials(make_credentials)
+    return RedisCredentials(config.redis.url.get_secret_value(), config.keeper.name, make_credentials)
 
 
 def _unhealthy(keeper: Keeper) -> str | None:

@@ -21,14 +21,17 @@ import asyncio
 import contextlib
 import json
 import random
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from swarm_autoscaler_lab.demo.clusters_view import ClustersDashboard, ClustersView, UserRun
+from swarm_autoscaler_lab.localcloud import tls_files
 from swarm_autoscaler_lab.localcloud.keepercloud import KeeperCloud, KeeperCloudOptions
 
 WALLETS = ("w-research", "none", "w-teaching", "w-lab", "none")
@@ -76,6 +79,14 @@ class KeeperApi:
             body = await response.json() if response.content_type == "application/json" else None
             return response.status, body
 
+    async def security(self, path: str, folder: Path) -> Any:
+        """The client's dask `Security` for the live cluster at `path`, its TLS files (from
+        `GET <path>/credentials`) written in `folder`."""
+        status, body = await self.call("GET", path + "/credentials")
+        if status != 200:
+            raise RuntimeError(f"GET {path}/credentials answered {status}: {body}")
+        return tls_files.client_security_of(tls_files.write_files(folder, body["files"]))
+
     async def close(self) -> None:
         await self._session.close()
 
@@ -99,7 +110,9 @@ class Session:
         try:
             await asyncio.sleep(delay)
             cluster = await self._request()
-            await self._work(cluster["scheduler_url"])
+            with tempfile.TemporaryDirectory(prefix="swarm-autoscaler-client-") as folder:
+                security = await self.api.security(self.path, Path(folder))
+                await self._work(cluster["scheduler_url"], security)
             await self._wait_end()
         except Exception as exc:  # shown on the dashboard and in the summary; the others go on
             self.run.phase, self.run.error = "failed", f"{type(exc).__name__}: {exc}"
@@ -130,11 +143,11 @@ class Session:
         self.view.event(f"{self.run.user}: running, scheduler {cluster['scheduler_url']}")
         return dict(cluster)
 
-    async def _work(self, scheduler_url: str) -> None:
+    async def _work(self, scheduler_url: str, security: Any) -> None:
         from distributed import Client
 
         self.run.phase, self.run.tasks = "working", len(self.work)
-        async with Client(scheduler_url, asynchronous=True) as client:  # type: ignore[no-untyped-call]
+        async with Client(scheduler_url, asynchronous=True, security=security) as client:  # type: ignore[no-untyped-call]
             futures = [
                 client.submit(
                     _sleep_task, s, key=f"{self.run.user}-{i:03d}", resources={"CPU": 1.0}, pure=False

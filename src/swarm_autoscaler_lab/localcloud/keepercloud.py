@@ -165,6 +165,7 @@ class KeeperCloud:
         env = {
             **self.ec2_env(),
             "AUTOSCALER_KEEPER_TOKEN": self.token,
+            "AUTOSCALER_KEEPER_PUBLIC_URL": f"http://127.0.0.1:{http_port}",
             "AUTOSCALER_KEEPER_NAME": self.keeper_name,
             "AUTOSCALER_KEEPER_PRIMARY_TYPE": PRIMARY_TYPE,
             "AUTOSCALER_KEEPER_PRIMARY_AMI_ID": self.network.ami_id,

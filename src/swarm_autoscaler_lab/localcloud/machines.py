@@ -123,6 +123,7 @@ class MachineEmulator:
     never_join_rate: float = 0.0
     never_join_ids: set[str] = field(default_factory=set)
     worker_resources: Callable[[InstanceType], dict[str, float]] = dask_resources
+    security: Any = None  # dask `Security` of the workers, for a tls:// scheduler
     seed: int = 0
     # The real boot (real-dockerd path): each machine runs its user data on its own dockerd node, and its
     # dask worker is the one swarm starts there from the worker service. None = the shortcut (in-memory
@@ -277,6 +278,7 @@ class MachineEmulator:
             host="127.0.0.1",
             dashboard=False,
             validate=False,
+            security=self.security,
         )
         await worker
         return worker

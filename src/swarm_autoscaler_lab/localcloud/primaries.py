@@ -35,6 +35,17 @@ DaemonEnv = Callable[[PrimaryBoot], Mapping[str, str]]
 ENV_LINE = re.compile(r"^(AUTOSCALER_[A-Z0-9_]+)=(.*)$", re.MULTILINE)
 
 
+# The default boot script's fetch of its TLS files: the one-time token and the keeper's URL.
+FETCH_LINE = re.compile(r'Authorization: Bearer ([0-9A-Za-z_-]+)" "(https?://\S+/credentials)"')
+
+
+def credentials_fetch(user_data: str) -> tuple[str, str]:
+    """(URL, one-time token) of the boot script's credentials fetch; ("", "") when it has none (a
+    hand-written script: the cluster then speaks plain tcp)."""
+    match = FETCH_LINE.search(user_data)
+    return (match.group(2), match.group(1)) if match else ("", "")
+
+
 def autoscaler_env(user_data: str) -> dict[str, str]:
     """The AUTOSCALER_* lines of a boot script, by name (a later line wins, as in an env file)."""
     return {name: value for name, value in ENV_LINE.findall(user_data)}
@@ -96,7 +107,10 @@ class PrimaryEmulator:
         try:
             await asyncio.sleep(self.boot_delay)
             user_data = await asyncio.to_thread(self._user_data, boot.instance_id)
-            boot = dataclasses.replace(boot, user_env=autoscaler_env(user_data))
+            url, token = credentials_fetch(user_data)
+            boot = dataclasses.replace(
+                boot, user_env=autoscaler_env(user_data), credentials_url=url, credentials_token=token
+            )
             primary = LocalPrimary(boot, self.options, self.daemon_env(boot))
             await primary.start()
             self.primaries[boot.instance_id] = primary

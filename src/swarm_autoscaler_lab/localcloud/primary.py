@@ -26,6 +26,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import structlog
 from distributed import Scheduler
@@ -33,6 +34,7 @@ from distributed import Scheduler
 from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.model import Availability, Node, NodeStatus
 from swarm_autoscaler.daemon.loop import Daemon
+from swarm_autoscaler_lab.localcloud import tls_files
 from swarm_autoscaler_lab.localcloud.cloud import quote_env
 from swarm_autoscaler_lab.localcloud.machines import MachineEmulator, MemoryJoiner
 from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
@@ -53,6 +55,8 @@ class PrimaryBoot:
     hostname: str
     private_ip: str
     user_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    credentials_url: str = ""  # the boot script's fetch of its TLS files ("": plain tcp)
+    credentials_token: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +91,13 @@ class LocalPrimary:
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._stack = contextlib.AsyncExitStack()
+        self.tls_paths: dict[str, str] = {}
+        self._security: tuple[Any, Any] | None = None
 
     @property
     def scheduler_url(self) -> str:
-        return f"tcp://{self.boot.private_ip}:{self.options.scheduler_port}"
+        scheme = "tls" if self.boot.credentials_url else "tcp"
+        return f"{scheme}://{self.boot.private_ip}:{self.options.scheduler_port}"
 
     @property
     def dashboard_url(self) -> str:
@@ -101,6 +108,7 @@ class LocalPrimary:
         stopped again and the error raised (the emulator retries the boot, as cloud-init would)."""
         try:
             self._add_manager_node()
+            await self._fetch_credentials()
             await self._start_scheduler()
             await self._start_daemon()
             self._start_workers()
@@ -119,9 +127,20 @@ class LocalPrimary:
         )
         self.swarm.nodes[node.id] = node
 
+    async def _fetch_credentials(self) -> None:
+        """As the default boot script's curl: the cluster's TLS files, once, with the one-time token."""
+        if not self.boot.credentials_url:
+            return
+        body = await tls_files.fetch(self.boot.credentials_url, self.boot.credentials_token)
+        folder = self.options.workdir / f"{self.boot.cluster_id}-tls"
+        self.tls_paths = tls_files.write_files(folder, body["files"])
+        self._security = tls_files.primary_security(self.tls_paths)
+
     async def _start_scheduler(self) -> None:
         ip = self.boot.private_ip
         self.scheduler = await Scheduler(
+            protocol="tls" if self._security else None,
+            security=self._security[0] if self._security else None,
             host=ip,
             port=self.options.scheduler_port,
             dashboard=False,  # /health and /metrics are served all the same
@@ -142,6 +161,10 @@ class LocalPrimary:
             "AUTOSCALER_CLUSTER_NAME": self.boot.cluster_id,
             "AUTOSCALER_DASK_SCHEDULER_URL": self.scheduler_url,
         }
+        if self.tls_paths:  # as the default boot script's cluster.env: the workers' certificate
+            env["AUTOSCALER_DASK_TLS_CA_FILE"] = self.tls_paths["ca.pem"]
+            env["AUTOSCALER_DASK_TLS_CERT_FILE"] = self.tls_paths["worker.pem"]
+            env["AUTOSCALER_DASK_TLS_KEY_FILE"] = self.tls_paths["worker-key.pem"]
         path = self.options.workdir / f"{self.boot.cluster_id}.env"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(f"{k}={quote_env(v)}\n" for k, v in env.items()))
@@ -165,6 +188,7 @@ class LocalPrimary:
             scheduler_address=self.scheduler_url,
             catalogue=CATALOGUE,
             boot_delay=self.options.worker_boot_delay,
+            security=self._security[1] if self._security else None,
         )
         self._tasks.append(asyncio.create_task(self.emulator.run(self.options.emulator_interval)))
 

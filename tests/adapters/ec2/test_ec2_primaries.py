@@ -126,7 +126,7 @@ async def test_create_launches_a_tagged_primary_with_its_boot_script(
     assert cluster.state == ClusterState.STARTING and cluster.key == ALICE
     assert cluster.created_at == cluster.last_heartbeat == 1_800_000_000.5
     ip = raw["PrivateIpAddress"]
-    assert (cluster.scheduler_url, cluster.dashboard_url) == (f"tcp://{ip}:8786", f"http://{ip}:8787")
+    assert (cluster.scheduler_url, cluster.dashboard_url) == (f"tls://{ip}:8786", f"http://{ip}:8787")
     assert hosts.stats.api_calls["RunInstances"] == 1
 
 

@@ -98,7 +98,7 @@ def to_cluster(raw: Mapping[str, Any], ports: tuple[int, int]) -> Cluster:
         last_heartbeat=seconds(tags.get(HEARTBEAT_TAG)) or created,
         last_answered=seconds(tags.get(ANSWERED_TAG)),
         primary_id=raw["InstanceId"],
-        scheduler_url=tags.get(SCHEDULER_URL_TAG) or (f"tcp://{ip}:{ports[0]}" if ip else ""),
+        scheduler_url=tags.get(SCHEDULER_URL_TAG) or (f"tls://{ip}:{ports[0]}" if ip else ""),
         dashboard_url=tags.get(DASHBOARD_URL_TAG) or (f"http://{ip}:{ports[1]}" if ip else ""),
         reason=reason,
     )

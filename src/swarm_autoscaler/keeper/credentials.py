@@ -1,0 +1,119 @@
+"""Each cluster's TLS credentials, and who may have them.
+
+A cluster's credentials (a CA of its own and the scheduler's, workers' and client's certificates, see
+`adapters.tls`) are made on first use and kept in a `CredentialStore` shared by every replica (redis, or
+this process alone without redis), so every replica hands out the same ones. They are never written to
+EC2 tags or logs.
+
+Two holders may read them:
+
+- the cluster's primary, once: its boot script carries a one-time token, `primary_token(secret,
+  cluster id)` (an HMAC of the cluster id under the keeper's API token, so any replica can check it
+  without storing it), and `GET /v1/primaries/{cluster_id}/credentials` with it answers once; a second
+  use gets 410 Gone. User data is readable by whoever may call DescribeInstanceAttribute, so a token
+  already used is worth nothing to them;
+- the cluster's user, through the keeper's token-protected API (`GET /v1/clusters/{user}/{wallet}/
+  credentials`): the client's certificate and the CA's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Protocol, runtime_checkable
+
+
+def primary_token(secret: str, cluster_id: str) -> str:
+    """The one-time token of `cluster_id`'s primary (hex), derived from the keeper's API token."""
+    return hmac.new(secret.encode(), f"primary-credentials:{cluster_id}".encode(), hashlib.sha256).hexdigest()
+
+
+def token_matches(secret: str, cluster_id: str, given: str) -> bool:
+    """Constant-time check of a primary's token."""
+    return hmac.compare_digest(primary_token(secret, cluster_id).encode(), given.encode())
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """The PEM files of one cluster. `ca_key` never leaves the keeper."""
+
+    ca_cert: str
+    ca_key: str
+    scheduler_cert: str
+    scheduler_key: str
+    worker_cert: str
+    worker_key: str
+    client_cert: str
+    client_key: str
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @staticmethod
+    def from_json(text: str) -> Credentials:
+        return Credentials(**json.loads(text))
+
+    def for_primary(self) -> dict[str, str]:
+        """What the primary needs: the CA's certificate, the scheduler's and the workers' pairs."""
+        return {
+            "ca.pem": self.ca_cert,
+            "scheduler.pem": self.scheduler_cert,
+            "scheduler-key.pem": self.scheduler_key,
+            "worker.pem": self.worker_cert,
+            "worker-key.pem": self.worker_key,
+        }
+
+    def for_client(self) -> dict[str, str]:
+        """What a user's client needs: the CA's certificate and the client's pair."""
+        return {"ca.pem": self.ca_cert, "client.pem": self.client_cert, "client-key.pem": self.client_key}
+
+
+MakeCredentials = Callable[[str], Credentials]
+
+
+@runtime_checkable
+class CredentialStore(Protocol):
+    """Credentials by cluster id, shared by every replica."""
+
+    async def get_or_make(self, cluster_id: str) -> Credentials:
+        """The cluster's credentials; made and stored on first use (concurrent first uses through any
+        replicas agree on one set: the first stored wins)."""
+        ...
+
+    async def use_once(self, cluster_id: str) -> bool:
+        """True the first time it is called for `cluster_id` (the primary's token is then spent), False
+        after."""
+        ...
+
+    async def forget(self, cluster_id: str) -> None:
+        """Drop a gone cluster's credentials (idempotent)."""
+        ...
+
+
+class InProcessCredentials:
+    """`CredentialStore` for a single replica (no `AUTOSCALER_REDIS_URL`): a restart forgets them, so a
+    primary launched before a restart keeps its own and its users must get a new cluster."""
+
+    def __init__(self, make: MakeCredentials) -> None:
+        self._make = make
+        self._made: dict[str, Credentials] = {}
+        self._used: set[str] = set()
+
+    async def get_or_make(self, cluster_id: str) -> Credentials:
+        if cluster_id not in self._made:
+            made = await asyncio.to_thread(self._make, cluster_id)
+            self._made.setdefault(cluster_id, made)
+        return self._made[cluster_id]
+
+    async def use_once(self, cluster_id: str) -> bool:
+        if cluster_id in self._used:
+            return False
+        self._used.add(cluster_id)
+        return True
+
+    async def forget(self, cluster_id: str) -> None:
+        self._made.pop(cluster_id, None)

@@ -1,0 +1,95 @@
+"""The keeper's default primary boot script, rendered as the keeper renders it for one cluster: valid
+bash, pinned images only, every AUTOSCALER_* variable it writes is a real setting (and the resulting
+cluster autoscaler settings load), the dask options it passes exist in the pinned distributed, the
+worker entrypoint it runs exists, and it fetches its TLS files with the cluster's one-time token.
+
+What these checks stand in for: no test here runs the script on a machine with cloud-init (the
+keeper's end-to-end tests boot primaries through the local cloud's emulator, which follows the same
+protocol: fetch the files with the token, run a TLS scheduler)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from swarm_autoscaler.config.keeper import DEFAULT_PRIMARY_BOOT, load_keeper_settings
+from swarm_autoscaler.config.settings import load_settings
+from swarm_autoscaler.config.variables import variables
+from swarm_autoscaler.keeper.app import user_data_of
+from swarm_autoscaler.keeper.credentials import primary_token
+from swarm_autoscaler.keeper.model import ClusterKey
+
+TOKEN = "a-Keeper-token-0123456789"
+AMI = "ami-0123456789abcdef0"
+CID = "kc-0123456789abcdef"
+IMAGE = "swarm-autoscaler:0.1.0"
+
+
+@pytest.fixture
+def script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    for name in [n for n in __import__("os").environ if n.startswith("AUTOSCALER_")]:
+        monkeypatch.delenv(name)
+    env = {
+        "AUTOSCALER_KEEPER_TOKEN": TOKEN,
+        "AUTOSCALER_KEEPER_PUBLIC_URL": "http://10.0.0.5:8080",
+        "AUTOSCALER_KEEPER_IMAGE": IMAGE,
+        "AUTOSCALER_KEEPER_PRIMARY_AMI_ID": AMI,
+        "AUTOSCALER_KEEPER_WORKER_TYPES": json.dumps({"m5.large": {"ami_id": AMI}}),
+        "AUTOSCALER_EC2_REGION": "eu-west-1",
+    }
+    path = tmp_path / "keeper.env"
+    path.write_text("".join(f"{k}='{v}'\n" for k, v in env.items()))
+    config = load_keeper_settings(path)
+    assert config.keeper.boot_template == DEFAULT_PRIMARY_BOOT
+    return user_data_of(config)(ClusterKey("alice", "w1"), CID)
+
+
+def test_it_is_bash_and_fetches_its_files_once_with_its_own_token(script: str) -> None:
+    subprocess.run(["bash", "-n"], input=script.encode(), check=True)
+    assert f"Bearer {primary_token(TOKEN, CID)}" in script
+    assert f'"http://10.0.0.5:8080/v1/primaries/{CID}/credentials"' in script
+    assert TOKEN not in script
+    assert "AUTOSCALER_DASK_SCHEDULER_URL=tls://dask-scheduler:8786" in script
+
+
+def test_only_the_pinned_image_runs(script: str) -> None:
+    assert ":latest" not in script
+    images = re.findall(r"--entrypoint \S+ (\S+)|docker service create .*? (\S+) run$", script, re.MULTILINE)
+    used = {name for pair in images for name in pair if name}
+    assert used == {IMAGE}
+    assert script.count(IMAGE) == 5  # the files' split, scheduler, autoscaler, worker, the header
+
+
+def test_every_setting_it_writes_exists_and_the_cluster_s_autoscaler_settings_load(
+    script: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    known = {name for name, *_ in variables()}
+    written = dict(re.findall(r"^(AUTOSCALER_[A-Z0-9_]+)=(.*)$", script, re.MULTILINE))
+    assert set(written) - known == set()
+    env = tmp_path / "cluster.env"
+    env.write_text("".join(f"{k}='{v}'\n" for k, v in written.items()))
+    settings = load_settings(env)
+    assert settings.cluster_name == CID
+    assert settings.dask.tls_files == (
+        "/run/secrets/dask-ca",
+        "/run/secrets/dask-worker",
+        "/run/secrets/dask-worker-key",
+    )
+
+
+def test_the_dask_options_and_the_worker_entrypoint_it_uses_exist(script: str) -> None:
+    dask = shutil.which("dask", path=str(Path(__import__("sys").executable).parent))
+    assert dask is not None
+    for role, options in (
+        ("scheduler", ["--protocol", "--dashboard-address", "--tls-ca-file", "--tls-cert", "--tls-key"]),
+        ("worker", ["--tls-ca-file", "--tls-cert", "--tls-key"]),
+    ):
+        helped = subprocess.run([dask, role, "--help"], capture_output=True, text=True, check=True).stdout
+        assert all(option in helped for option in options), role
+    assert "-m swarm_autoscaler.runtime.worker" in script
+    assert "node.labels.swarm-autoscaler.cluster==" + CID in script
