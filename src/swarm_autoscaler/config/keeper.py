@@ -151,7 +151,8 @@ class KeeperSettings(BaseSettings):
     model_config = group_config(KEEPER_PREFIX)
 
     token: SecretStr = Field(
-        description="Bearer token every API request must carry (at least 16 characters; never logged).",
+        description="The admin bearer token: every API route, every user's clusters, and issuing user tokens "
+        "(at least 16 characters; never logged). Users get tokens of their own (docs/keeper.md#tokens).",
         json_schema_extra={"example": EXAMPLE_TOKEN},
     )
     name: ClusterName = Field(

@@ -1,45 +1,57 @@
-"""The keeper's HTTP API (aiohttp). Every /v1 route needs `Authorization: Bearer <token>`; the token is
-compared in constant time and never logged. Errors are JSON `{"error": "..."}`:
+"""The keeper's HTTP API (aiohttp). Every /v1 route needs `Authorization: Bearer <token>`: the admin
+token (`AUTOSCALER_KEEPER_TOKEN`, every route) or a user token (`keeper.access`: that user's clusters and
+usage only; another user's path is 403, the admin routes are 403). Tokens are compared in constant time
+(the admin's) or by digest (a user's) and never logged. Errors are JSON `{"error": "..."}`:
 
     PUT    /v1/clusters/{user_id}/{wallet_id}            get or create: 201 created, 200 existed
     POST   /v1/clusters/{user_id}/{wallet_id}/heartbeat  204; 404 without a live cluster
-    GET    /v1/clusters                                  200, a JSON list
+    GET    /v1/clusters                                  200, a JSON list (a user's token: its own)
     GET    /v1/clusters/{user_id}/{wallet_id}            200; 404 unknown
     DELETE /v1/clusters/{user_id}/{wallet_id}            202 (ends it now); 404 without a live cluster
     GET    /v1/usage?user_id=&wallet_id=&since=&until=   200, instance-seconds and USD: totals, per
                                                          wallet, per cluster (`usage.usage_json`);
                                                          since/until epoch seconds, whole hours; 400 for
-                                                         a bad one; 503 without a ledger (no redis)
+                                                         a bad one; 503 without a ledger (no redis);
+                                                         a user's token: its own (another user_id 403)
     GET    /v1/clusters/{user_id}/{wallet_id}/credentials  200, the client's TLS files (PEM) of the live
                                                          cluster; 404 without one
     GET    /v1/primaries/{cluster_id}/credentials        the primary's TLS files, once: its bearer is the
                                                          one-time token of its boot script (not the API
                                                          token); 410 Gone on a second use
+    POST   /v1/users/{user_id}/token                     admin: a new token for the user, 201, shown
+                                                         once (replaces the previous one)
+    DELETE /v1/users/{user_id}/token                     admin: revoke it, 204; 404 without one
     GET    /healthz, /metrics                            no token (no state changes)
 
-401 without a token or with a wrong one, 422 for ids that break `model.ID_RULE`, 503 when the cloud
+401 without a token or with a wrong one, 403 with a user's token on another user's path or an admin
+route, 422 for ids that break `model.ID_RULE`, 503 when the cloud
 cannot be reached or a concurrent creation (or state change) of the same cluster takes too long (retry).
 """
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import structlog
 from aiohttp import web
 
 from swarm_autoscaler.errors import AutoscalerError
+from swarm_autoscaler.keeper.access import ADMIN, InProcessTokens, Principal, TokenStore, is_admin
 from swarm_autoscaler.keeper.credentials import CredentialStore, token_matches
 from swarm_autoscaler.keeper.metrics import KeeperMetrics
 from swarm_autoscaler.keeper.model import ID_PATTERN, ID_RULE, Cluster, ClusterKey, InvalidIdError
 from swarm_autoscaler.keeper.service import Keeper, KeeperBusyError
 from swarm_autoscaler.keeper.usage import UsageLedger, usage_json
 
+log = structlog.get_logger("swarm_autoscaler.keeper.api")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 KEEPER: web.AppKey[Keeper] = web.AppKey("keeper", Keeper)
+PRINCIPAL: web.RequestKey[Principal] = web.RequestKey("principal", Principal)
 _EXEMPT = ("/healthz", "/metrics")
 _OWN_TOKEN = "/v1/primaries/"  # routes that check a token of their own
+_USER_TOKEN = "/v1/users/{user_id}/token"
+_ADMIN_ONLY = (_USER_TOKEN,)  # canonical routes only the admin token may call
 
 
 def cluster_json(cluster: Cluster, now: float, eta_s: float) -> dict[str, Any]:
@@ -74,12 +86,13 @@ class _Routes:
         healthy: Callable[[], str | None],
         usage: UsageLedger | None = None,
         credentials: CredentialStore | None = None,
+        tokens: TokenStore | None = None,
     ) -> None:
         self.usage = usage
+        self.tokens = tokens if tokens is not None else InProcessTokens()
         self.keeper = keeper
         self._token = token
         self.credentials = credentials
-        self._expected = f"Bearer {token}".encode()
         self.metrics = metrics
         self.expected_start_s = expected_start_s
         self.healthy = healthy
@@ -93,11 +106,15 @@ class _Routes:
         return response
 
     async def _respond(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path not in _EXEMPT and not request.path.startswith(_OWN_TOKEN):
-            given = request.headers.get("Authorization", "").encode()
-            if not hmac.compare_digest(given, self._expected):
-                return _error(401, "missing or wrong bearer token")
         try:
+            if request.path not in _EXEMPT and not request.path.startswith(_OWN_TOKEN):
+                principal = await self._principal(request)
+                if principal is None:
+                    return _error(401, "missing or wrong bearer token")
+                refused = _refused(request, principal)
+                if refused is not None:
+                    return _error(403, refused)
+                request[PRINCIPAL] = principal
             return await handler(request)
         except web.HTTPException as exc:
             return _error(exc.status, exc.reason)
@@ -107,6 +124,17 @@ class _Routes:
             return _error(503, str(exc))
         except AutoscalerError as exc:
             return _error(503, f"cloud unavailable: {exc}")
+
+    async def _principal(self, request: web.Request) -> Principal | None:
+        """The admin, a user, or None (no token, or one nobody holds)."""
+        header = request.headers.get("Authorization", "")
+        if not header.startswith("Bearer "):
+            return None
+        given = header.removeprefix("Bearer ")
+        if is_admin(self._token, given):
+            return ADMIN
+        user = await self.tokens.user_of(given) if given else None
+        return None if user is None else Principal(user)
 
     def _view(self, cluster: Cluster) -> dict[str, Any]:
         return cluster_json(cluster, self.keeper.clock(), self.expected_start_s)
@@ -120,8 +148,10 @@ class _Routes:
             return _error(404, "no live cluster for this user and wallet")
         return web.Response(status=204)
 
-    async def list_clusters(self, _: web.Request) -> web.Response:
-        return web.json_response([self._view(c) for c in await self.keeper.list()])
+    async def list_clusters(self, request: web.Request) -> web.Response:
+        principal = request[PRINCIPAL]
+        clusters = [c for c in await self.keeper.list() if principal.may_act_for(c.key.user_id)]
+        return web.json_response([self._view(c) for c in clusters])
 
     async def get_cluster(self, request: web.Request) -> web.Response:
         cluster = await self.keeper.get(_key(request))
@@ -145,6 +175,11 @@ class _Routes:
             if value is not None and not ID_PATTERN.fullmatch(value):
                 raise InvalidIdError(f"{name} {value[:80]!r} is not valid: {ID_RULE}")
             ids[name] = value
+        principal = request[PRINCIPAL]
+        if not principal.admin:
+            if ids["user_id"] not in (None, principal.user_id):
+                return _error(403, "this token belongs to another user (it reads its own user's usage only)")
+            ids["user_id"] = principal.user_id
         window = {}
         for name in ("since", "until"):
             text = query.get(name) or None
@@ -185,6 +220,21 @@ class _Routes:
             {"cluster_id": cid, "files": made.for_primary()}, headers={"Cache-Control": "no-store"}
         )
 
+    async def issue_token(self, request: web.Request) -> web.Response:
+        user_id = _user_id(request)
+        token = await self.tokens.issue(user_id)
+        log.info("user token issued", user=user_id)
+        return web.json_response(
+            {"user_id": user_id, "token": token}, status=201, headers={"Cache-Control": "no-store"}
+        )
+
+    async def revoke_token(self, request: web.Request) -> web.Response:
+        user_id = _user_id(request)
+        if not await self.tokens.revoke(user_id):
+            return _error(404, "this user has no token")
+        log.info("user token revoked", user=user_id)
+        return web.Response(status=204)
+
     async def healthz(self, _: web.Request) -> web.Response:
         problem = self.healthy()
         if problem is not None:
@@ -194,6 +244,26 @@ class _Routes:
     async def metrics_text(self, _: web.Request) -> web.Response:
         body, content_type = self.metrics.exposition(self.keeper.clusters)
         return web.Response(body=body, headers={"Content-Type": content_type})
+
+
+def _refused(request: web.Request, principal: Principal) -> str | None:
+    """Why `principal` may not call this route (403), or None."""
+    if principal.admin:
+        return None
+    resource = request.match_info.route.resource
+    if resource is not None and resource.canonical in _ADMIN_ONLY:
+        return "this route needs the admin token"
+    user_id = request.match_info.get("user_id")
+    if user_id is not None and not principal.may_act_for(user_id):
+        return "this token belongs to another user"
+    return None
+
+
+def _user_id(request: web.Request) -> str:
+    user_id = request.match_info["user_id"]
+    if not ID_PATTERN.fullmatch(user_id):
+        raise InvalidIdError(f"user_id {user_id[:80]!r} is not valid: {ID_RULE}")
+    return user_id
 
 
 def _key(request: web.Request) -> ClusterKey:
@@ -209,11 +279,13 @@ def build_keeper_app(
     healthy: Callable[[], str | None] = lambda: None,
     usage: UsageLedger | None = None,
     credentials: CredentialStore | None = None,
+    tokens: TokenStore | None = None,
 ) -> web.Application:
     """The API over `keeper`. `healthy` returns None when fine, else why not (503 on /healthz).
     `expected_start_s` is how long a primary usually takes to run (for `eta_s`). `credentials`: where
-    the clusters' TLS credentials are kept (None: the credentials routes answer 404)."""
-    routes = _Routes(keeper, token, metrics, expected_start_s, healthy, usage, credentials)
+    the clusters' TLS credentials are kept (None: the credentials routes answer 404). `tokens`: the user
+    tokens (None: kept in this process)."""
+    routes = _Routes(keeper, token, metrics, expected_start_s, healthy, usage, credentials, tokens)
     app = web.Application(middlewares=[routes.guard])
     app[KEEPER] = keeper
     base = "/v1/clusters/{user_id}/{wallet_id}"
@@ -225,6 +297,8 @@ def build_keeper_app(
     app.router.add_get("/v1/usage", routes.get_usage)
     app.router.add_get(base + "/credentials", routes.client_credentials)
     app.router.add_get(_OWN_TOKEN + "{cluster_id}/credentials", routes.primary_credentials)
+    app.router.add_post(_USER_TOKEN, routes.issue_token)
+    app.router.add_delete(_USER_TOKEN, routes.revoke_token)
     app.router.add_get("/healthz", routes.healthz)
     app.router.add_get("/metrics", routes.metrics_text)
     return app

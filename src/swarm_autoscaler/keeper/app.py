@@ -24,10 +24,12 @@ from aiohttp import web
 
 from swarm_autoscaler.config.keeper import KeeperConfig, cluster_env, env_lines, render_boot
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
+from swarm_autoscaler.keeper.access import InProcessTokens, TokenStore
 from swarm_autoscaler.keeper.adapters.dask_probe import HttpSchedulerProbe
 from swarm_autoscaler.keeper.adapters.ec2_primaries import Ec2Primaries, UserData
 from swarm_autoscaler.keeper.adapters.redis_credentials import RedisCredentials
 from swarm_autoscaler.keeper.adapters.redis_leases import RedisLocks
+from swarm_autoscaler.keeper.adapters.redis_tokens import RedisTokens
 from swarm_autoscaler.keeper.adapters.redis_usage import RedisUsage
 from swarm_autoscaler.keeper.adapters.tags import worker_tags
 from swarm_autoscaler.keeper.adapters.tls import make_credentials
@@ -110,9 +112,12 @@ async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
         stack.push_async_callback(probe.close)
         metrics = KeeperMetrics(keeper_settings.wallet_metric_limit)
         usage = None
+        tokens: TokenStore = InProcessTokens()
         if config.redis.url is not None:
             usage = RedisUsage(config.redis.url.get_secret_value(), keeper_settings.name)
             stack.push_async_callback(usage.close)
+            tokens = redis_tokens = RedisTokens(config.redis.url.get_secret_value(), keeper_settings.name)
+            stack.push_async_callback(redis_tokens.close)
         keeper = Keeper(
             hosts=hosts,
             probe=probe,
@@ -131,6 +136,7 @@ async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
             healthy=lambda: _unhealthy(keeper),
             usage=usage,
             credentials=credentials,
+            tokens=tokens,
         )
         if usage is not None:
             keeper.accountant = UsageAccountant(
