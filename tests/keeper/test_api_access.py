@@ -13,12 +13,14 @@ from aiohttp.test_utils import TestClient, TestServer
 from tests.keeper.fakes import FakeHosts, FakeProbe, SharedLocks
 
 from swarm_autoscaler.keeper.access import TOKEN_PREFIX, token_digest
+from swarm_autoscaler.keeper.adapters.redis_budgets import RedisBudgets
 from swarm_autoscaler.keeper.adapters.redis_tokens import RedisTokens
 from swarm_autoscaler.keeper.adapters.redis_usage import RedisUsage
 from swarm_autoscaler.keeper.adapters.tls import make_credentials
 from swarm_autoscaler.keeper.api import build_keeper_app
 from swarm_autoscaler.keeper.credentials import InProcessCredentials, primary_token
 from swarm_autoscaler.keeper.lifecycle import KeeperTiming
+from swarm_autoscaler.keeper.limits import Limits
 from swarm_autoscaler.keeper.metrics import KeeperMetrics
 from swarm_autoscaler.keeper.service import Keeper
 from swarm_autoscaler.keeper.usage import Machine, readings
@@ -54,10 +56,12 @@ async def world(redis_server: RedisServer) -> AsyncIterator[World]:
     name = f"access-{id(object())}"
     tokens = RedisTokens(redis_server.url, name)
     usage = RedisUsage(redis_server.url, name)
+    budgets = RedisBudgets(redis_server.url, name)
+    await budgets.set("w1", 100.0)
     now = [NOW]
     keeper = Keeper(
         FakeHosts(), FakeProbe(), SharedLocks(lambda: now[0]).for_replica("a"), KeeperTiming(),
-        interval=0.05, clock=lambda: now[0],
+        interval=0.05, clock=lambda: now[0], limits=Limits(5, usage=usage, store=budgets),
     )  # fmt: skip
     credentials = InProcessCredentials(make_credentials)
     app = build_keeper_app(
@@ -79,6 +83,7 @@ async def world(redis_server: RedisServer) -> AsyncIterator[World]:
     await keeper.stop()
     await tokens.close()
     await usage.close()
+    await budgets.close()
 
 
 # (method, route as the app names it, the path for alice's resource, status for its owner and admin)
@@ -93,7 +98,11 @@ ROUTES = [
 ADMIN_ROUTES = [
     ("POST", "/v1/users/{user_id}/token", "/v1/users/alice/token", 201),
     ("DELETE", "/v1/users/{user_id}/token", "/v1/users/alice/token", 204),
+    ("GET", "/v1/wallets/{wallet_id}/budget", "/v1/wallets/w1/budget", 200),
+    ("PUT", "/v1/wallets/{wallet_id}/budget", "/v1/wallets/w1/budget", 200),
+    ("DELETE", "/v1/wallets/{wallet_id}/budget", "/v1/wallets/w1/budget", 204),
 ]
+BODY = {"budget_usd": 5}  # sent with every request: only the budget's PUT reads it
 OWN_TOKEN_ROUTES = [("GET", "/v1/primaries/{cluster_id}/credentials")]
 LISTING = [("GET", "/v1/clusters")]
 OPEN = [("GET", "/healthz"), ("GET", "/metrics")]
@@ -110,7 +119,7 @@ async def test_no_token_or_an_unknown_one_is_401(
     world: World, method: str, route: str, path: str, ok: int
 ) -> None:
     for headers in ({}, bearer("kut_not-a-token-anyone-holds"), {"Authorization": ADMIN_TOKEN}):
-        response = await world.client.request(method, path, headers=headers)
+        response = await world.client.request(method, path, json=BODY, headers=headers)
         assert response.status == 401, (route, headers)
         assert await response.json() == {"error": "missing or wrong bearer token"}
     if method == "DELETE" and route.startswith("/v1/clusters"):
@@ -122,7 +131,7 @@ async def test_no_token_or_an_unknown_one_is_401(
 async def test_another_user_s_token_is_403_and_changes_nothing(
     world: World, method: str, route: str, path: str, ok: int
 ) -> None:
-    response = await world.client.request(method, path, headers=world.bob)
+    response = await world.client.request(method, path, json=BODY, headers=world.bob)
     assert response.status == 403, route
     assert "another user" in (await response.json())["error"]
     state = await (await world.client.get("/v1/clusters/alice/w1", headers=world.admin)).json()
@@ -134,7 +143,7 @@ async def test_the_owner_s_token_and_the_admin_s_are_allowed(
     world: World, method: str, route: str, path: str, ok: int
 ) -> None:
     for who in (world.alice, world.admin):
-        response = await world.client.request(method, path, headers=who)
+        response = await world.client.request(method, path, json=BODY, headers=who)
         expected = 404 if method == "DELETE" and who is world.admin else ok  # alice already ended it
         assert response.status == expected, (route, who is world.admin)
 
@@ -144,9 +153,9 @@ async def test_admin_routes_refuse_every_user_token(
     world: World, method: str, route: str, path: str, ok: int
 ) -> None:
     for who in (world.alice, world.bob):
-        response = await world.client.request(method, path, headers=who)
+        response = await world.client.request(method, path, json=BODY, headers=who)
         assert response.status == 403 and "admin token" in (await response.json())["error"]
-    assert (await world.client.request(method, path, headers=world.admin)).status == ok
+    assert (await world.client.request(method, path, json=BODY, headers=world.admin)).status == ok
 
 
 async def test_the_listing_shows_a_user_its_own_clusters_and_the_admin_all(world: World) -> None:

@@ -207,3 +207,22 @@ def test_the_derived_settings_are_valid_settings_for_the_clusters_autoscaler(
     assert settings.ec2.iam_instance_profile == "worker-profile"
     assert settings.ec2.custom_tags["swarm-autoscaler-keeper-user"] == "alice"
     assert settings.ec2.access_key_id is None  # the primary's instance profile, never the keeper's keys
+
+
+def test_limits_and_budgets(keeper_env: pytest.MonkeyPatch) -> None:
+    keeper = load_keeper_settings().keeper
+    assert (keeper.max_clusters_per_user, keeper.wallet_budget_usd, keeper.wallet_budgets) == (10, None, {})
+    keeper_env.setenv("AUTOSCALER_KEEPER_WALLET_BUDGETS", '{"w-trial": 5}')
+    (line,) = problems()
+    assert line.startswith(
+        "AUTOSCALER_KEEPER_WALLET_BUDGET_USD: budgets are checked against the usage ledger"
+    )
+    keeper_env.setenv("AUTOSCALER_REDIS_URL", "redis://127.0.0.1:6379/0")
+    keeper_env.setenv("AUTOSCALER_KEEPER_WALLET_BUDGET_USD", "50")
+    keeper = load_keeper_settings().keeper
+    assert (keeper.wallet_budget_usd, keeper.wallet_budgets) == (50.0, {"w-trial": 5.0})
+    keeper_env.setenv("AUTOSCALER_KEEPER_WALLET_BUDGETS", '{"bad id": 5, "w": -1}')
+    keeper_env.setenv("AUTOSCALER_KEEPER_MAX_CLUSTERS_PER_USER", "0")
+    wrong = problems()
+    assert len(wrong) == 2 and wrong[0].startswith("AUTOSCALER_KEEPER_MAX_CLUSTERS_PER_USER")
+    assert wrong[1].startswith("AUTOSCALER_KEEPER_WALLET_BUDGETS")

@@ -21,8 +21,9 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Annotated
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator
+from pydantic import BeforeValidator, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings
 
@@ -47,6 +48,7 @@ from swarm_autoscaler.config.types import (
     AmiId,
     ClusterName,
     Duration,
+    json_value,
 )
 from swarm_autoscaler.core.catalogue import known_type
 
@@ -240,6 +242,44 @@ class KeeperSettings(BaseSettings):
         "under the wallet label `_other` (bounds the metrics' cardinality).",
     )
 
+    max_clusters_per_user: int = Field(
+        default=10,
+        ge=1,
+        le=MAX_FLEET,
+        description="Most live (starting or running) clusters of one user; a create over it is refused with "
+        "429 (docs/keeper.md#limits-and-budgets).",
+    )
+    wallet_budget_usd: float | None = Field(
+        default=None,
+        ge=0,
+        description="Default budget of every wallet in USD (what all its clusters' machines cost, since the "
+        "usage ledger began); a create for a wallet that spent it is refused with 402. Unset: no budget. Needs "
+        "AUTOSCALER_REDIS_URL (the usage ledger).",
+        json_schema_extra={"example": "50"},
+    )
+    wallet_budgets: Annotated[
+        dict[str, float], BeforeValidator(json_value('a JSON object like {"w-team-a": 200}'))
+    ] = Field(
+        default_factory=dict,
+        description="Budgets of given wallets in USD, over the default: a JSON object, wallet id to USD. "
+        "A budget set through the API (PUT /v1/wallets/{wallet_id}/budget) comes before both.",
+        json_schema_extra={"example": '{"w-team-a": 200, "w-trial": 5}'},
+    )
+
+    @field_validator("wallet_budgets")
+    @classmethod
+    def _budgets(cls, value: dict[str, float]) -> dict[str, float]:
+        for wallet, budget in value.items():
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", wallet):
+                raise PydanticCustomError(
+                    "wallet", "wallet id {wallet!r} is not valid", {"wallet": wallet[:80]}
+                )
+            if not 0 <= budget < float("inf"):
+                raise PydanticCustomError(
+                    "budget", "budget of {wallet} must be 0 or more", {"wallet": wallet}
+                )
+        return value
+
     @field_validator("token")
     @classmethod
     def _token(cls, value: SecretStr) -> SecretStr:
@@ -344,6 +384,13 @@ def load_keeper_settings(env_file: str | os.PathLike[str] | None = None) -> Keep
                 f"{KEEPER_PREFIX}LOCK_TTL: must be at least twice {KEEPER_PREFIX}CHECK_INTERVAL "
                 f"({format_duration(2 * keeper.check_interval)}) so a replica keeps its clusters between two "
                 f"checks, got {format_duration(keeper.lock_ttl)}"
+            ]
+        )
+    if (keeper.wallet_budget_usd is not None or keeper.wallet_budgets) and config.redis.url is None:
+        raise InvalidSettingsError(
+            [
+                f"{KEEPER_PREFIX}WALLET_BUDGET_USD: budgets are checked against the usage ledger, which "
+                "needs AUTOSCALER_REDIS_URL: set it, or unset the budgets"
             ]
         )
     if keeper.public_url is None and "keeper_url" in _PLACEHOLDER.findall(keeper.boot_template):

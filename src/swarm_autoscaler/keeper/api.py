@@ -21,10 +21,17 @@ usage only; another user's path is 403, the admin routes are 403). Tokens are co
     POST   /v1/users/{user_id}/token                     admin: a new token for the user, 201, shown
                                                          once (replaces the previous one)
     DELETE /v1/users/{user_id}/token                     admin: revoke it, 204; 404 without one
+    GET    /v1/wallets/{wallet_id}/budget                admin: the wallet's budget, its source and
+                                                         what it spent
+    PUT    /v1/wallets/{wallet_id}/budget                admin: `{"budget_usd": 12.5}` sets it (over
+                                                         the settings'), 200
+    DELETE /v1/wallets/{wallet_id}/budget                admin: the settings' budget applies again, 204;
+                                                         404 without one set
     GET    /healthz, /metrics                            no token (no state changes)
 
 401 without a token or with a wrong one, 403 with a user's token on another user's path or an admin
-route, 422 for ids that break `model.ID_RULE`, 503 when the cloud
+route, 429 for a create over a count limit and 402 for a create on a wallet that spent its budget
+(`keeper.limits`: the body says which limit and the figures), 422 for ids that break `model.ID_RULE`, 503 when the cloud
 cannot be reached or a concurrent creation (or state change) of the same cluster takes too long (retry).
 """
 
@@ -39,6 +46,7 @@ from aiohttp import web
 from swarm_autoscaler.errors import AutoscalerError
 from swarm_autoscaler.keeper.access import ADMIN, InProcessTokens, Principal, TokenStore, is_admin
 from swarm_autoscaler.keeper.credentials import CredentialStore, token_matches
+from swarm_autoscaler.keeper.limits import LimitRefusedError, Limits
 from swarm_autoscaler.keeper.metrics import KeeperMetrics
 from swarm_autoscaler.keeper.model import ID_PATTERN, ID_RULE, Cluster, ClusterKey, InvalidIdError
 from swarm_autoscaler.keeper.service import Keeper, KeeperBusyError
@@ -51,7 +59,8 @@ PRINCIPAL: web.RequestKey[Principal] = web.RequestKey("principal", Principal)
 _EXEMPT = ("/healthz", "/metrics")
 _OWN_TOKEN = "/v1/primaries/"  # routes that check a token of their own
 _USER_TOKEN = "/v1/users/{user_id}/token"
-_ADMIN_ONLY = (_USER_TOKEN,)  # canonical routes only the admin token may call
+_BUDGET = "/v1/wallets/{wallet_id}/budget"
+_ADMIN_ONLY = (_USER_TOKEN, _BUDGET)  # canonical routes only the admin token may call
 
 
 def cluster_json(cluster: Cluster, now: float, eta_s: float) -> dict[str, Any]:
@@ -120,6 +129,8 @@ class _Routes:
             return _error(exc.status, exc.reason)
         except InvalidIdError as exc:
             return _error(422, str(exc))
+        except LimitRefusedError as exc:
+            return web.json_response(exc.body, status=exc.status)
         except KeeperBusyError as exc:
             return _error(503, str(exc))
         except AutoscalerError as exc:
@@ -235,6 +246,37 @@ class _Routes:
         log.info("user token revoked", user=user_id)
         return web.Response(status=204)
 
+    def _limits(self) -> Limits:
+        if self.keeper.limits is None:
+            raise web.HTTPNotFound(reason="this keeper enforces no limits")
+        return self.keeper.limits
+
+    async def get_budget(self, request: web.Request) -> web.Response:
+        limits = self._limits()
+        return web.json_response((await limits.budget(_wallet_id(request))).to_json())
+
+    async def put_budget(self, request: web.Request) -> web.Response:
+        limits, wallet = self._limits(), _wallet_id(request)
+        if limits.usage is None:
+            return _error(409, "budgets need the usage ledger: set AUTOSCALER_REDIS_URL")
+        try:
+            value = (await request.json())["budget_usd"]
+            budget = float(value)
+        except (ValueError, KeyError, TypeError):
+            return _error(400, 'expected a JSON body {"budget_usd": <USD, 0 or more>}')
+        if not 0 <= budget < float("inf") or isinstance(value, bool):
+            return _error(400, 'expected a JSON body {"budget_usd": <USD, 0 or more>}')
+        await limits.store.set(wallet, budget)
+        log.info("wallet budget set", wallet=wallet, budget_usd=budget)
+        return web.json_response((await limits.budget(wallet)).to_json())
+
+    async def delete_budget(self, request: web.Request) -> web.Response:
+        limits, wallet = self._limits(), _wallet_id(request)
+        if not await limits.store.delete(wallet):
+            return _error(404, "no budget was set for this wallet through the API")
+        log.info("wallet budget removed", wallet=wallet)
+        return web.Response(status=204)
+
     async def healthz(self, _: web.Request) -> web.Response:
         problem = self.healthy()
         if problem is not None:
@@ -264,6 +306,13 @@ def _user_id(request: web.Request) -> str:
     if not ID_PATTERN.fullmatch(user_id):
         raise InvalidIdError(f"user_id {user_id[:80]!r} is not valid: {ID_RULE}")
     return user_id
+
+
+def _wallet_id(request: web.Request) -> str:
+    wallet_id = request.match_info["wallet_id"]
+    if not ID_PATTERN.fullmatch(wallet_id):
+        raise InvalidIdError(f"wallet_id {wallet_id[:80]!r} is not valid: {ID_RULE}")
+    return wallet_id
 
 
 def _key(request: web.Request) -> ClusterKey:
@@ -299,6 +348,9 @@ def build_keeper_app(
     app.router.add_get(_OWN_TOKEN + "{cluster_id}/credentials", routes.primary_credentials)
     app.router.add_post(_USER_TOKEN, routes.issue_token)
     app.router.add_delete(_USER_TOKEN, routes.revoke_token)
+    app.router.add_get(_BUDGET, routes.get_budget)
+    app.router.add_put(_BUDGET, routes.put_budget)
+    app.router.add_delete(_BUDGET, routes.delete_budget)
     app.router.add_get("/healthz", routes.healthz)
     app.router.add_get("/metrics", routes.metrics_text)
     return app

@@ -27,6 +27,7 @@ from swarm_autoscaler.errors import ConfigurationError, EndpointError
 from swarm_autoscaler.keeper.access import InProcessTokens, TokenStore
 from swarm_autoscaler.keeper.adapters.dask_probe import HttpSchedulerProbe
 from swarm_autoscaler.keeper.adapters.ec2_primaries import Ec2Primaries, UserData
+from swarm_autoscaler.keeper.adapters.redis_budgets import RedisBudgets
 from swarm_autoscaler.keeper.adapters.redis_credentials import RedisCredentials
 from swarm_autoscaler.keeper.adapters.redis_leases import RedisLocks
 from swarm_autoscaler.keeper.adapters.redis_tokens import RedisTokens
@@ -36,6 +37,7 @@ from swarm_autoscaler.keeper.adapters.tls import make_credentials
 from swarm_autoscaler.keeper.api import build_keeper_app
 from swarm_autoscaler.keeper.credentials import InProcessCredentials, primary_token
 from swarm_autoscaler.keeper.lifecycle import KeeperTiming
+from swarm_autoscaler.keeper.limits import Limits
 from swarm_autoscaler.keeper.locks import InProcessLocks
 from swarm_autoscaler.keeper.metrics import KeeperMetrics
 from swarm_autoscaler.keeper.model import ClusterKey
@@ -113,11 +115,19 @@ async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
         metrics = KeeperMetrics(keeper_settings.wallet_metric_limit)
         usage = None
         tokens: TokenStore = InProcessTokens()
+        limits = Limits(
+            max_clusters_per_user=keeper_settings.max_clusters_per_user,
+            default_budget=keeper_settings.wallet_budget_usd,
+            budgets=dict(keeper_settings.wallet_budgets),
+        )
         if config.redis.url is not None:
-            usage = RedisUsage(config.redis.url.get_secret_value(), keeper_settings.name)
+            url = config.redis.url.get_secret_value()
+            usage = limits.usage = RedisUsage(url, keeper_settings.name)
             stack.push_async_callback(usage.close)
-            tokens = redis_tokens = RedisTokens(config.redis.url.get_secret_value(), keeper_settings.name)
+            tokens = redis_tokens = RedisTokens(url, keeper_settings.name)
             stack.push_async_callback(redis_tokens.close)
+            limits.store = budgets = RedisBudgets(url, keeper_settings.name)
+            stack.push_async_callback(budgets.close)
         keeper = Keeper(
             hosts=hosts,
             probe=probe,
@@ -127,6 +137,7 @@ async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
             clock=hosts.now,
             on_action=metrics.action,
             lock_ttl=keeper_settings.lock_ttl,
+            limits=limits,
         )
         app = build_keeper_app(
             keeper,

@@ -32,6 +32,7 @@ import structlog
 
 from swarm_autoscaler.errors import AutoscalerError
 from swarm_autoscaler.keeper.lifecycle import Decision, KeeperTiming, Probe, decide
+from swarm_autoscaler.keeper.limits import Limits
 from swarm_autoscaler.keeper.model import Cluster, ClusterKey, ClusterState
 from swarm_autoscaler.keeper.ports import ClusterHosts, Locks, SchedulerProbe
 from swarm_autoscaler.keeper.usage import UsageAccountant
@@ -61,6 +62,7 @@ class Keeper:
     on_action: LifecycleHook | None = None
     lock_ttl: float = 0.0  # the lease's TTL; 0: three check intervals
     accountant: UsageAccountant | None = None  # usage per wallet, read on its own interval in `run`
+    limits: Limits | None = None  # clusters per user and budgets, checked before each creation
     checks: int = 0
     last_discovery: float | None = None  # when the last listing of every cluster succeeded (for /healthz)
     _known: dict[str, Cluster] = field(default_factory=dict)
@@ -94,12 +96,40 @@ class Keeper:
             live = _live(await self.hosts.find(key))
             if live is not None:
                 return await self._touch(live), False
-            cluster = await self.hosts.create(key, self.clock())
+            cluster = await self._create(key)
         self._emit("create")
         log.info("cluster created", cluster=cluster.cluster_id, user=key.user_id, wallet=key.wallet_id)
         self._adopt(cluster)
         self._written[cluster.cluster_id] = cluster.last_heartbeat
         return cluster, True
+
+    async def _create(self, key: ClusterKey) -> Cluster:
+        """Launch `key`'s cluster once the limits admit it (`limits.Limits.admit`, which raises when
+        not). The count and the launch hold the user's lock, so concurrent creates of one user's
+        clusters through any replicas never pass the count together."""
+        if self.limits is None:
+            return await self.hosts.create(key, self.clock())
+        async with self.locks.exclusive(f"create-user:{key.user_id}", self.create_wait) as held:
+            if not held:
+                raise KeeperBusyError(f"clusters of {key.user_id} are being created; retry")
+            await self.limits.admit(key, await self._live_of(key.user_id))
+            return await self.hosts.create(key, self.clock())
+
+    async def _live_of(self, user_id: str) -> int:
+        """Live clusters of `user_id`: those listed, and those this replica created that a listing
+        may not show yet (EC2 is eventually consistent)."""
+        listed = [c for c in await self.hosts.list_clusters() if c.key.user_id == user_id]
+        seen = {c.cluster_id for c in listed}
+        now = self.clock()
+        unlisted = [
+            c
+            for c in self._known.values()
+            if c.key.user_id == user_id
+            and c.live
+            and c.cluster_id not in seen
+            and now - c.created_at < LISTING_GRACE
+        ]
+        return sum(1 for c in listed if c.live) + len(unlisted)
 
     async def get(self, key: ClusterKey) -> Cluster | None:
         """The live cluster of `key`, else its newest ended or failed one, else None."""

@@ -1,0 +1,43 @@
+"""`keeper.limits.BudgetStore` on redis: the per-wallet budgets an admin set through the API, shared by
+every replica, in one hash `swarm-autoscaler:keeper:<keeper name>:budgets` (wallet id -> USD)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from swarm_autoscaler.adapters.redis_lock import _password_of, open_client, redact_url
+from swarm_autoscaler.errors import EndpointError
+from swarm_autoscaler.keeper.adapters.redis_leases import KEY_PREFIX
+from swarm_autoscaler.runtime.logs import REDACTED
+
+
+class RedisBudgets:
+    def __init__(self, url: str, keeper_name: str, *, timeout: float = 5.0) -> None:
+        self._endpoint = f"redis {redact_url(url)}"
+        self._password = _password_of(url)
+        self._key = f"{KEY_PREFIX}{keeper_name}:budgets"
+        self._redis = open_client(url, timeout)
+
+    async def get(self, wallet_id: str) -> float | None:
+        value = await self._call(self._redis.hget(self._key, wallet_id))
+        return None if value is None else float(value)
+
+    async def set(self, wallet_id: str, budget_usd: float) -> None:
+        await self._call(self._redis.hset(self._key, wallet_id, repr(float(budget_usd))))
+
+    async def delete(self, wallet_id: str) -> bool:
+        return bool(await self._call(self._redis.hdel(self._key, wallet_id)))
+
+    async def close(self) -> None:
+        await self._redis.aclose()
+
+    async def _call(self, awaitable: Any) -> Any:
+        try:
+            return await awaitable
+        except (RedisError, OSError) as exc:
+            detail = f"{type(exc).__name__}: {exc}"
+            raise EndpointError(
+                self._endpoint, detail.replace(self._password, REDACTED) if self._password else detail
+            ) from None
