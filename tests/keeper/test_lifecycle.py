@@ -72,3 +72,36 @@ def test_silence_counts_from_no_earlier_than_when_the_replica_began_to_hold_the_
     assert decide(running, Probe(answered=False), T0 + 1199, T, held_since=T0 + 900) == Decision()
     d = decide(running, Probe(answered=False), T0 + 1200, T, held_since=T0 + 900)
     assert d.state == ClusterState.ENDING and "has not answered for 300s" in d.reason
+
+
+NC = KeeperTiming(idle_timeout=300.0, max_start_time=600.0, no_client_timeout=120.0)
+
+
+def test_no_client_and_no_work_for_the_no_client_timeout_ends() -> None:
+    running = cluster(ClusterState.RUNNING)
+    kept = decide(running, Probe(answered=True, clients=0), T0 + 119, NC, present_since=T0)
+    assert kept == Decision(answered=T0 + 119)
+    d = decide(running, Probe(answered=True, clients=0), T0 + 120, NC, present_since=T0)
+    assert d.state == ClusterState.ENDING and d.terminate
+    assert d.reason == "no client and no work for 120s (no-client timeout 120s)"
+
+
+def test_a_client_an_unknown_count_or_a_short_watch_keeps_the_cluster() -> None:
+    running = cluster(ClusterState.RUNNING)
+    late = T0 + 250  # within the idle timeout, past the no-client one
+    assert not decide(running, Probe(answered=True, clients=1), late, NC, present_since=T0).terminate
+    assert not decide(running, Probe(answered=True, clients=None), late, NC, present_since=T0).terminate
+    # a replica that took the cluster over 60 s ago has not watched it for the whole timeout
+    assert not decide(
+        running, Probe(answered=True, clients=0), late, NC, held_since=late - 60, present_since=T0
+    ).terminate
+    # off: 0
+    off = KeeperTiming(idle_timeout=3000.0, no_client_timeout=0.0)
+    assert not decide(running, Probe(answered=True, clients=0), late, off, present_since=T0).terminate
+
+
+def test_the_heartbeat_idle_timeout_still_applies_with_clients() -> None:
+    d = decide(
+        cluster(ClusterState.RUNNING), Probe(answered=True, clients=2), T0 + 300, NC, present_since=T0 + 299
+    )
+    assert d.state == ClusterState.ENDING and "unused for 300s" in d.reason

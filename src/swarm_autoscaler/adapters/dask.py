@@ -75,6 +75,9 @@ from swarm_autoscaler.errors import ConfigurationError, EndpointError
 
 PIN_PREFIX = "instance-type:"
 PLUGIN_NAME = "swarm-autoscaler-watch"
+# The autoscaler's own client is named (its id on the scheduler starts `Client-swarm-autoscaler-`), so
+# whoever counts a scheduler's clients (the keeper: "no client, no cluster") can leave it out.
+CLIENT_NAME = "swarm-autoscaler"
 CHANGE_TOPIC = "swarm-autoscaler-change"
 DEFAULT_HOSTNAME_PATTERN = r"(?P<hostname>.+)"
 _COALESCE = 0.1
@@ -497,6 +500,7 @@ class DaskWorkload:
                 return self._client
             client = Client(
                 self.address,
+                name=CLIENT_NAME,
                 asynchronous=True,
                 timeout=self._timeout,
                 set_as_default=False,

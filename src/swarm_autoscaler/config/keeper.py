@@ -194,6 +194,13 @@ class KeeperSettings(BaseSettings):
     idle_timeout: Duration = Field(
         default=300.0, gt=0, description="A cluster without heartbeat and without work this long is ended."
     )
+    no_client_timeout: Duration = Field(
+        default=120.0,
+        ge=0,
+        description="A running cluster whose scheduler has no client (its own autoscaler aside; a client "
+        "holding results counts) and no work this long is ended, however recent its heartbeats; 0: never. "
+        "Separate from AUTOSCALER_KEEPER_IDLE_TIMEOUT, which still ends one unused that long.",
+    )
     max_start_time: Duration = Field(
         default=600.0,
         gt=0,

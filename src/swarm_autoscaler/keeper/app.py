@@ -25,6 +25,7 @@ from aiohttp import web
 from swarm_autoscaler.config.keeper import KeeperConfig, cluster_env, env_lines, render_boot
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
 from swarm_autoscaler.keeper.access import InProcessTokens, TokenStore
+from swarm_autoscaler.keeper.adapters.dask_clients import TlsSchedulerClients
 from swarm_autoscaler.keeper.adapters.dask_probe import HttpSchedulerProbe
 from swarm_autoscaler.keeper.adapters.ec2_primaries import Ec2Primaries, UserData
 from swarm_autoscaler.keeper.adapters.redis_budgets import RedisBudgets
@@ -132,12 +133,17 @@ async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
             hosts=hosts,
             probe=probe,
             locks=locks,
-            timing=KeeperTiming(keeper_settings.idle_timeout, keeper_settings.max_start_time),
+            timing=KeeperTiming(
+                keeper_settings.idle_timeout,
+                keeper_settings.max_start_time,
+                no_client_timeout=keeper_settings.no_client_timeout,
+            ),
             interval=keeper_settings.check_interval,
             clock=hosts.now,
             on_action=metrics.action,
             lock_ttl=keeper_settings.lock_ttl,
             limits=limits,
+            clients=TlsSchedulerClients(credentials),
         )
         app = build_keeper_app(
             keeper,

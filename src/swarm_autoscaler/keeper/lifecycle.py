@@ -12,6 +12,12 @@ The rules, in order:
    up to that much (heartbeats are written to tags at most that often), so it never ends one early.
 5. A `running` cluster whose scheduler stopped answering ends once it has not answered for
    `idle_timeout`, counted from no earlier than when the deciding replica began to hold it.
+6. No client, no cluster: a `running` cluster whose scheduler answers with no work and no client
+   (`Probe.clients == 0`; the cluster's own autoscaler is not one) ends once that has lasted
+   `no_client_timeout` (0: never), counted from the last time the deciding replica saw a client or work
+   (`present_since`), and from no earlier than when it began to hold the cluster and first saw it
+   answer: a replica that has not watched it that long never ends it. A count it cannot read (None)
+   counts as a client present. Heartbeats do not keep such a cluster: the scheduler says who uses it.
 """
 
 from __future__ import annotations
@@ -27,17 +33,20 @@ class Probe:
 
     answered: bool
     busy: bool = False
+    clients: int | None = None  # clients present (`ports.SchedulerClients`); None: not read
 
 
 @dataclass(frozen=True, slots=True)
 class KeeperTiming:
     """Seconds. `idle_timeout`: unused this long, a cluster ends. `max_start_time`: a primary whose
     scheduler does not answer within this long fails. `heartbeat_lag`: how much older than the last use
-    a known heartbeat may be (the keeper's tag write interval); added to the idle timeout."""
+    a known heartbeat may be (the keeper's tag write interval); added to the idle timeout.
+    `no_client_timeout`: with no client and no work this long, a cluster ends (0: never)."""
 
     idle_timeout: float = 300.0
     max_start_time: float = 600.0
     heartbeat_lag: float = 0.0
+    no_client_timeout: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +65,17 @@ class Decision:
 
 
 def decide(
-    cluster: Cluster, probe: Probe | None, now: float, timing: KeeperTiming, held_since: float = 0.0
+    cluster: Cluster,
+    probe: Probe | None,
+    now: float,
+    timing: KeeperTiming,
+    held_since: float = 0.0,
+    present_since: float | None = None,
 ) -> Decision:
     """What this check changes (see the module docstring). `probe` is None when the scheduler was not
     probed (no address yet). `held_since`: when the deciding replica began to hold the cluster; its
-    scheduler's silence counts from no earlier (answers before may not be in the tags it read)."""
+    scheduler's silence counts from no earlier (answers before may not be in the tags it read).
+    `present_since`: when that replica last saw a client or work there (None: `now`)."""
     if cluster.state in (ClusterState.ENDING, ClusterState.FAILED):
         return Decision(terminate=True, reason=cluster.reason)
     answered = probe is not None and probe.answered
@@ -73,11 +88,11 @@ def decide(
             reason = f"its scheduler did not answer within {timing.max_start_time:g}s of creation"
             return Decision(ClusterState.FAILED, terminate=True, reason=reason)
         return Decision()
-    return _running(cluster, probe, now, timing, held_since)
+    return _running(cluster, probe, now, timing, held_since, now if present_since is None else present_since)
 
 
 def _running(
-    cluster: Cluster, probe: Probe | None, now: float, timing: KeeperTiming, held_since: float
+    cluster: Cluster, probe: Probe | None, now: float, timing: KeeperTiming, held_since: float, present: float
 ) -> Decision:
     if probe is not None and probe.answered:
         if probe.busy:
@@ -85,6 +100,12 @@ def _running(
         idle = now - cluster.last_heartbeat
         if idle >= timing.idle_timeout + timing.heartbeat_lag:
             reason = f"unused for {idle:.0f}s (idle timeout {timing.idle_timeout:g}s)"
+            return Decision(ClusterState.ENDING, answered=now, terminate=True, reason=reason)
+        absent = now - max(present, held_since)
+        if timing.no_client_timeout > 0 and probe.clients == 0 and absent >= timing.no_client_timeout:
+            reason = (
+                f"no client and no work for {absent:.0f}s (no-client timeout {timing.no_client_timeout:g}s)"
+            )
             return Decision(ClusterState.ENDING, answered=now, terminate=True, reason=reason)
         return Decision(answered=now)
     last = cluster.last_answered if cluster.last_answered is not None else cluster.created_at

@@ -62,6 +62,16 @@ class SchedulerProbe(Protocol):
 
 
 @runtime_checkable
+class SchedulerClients(Protocol):
+    """Who is connected to a cluster's scheduler (its `scheduler_url`, with the cluster's credentials)."""
+
+    async def clients(self, cluster: Cluster) -> int | None:
+        """How many clients count as present: every client but the cluster's own autoscaler (a client
+        holding results counts). None when it cannot be read now. Never raises."""
+        ...
+
+
+@runtime_checkable
 class Locks(Protocol):
     """Named locks shared by every keeper replica."""
 

@@ -34,7 +34,7 @@ from swarm_autoscaler.errors import AutoscalerError
 from swarm_autoscaler.keeper.lifecycle import Decision, KeeperTiming, Probe, decide
 from swarm_autoscaler.keeper.limits import Limits
 from swarm_autoscaler.keeper.model import Cluster, ClusterKey, ClusterState
-from swarm_autoscaler.keeper.ports import ClusterHosts, Locks, SchedulerProbe
+from swarm_autoscaler.keeper.ports import ClusterHosts, Locks, SchedulerClients, SchedulerProbe
 from swarm_autoscaler.keeper.usage import UsageAccountant
 
 log = structlog.get_logger("swarm_autoscaler.keeper")
@@ -63,12 +63,14 @@ class Keeper:
     lock_ttl: float = 0.0  # the lease's TTL; 0: three check intervals
     accountant: UsageAccountant | None = None  # usage per wallet, read on its own interval in `run`
     limits: Limits | None = None  # clusters per user and budgets, checked before each creation
+    clients: SchedulerClients | None = None  # who is connected, for "no client, no cluster"
     checks: int = 0
     last_discovery: float | None = None  # when the last listing of every cluster succeeded (for /healthz)
     _known: dict[str, Cluster] = field(default_factory=dict)
     _written: dict[str, float] = field(default_factory=dict)  # the heartbeat in the tags, as far as known
     _answer_written: dict[str, float] = field(default_factory=dict)  # the answer time in the tags
     _held_since: dict[str, float] = field(default_factory=dict)  # when this replica began to hold each
+    _present: dict[str, float] = field(default_factory=dict)  # when it last saw a client or work there
     _tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     _wake: dict[str, asyncio.Event] = field(default_factory=dict)
     _stopping: bool = False
@@ -290,6 +292,7 @@ class Keeper:
                 try:
                     if not await self.locks.claim(_lease(cid), self.lease_ttl):
                         self._held_since.pop(cid, None)  # another replica holds it
+                        self._present.pop(cid, None)
                     elif await self.check(cid):
                         break
                 except AutoscalerError as exc:
@@ -298,6 +301,7 @@ class Keeper:
             self._tasks.pop(cid, None)
             self._wake.pop(cid, None)
             self._held_since.pop(cid, None)
+            self._present.pop(cid, None)
             if not self._stopping:
                 with contextlib.suppress(AutoscalerError):
                     await self.locks.release(_lease(cid))
@@ -312,7 +316,8 @@ class Keeper:
         probe = await self._probe(cluster)
         now = self.clock()
         timing = dataclasses.replace(self.timing, heartbeat_lag=self.write_every)
-        decision = decide(cluster, probe, now, timing, held_since=since)
+        present = self._presence(cid, probe, now)
+        decision = decide(cluster, probe, now, timing, held_since=since, present_since=present)
         cluster = await self._apply(cluster, decision, now)
         if not decision.terminate:
             return False
@@ -321,14 +326,34 @@ class Keeper:
             return False
         self._emit("ended" if cluster.state == ClusterState.ENDING else "failed")
         log.info("cluster gone", cluster=cid, state=str(cluster.state), reason=cluster.reason)
-        for memo in (self._known, self._written, self._answer_written, self._held_since):
+        for memo in (self._known, self._written, self._answer_written, self._held_since, self._present):
             memo.pop(cid, None)
         return True
 
     async def _probe(self, cluster: Cluster) -> Probe | None:
+        """The scheduler's health and work; its clients too when that can end it (running, no work)."""
         if not cluster.dashboard_url or not cluster.live:
             return None
-        return await self.probe.probe(cluster.dashboard_url)
+        probe = await self.probe.probe(cluster.dashboard_url)
+        if (
+            self.clients is None
+            or self.timing.no_client_timeout <= 0
+            or cluster.state != ClusterState.RUNNING
+            or not probe.answered
+            or probe.busy
+        ):
+            return probe
+        return dataclasses.replace(probe, clients=await self.clients.clients(cluster))
+
+    def _presence(self, cid: str, probe: Probe | None, now: float) -> float:
+        """When this replica last saw a client or work in the cluster (or first saw it answer)."""
+        if (
+            probe is not None
+            and probe.answered
+            and (probe.busy or probe.clients != 0 or cid not in self._present)
+        ):
+            self._present[cid] = now
+        return self._present.get(cid, now)
 
     async def _apply(self, cluster: Cluster, decision: Decision, now: float) -> Cluster:
         updated = dataclasses.replace(
