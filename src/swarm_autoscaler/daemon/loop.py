@@ -294,6 +294,7 @@ class Daemon:
             cluster=self.cluster_name,
             leader=result.acted,
             seconds=round(seconds, 3),
+            phases={name: round(t, 3) for name, t in result.phases},
             buckets=buckets,
             pending=result.plan.pending,
             unplaceable=len(result.plan.unplaceable),

@@ -54,6 +54,7 @@ class TickResult:
     outcomes: tuple[Outcome, ...]
     acted: bool
     waiting: float = 0.0  # seconds the oldest action still waiting has waited (set by the daemon)
+    phases: tuple[tuple[str, float], ...] = ()  # seconds spent observing, planning and acting
 
     @functools.cached_property
     def cluster(self) -> Cluster:
@@ -107,11 +108,15 @@ async def run_tick(
     Overrides `config.deadline`. `age(action)`: the ticks it has waited (act starts the oldest first)."""
     started = time.monotonic()
     snapshot = await observe(ports, catalogue, now)
+    observed = time.monotonic()
     plan = planner(snapshot, policy)
+    planned = time.monotonic()
+    phases: tuple[tuple[str, float], ...] = (("observe", observed - started), ("plan", planned - observed))
     if not leader:
-        return TickResult(snapshot, policy, plan, (), acted=False)
+        return TickResult(snapshot, policy, plan, (), acted=False, phases=phases)
     if deadline is not None:
         left = max(deadline - (time.monotonic() - started), deadline / 2)
         config = dataclasses.replace(config, deadline=left)
     outcomes = await act(plan, snapshot, ports, still_leader, config, age)
-    return TickResult(snapshot, policy, plan, outcomes, acted=True)
+    phases += (("act", time.monotonic() - planned),)
+    return TickResult(snapshot, policy, plan, outcomes, acted=True, phases=phases)
