@@ -82,6 +82,11 @@ class ChaosReport:
     sigterm_exit_s: float | None
     samples: list[dict[str, Any]]
     usage: list[dict[str, int]]
+    settle_seconds: float = 0.0  # from the cancellation until the fleet settled (or the bound)
+    world_lag: dict[str, float] = field(default_factory=dict)  # the world's event-loop lag (s)
+    ec2_calls: dict[str, int] = field(default_factory=dict)  # EC2 calls moto served, by action
+    busy_at_cancel: int = 0  # workers processing a task just before the cancellation
+    cancel_seconds: float = 0.0  # how long the world took to cancel the backlog
 
     def fired(self) -> dict[str, bool]:
         return {name: count > 0 for name, count in self.faults.items()}
@@ -107,6 +112,8 @@ class ChaosReport:
             f"  leak check: {self.leak}",
             f"  ticks: {len(self.tick_seconds)}, median {statistics.median(ticks):.2f}s, p95 {p95:.2f}s, "
             f"max {ticks[-1]:.2f}s",
+            f"  cancel: {self.busy_at_cancel} busy worker(s), the world took {self.cancel_seconds:.1f}s",
+            f"  the world's event-loop lag: {self.world_lag}; EC2 calls served: {self.ec2_calls}",
             f"  /healthz: {healthy}/{sum(self.health.values())} answered 200 ({dict(self.health)})",
             f"  daemon actions: {dict(self.actions)}; 'scheduler kept' outcomes: {self.kept_by_scheduler}",
             f"  daemon peaks: {self.peaks()}",
@@ -155,8 +162,11 @@ def run_chaos(config: ChaosConfig, workdir: Path) -> ChaosReport:
         sampler = Sampler(f"http://127.0.0.1:{http_port}/healthz", world, daemon)
         stack.callback(sampler.halt)
         sampler.start()
-        faults = _script(config, world, daemon)
+        measured: dict[str, int] = {}
+        faults = _script(config, world, daemon, measured)
+        cancelled = time.monotonic()
         settled, leak = _settle(config, world)
+        settle_seconds = time.monotonic() - cancelled
         sigterm = daemon.stop()
         report = world.get("/report")
     ticks, actions, kept = read_log(workdir / "daemon.log")
@@ -175,6 +185,11 @@ def run_chaos(config: ChaosConfig, workdir: Path) -> ChaosReport:
         sigterm_exit_s=sigterm,
         samples=sampler.samples,
         usage=sampler.usage,
+        settle_seconds=settle_seconds,
+        world_lag=report.get("loop_lag", {}),
+        ec2_calls=report.get("ec2_calls", {}),
+        busy_at_cancel=measured.get("busy_at_cancel", 0),
+        cancel_seconds=measured.get("cancel_ms", 0) / 1000,
     )
 
 
@@ -187,8 +202,11 @@ def _daemon_env_file(config: ChaosConfig, world_env: dict[str, str], http_port: 
     return path
 
 
-def _script(config: ChaosConfig, world: Http, daemon: DaemonProcess) -> dict[str, int]:
-    """Backlog, a SIGKILL and restart of the daemon, then the cancellation; the faults the script fired."""
+def _script(
+    config: ChaosConfig, world: Http, daemon: DaemonProcess, measured: dict[str, int]
+) -> dict[str, int]:
+    """Backlog, a SIGKILL and restart of the daemon, then the cancellation; the faults the script fired.
+    `measured` gets the busy workers at the cancellation and how long the world took to cancel (ms)."""
     low, high = config.task_seconds
     t0 = time.monotonic()
     world.post(f"/backlog?n={config.backlog}&low={low}&high={high}")
@@ -199,8 +217,11 @@ def _script(config: ChaosConfig, world: Http, daemon: DaemonProcess) -> dict[str
         daemon.start()
         fired["daemon_kill9"] = 1
     time.sleep(max(0.0, config.cancel_at - (time.monotonic() - t0)))
+    asked = time.monotonic()
     busy = int(world.post("/cancel")["busy_workers"])
     fired["cancel_while_busy"] = int(busy > 0)
+    measured["busy_at_cancel"] = busy
+    measured["cancel_ms"] = round(1000 * (time.monotonic() - asked))
     return fired
 
 

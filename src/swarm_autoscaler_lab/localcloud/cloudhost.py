@@ -52,6 +52,8 @@ from swarm_autoscaler_lab.localcloud.moto_server import LOCAL_ACCESS_KEY, LOCAL_
 from swarm_autoscaler_lab.localcloud.moto_server import provision_network as _provision
 
 GUARD_TIMEOUT_S = 10.0
+LAG_PROBE_S = 0.1
+LISTING_MAX_AGE_S = 2.5
 # distributed ships no type hints for these; treat them as dynamic in one place.
 Client: Any = _Client
 scatter_to_workers: Any = _scatter_to_workers
@@ -127,6 +129,8 @@ class CloudHost:
         self.emulator: MachineEmulator | None = None
         self.docker_url = ""
         self.done = 0
+        self._ec2: Any = None
+        self.loop_lags: list[tuple[float, float]] = []  # (when, how late) each probe's short sleep woke
 
     async def __aenter__(self) -> CloudHost:
         try:
@@ -180,6 +184,7 @@ class CloudHost:
         self._stack.push_async_callback(self.emulator.close)
         self._machines = asyncio.create_task(self.emulator.run(self.options.emulator_interval))
         self._tasks.append(asyncio.create_task(self._watch_world()))
+        self._tasks.append(asyncio.create_task(self._probe_lag()))
 
     async def close(self) -> None:
         if self.emulator is not None:
@@ -305,6 +310,24 @@ class CloudHost:
                 if m.joined_at is not None and m.joined_at - m.seen_at > self.options.max_start_time:
                     self._late.add(m.instance_id)
 
+    async def _probe_lag(self) -> None:
+        """The world's event-loop lag: how late a 0.1 s sleep wakes up. A loaded world answers the
+        daemon's calls late, which the daemon sees as a slow API; the report says how loaded it was."""
+        while True:
+            asked = time.monotonic()
+            await asyncio.sleep(LAG_PROBE_S)
+            woke = time.monotonic()
+            self.loop_lags.append((woke - self.started, max(0.0, woke - asked - LAG_PROBE_S)))
+
+    def lag_summary(self) -> dict[str, float]:
+        """Median, p95 and max of the world's loop lag (seconds) since it started."""
+        lags = sorted(lag for _, lag in self.loop_lags) or [0.0]
+        return {
+            "median": round(lags[len(lags) // 2], 3),
+            "p95": round(lags[min(len(lags) - 1, int(0.95 * len(lags)))], 3),
+            "max": round(lags[-1], 3),
+        }
+
     # --- the user --------------------------------------------------------------------------------
 
     async def submit_backlog(self, n: int, low: float, high: float) -> int:
@@ -339,7 +362,7 @@ class CloudHost:
     async def state(self) -> dict[str, Any]:
         """The fleet as the world sees it, and the leak check's three findings."""
         assert self.emulator is not None
-        live = await asyncio.to_thread(self._live_instances)
+        live = await self._live()
         hosts = {self.emulator.machines[i].hostname for i in live if i in self.emulator.machines}
         nodes = list(self.swarm.nodes.values())
         workers = list(self.scheduler.workers.values())
@@ -354,7 +377,20 @@ class CloudHost:
             "backlog": len(self._backlog),
             "done": self.done,
             "min_plus_reserve": self.options.min_plus_reserve,
+            "loop_lag_max_5s": round(
+                max((lag for t, lag in self.loop_lags if t > self._now() - 5), default=0), 3
+            ),
         }
+
+    async def _live(self) -> list[str]:
+        """The live instances, from the emulator's listing when it is at most `LISTING_MAX_AGE_S` old:
+        each listing of a fleet of 100 costs moto (in this process) about a tenth of a second of the
+        GIL, and the world is polled every second; reading it again each time overloaded the world."""
+        assert self.emulator is not None
+        at = self.emulator.listed_at
+        if at is not None and self.emulator.clock() - at <= LISTING_MAX_AGE_S:
+            return list(self.emulator.listing)
+        return await asyncio.to_thread(self._live_instances)
 
     def _joined(self, instance_id: str) -> bool:
         assert self.emulator is not None
@@ -362,13 +398,17 @@ class CloudHost:
         return machine is not None and machine.joined
 
     def _live_instances(self) -> list[str]:
-        ec2 = boto3.client(
-            "ec2",
-            endpoint_url=self.moto.endpoint,
-            region_name=self.network.region,
-            aws_access_key_id=LOCAL_ACCESS_KEY,
-            aws_secret_access_key=LOCAL_SECRET_KEY,
-        )
+        # One client for every read (a client costs more to build than the read; the world is polled).
+        with self._thread_lock:
+            if self._ec2 is None:
+                self._ec2 = boto3.client(
+                    "ec2",
+                    endpoint_url=self.moto.endpoint,
+                    region_name=self.network.region,
+                    aws_access_key_id=LOCAL_ACCESS_KEY,
+                    aws_secret_access_key=LOCAL_SECRET_KEY,
+                )
+            ec2 = self._ec2
         filters = [
             {"Name": f"tag:{k}", "Values": [v]} for k, v in owner_tags(self.options.cluster_name).items()
         ]
@@ -390,4 +430,5 @@ class CloudHost:
             "joined_total": self.emulator.joined_total,
             "docker_requests": self._api.requests,
             "ec2_calls": self.moto.faults.calls(),
+            "loop_lag": self.lag_summary(),
         }

@@ -135,6 +135,10 @@ class MachineEmulator:
     prepared_total: int = 0  # machines that booted into the warm pool and stopped themselves
     booted: set[str] = field(default_factory=set)  # instance ids that booted at least once
     stopping: bool = False  # set to end `run()` after the current step (a half-done leave is never abandoned)
+    # The last listing of the live (pending or running) owned instances, and when it was read (`clock`):
+    # a world polled for its state can answer from it instead of listing the whole fleet once more.
+    listing: dict[str, tuple[str, str]] = field(default_factory=dict)
+    listed_at: float | None = None
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
@@ -157,6 +161,7 @@ class MachineEmulator:
     async def step(self) -> None:
         live = await asyncio.to_thread(self._describe)
         now = self.clock()
+        self.listing, self.listed_at = live, now
         for iid, (hostname, type_name) in live.items():
             if iid not in self.machines:
                 never = iid in self.never_join_ids or self._rng.random() < self.never_join_rate
