@@ -6,7 +6,7 @@ from tests.builders import make_policy, make_snapshot
 
 from swarm_autoscaler.core.demand import estimate_demand
 from swarm_autoscaler.core.model import GIB, Resources, Task, Worker
-from swarm_autoscaler.core.placement import Pool, rank_types
+from swarm_autoscaler.core.placement import Unplaced, rank_types
 from swarm_autoscaler.core.vectors import Space, fit_count
 
 
@@ -25,10 +25,10 @@ def test_generic_resources_limit_the_queue_and_make_tasks_unplaceable() -> None:
     assert demand.queued == {"tcp://w:1": 1}
     assert demand.free["tcp://w:1"] == (3.5, 7 * GIB, 0.0, 0.0)
     assert [g.keys for g in demand.groups] == [("b",)]
-    pool = Pool(demand.groups)
-    (unplaceable,) = pool.drop_unplaceable(rank_types(snapshot, policy, space), policy)
+    unplaced = Unplaced(demand.groups)
+    (unplaceable,) = unplaced.drop_unplaceable(rank_types(snapshot, policy, space), policy)
     assert unplaceable.task_key == "b" and "more than any allowed instance type" in unplaceable.reason
-    assert pool.left == 0
+    assert unplaced.left == 0
 
 
 def test_fit_count_is_exact_on_fractional_cpus_and_unbounded_for_zero_needs() -> None:
@@ -43,9 +43,9 @@ def test_identical_bins_split_when_a_group_runs_out() -> None:
     space = Space(())
     snapshot = make_snapshot(unrunnable=[Task(f"t{i}", Resources(1, GIB)) for i in range(5)])
     _, demand = estimate_demand(snapshot, make_policy())
-    pool = Pool(demand.groups)
-    got = pool.fill([(f"b{i}", "m5.large", space.vec(Resources(2, 8 * GIB))) for i in range(4)])
-    assert got == {"b0": 2, "b1": 2, "b2": 1} and pool.left == 0
+    unplaced = Unplaced(demand.groups)
+    got = unplaced.fill([(f"b{i}", "m5.large", space.vec(Resources(2, 8 * GIB))) for i in range(4)])
+    assert got == {"b0": 2, "b1": 2, "b2": 1} and unplaced.left == 0
 
 
 M5_2XLARGE = Resources(8, 32 * GIB)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from hypothesis import HealthCheck, given, settings
 from tests.core.randomized import policies, worlds
 
-from swarm_autoscaler.core.cluster import Cluster, classify
+from swarm_autoscaler.core.cluster import Fleet, classify
 from swarm_autoscaler.core.model import (
     ActivateNode,
     Availability,
@@ -34,7 +34,7 @@ from swarm_autoscaler.core.plan import plan
 
 SAMPLES = 1000
 
-Case = Callable[[Snapshot, Policy, Plan, Cluster], bool]
+Case = Callable[[Snapshot, Policy, Plan, Fleet], bool]
 
 
 def _terminates(prefix: str) -> Case:
@@ -63,7 +63,7 @@ def _mark_times(marks: object) -> list[float]:
     return [t for name in names if (t := getattr(marks, name)) is not None]
 
 
-def _at_max(snapshot: Snapshot, policy: Policy, result: Plan, _c: Cluster) -> bool:
+def _at_max(snapshot: Snapshot, policy: Policy, result: Plan, _c: Fleet) -> bool:
     """The maximum decides: pending work is left without capacity because no more may be launched."""
     alive = sum(1 for i in snapshot.instances if i.alive)
     launched = sum(a.count for a in result.actions if isinstance(a, Launch))
@@ -71,7 +71,7 @@ def _at_max(snapshot: Snapshot, policy: Policy, result: Plan, _c: Cluster) -> bo
     return alive + launched >= policy.max_instances and placed < result.pending
 
 
-def _busy_drained_due(snapshot: Snapshot, policy: Policy, _p: Plan, cluster: Cluster) -> bool:
+def _busy_drained_due(snapshot: Snapshot, policy: Policy, _p: Plan, cluster: Fleet) -> bool:
     """A busy drained node beyond the reserve whose termination delay has passed: only "never touch a
     busy node" keeps it."""
     return any(
@@ -83,13 +83,13 @@ def _busy_drained_due(snapshot: Snapshot, policy: Policy, _p: Plan, cluster: Clu
     )
 
 
-def _retires_a_holder(snapshot: Snapshot, policy: Policy, result: Plan, _c: Cluster) -> bool:
+def _retires_a_holder(snapshot: Snapshot, policy: Policy, result: Plan, _c: Fleet) -> bool:
     """A worker that runs nothing but holds the only copy of a result is retired (its results move)."""
     holding = {w.address for w in snapshot.workers if w.holding}
     return any(isinstance(a, RetireWorkers) and holding & set(a.addresses) for a in result.actions)
 
 
-def _holder_stays(snapshot: Snapshot, policy: Policy, result: Plan, cluster: Cluster) -> bool:
+def _holder_stays(snapshot: Snapshot, policy: Policy, result: Plan, cluster: Fleet) -> bool:
     """An active worker holding results is due for retirement, yet is not retired: no uncordoned
     worker would be left to receive its results (nothing is pending: scale-down runs)."""
     retired = {a for r in result.actions if isinstance(r, RetireWorkers) for a in r.addresses}
@@ -104,7 +104,7 @@ def _holder_stays(snapshot: Snapshot, policy: Policy, result: Plan, cluster: Clu
     )
 
 
-def _min_holds(snapshot: Snapshot, policy: Policy, result: Plan, cluster: Cluster) -> bool:
+def _min_holds(snapshot: Snapshot, policy: Policy, result: Plan, cluster: Fleet) -> bool:
     """An idle drained node is due for termination, yet none is terminated: min_instances (or the
     reserve) keeps it."""
     due = any(

@@ -1,4 +1,4 @@
-"""classify(snapshot, policy) -> Cluster: every owned machine and every swarm node in one named bucket.
+"""classify(snapshot, policy) -> Fleet: every owned machine and every swarm node in one named bucket.
 
 A *member* is one machine as the daemon sees it: an owned EC2 instance, the swarm node with the same
 hostname (if it joined) and the dask workers on that node (matched by hostname). Nodes that match no
@@ -219,7 +219,7 @@ class Member:
 
 
 @dataclass(frozen=True, slots=True)
-class Cluster:
+class Fleet:
     """The buckets of one snapshot. Every owned instance and every node is in exactly one bucket."""
 
     launched: tuple[Member, ...] = ()
@@ -263,7 +263,7 @@ class Cluster:
 OBSERVED: tuple[Bucket, ...] = tuple(b for b in Bucket if b not in (Bucket.NEW, Bucket.GONE))
 
 
-def classify(snapshot: Snapshot, policy: Policy) -> Cluster:
+def classify(snapshot: Snapshot, policy: Policy) -> Fleet:
     """Put every owned instance and every node of `snapshot` in one bucket (rules in the module doc)."""
     types = {t.name: t for t in snapshot.instance_types}
     workers: dict[str, list[Worker]] = defaultdict(list)
@@ -295,7 +295,7 @@ def classify(snapshot: Snapshot, policy: Policy) -> Cluster:
     pooled, outside = _split_pool(out[Bucket.STOPPED], policy)
     out[Bucket.STOPPED] = pooled
     out[Bucket.BROKEN] += outside
-    return Cluster(**{b.value: tuple(members) for b, members in out.items()})
+    return Fleet(**{b.value: tuple(members) for b, members in out.items()})
 
 
 def _pick_node(candidates: Sequence[Node]) -> tuple[Node | None, list[Node]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from swarm_autoscaler.core.cluster import Bucket, Cluster
+from swarm_autoscaler.core.cluster import Bucket, Fleet
 from swarm_autoscaler.core.model import Launch, Policy, Snapshot
 from swarm_autoscaler.core.placement import NewBins, TypeOption
 
@@ -31,13 +31,13 @@ USEFUL = (
 SPARE = (Bucket.RESERVE, Bucket.DRAINED, Bucket.LAUNCHED, Bucket.STARTING, Bucket.JOINING, Bucket.ACTIVE)
 
 
-def useful(cluster: Cluster) -> int:
+def useful(cluster: Fleet) -> int:
     """Alive instances expected to be useful (not broken, not terminating): what min_instances counts."""
     members = (m for b in USEFUL for m in cluster.bucket(b))
     return sum(1 for m in members if m.instance is not None and m.instance.alive)
 
 
-def useful_of(cluster: Cluster, type_name: str) -> int:
+def useful_of(cluster: Fleet, type_name: str) -> int:
     """`useful` for one instance type: what its base (`TypePolicy.minimum`) counts, with its reserve."""
     members = (m for b in USEFUL for m in cluster.bucket(b) if m.type_name == type_name)
     return sum(1 for m in members if m.instance is not None and m.instance.alive)
@@ -46,7 +46,7 @@ def useful_of(cluster: Cluster, type_name: str) -> int:
 def plan_launches(
     snapshot: Snapshot,
     policy: Policy,
-    cluster: Cluster,
+    cluster: Fleet,
     new_bins: Sequence[NewBins],
     received: Mapping[str, int],
     options: Sequence[TypeOption],
@@ -111,7 +111,7 @@ class LaunchBook:
         entry[1] += tasks
         entry[2] += 0 if tasks else count
 
-    def keep_bases(self, cluster: Cluster, options: Sequence[TypeOption], started: Mapping[str, int]) -> None:
+    def keep_bases(self, cluster: Fleet, options: Sequence[TypeOption], started: Mapping[str, int]) -> None:
         """Launch what each type's base (`TypePolicy.minimum`: machines always running, its reserve on
         top) lacks, while EC2 does not refuse the type everywhere."""
         available = {o.name for o in options if o.available}
@@ -128,7 +128,7 @@ class LaunchBook:
                 self.add(tp.name, missing, 0)
                 self.for_base[tp.name] = self.for_base.get(tp.name, 0) + missing
 
-    def top_up(self, cluster: Cluster, options: Sequence[TypeOption]) -> None:
+    def top_up(self, cluster: Fleet, options: Sequence[TypeOption]) -> None:
         """Launch the cheapest available type for what `min_instances` lacks (the reserve is on top)."""
         have = useful(cluster) - len(cluster.reserve) + self.started
         missing = min(self.policy.min_instances - have - self.total, self.left)
@@ -137,7 +137,7 @@ class LaunchBook:
             self.add(cheapest.name, missing, 0)
 
     def fill_reserve(
-        self, cluster: Cluster, received: Mapping[str, int], options: Sequence[TypeOption]
+        self, cluster: Fleet, received: Mapping[str, int], options: Sequence[TypeOption]
     ) -> None:
         """Launch what a type's reserve lacks. Spare machines of a type are the idle ones: reserve,
         drained, launched or joining without placed work, and active without work."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from swarm_autoscaler.core.cluster import Bucket, Cluster, Member
+from swarm_autoscaler.core.cluster import Bucket, Fleet, Member
 from swarm_autoscaler.core.model import LabelNode, NodeStatus, Uncordon
 from swarm_autoscaler.core.scaleup import uncordon_action
 from swarm_autoscaler.core.steps import Facts, Mark, mark
@@ -67,7 +67,7 @@ STRAY_RETIREMENT = "retiring without a retirement in progress (one cut short): s
 
 
 def keep_cordons(
-    cluster: Cluster, uncordoned: Collection[str]
+    cluster: Fleet, uncordoned: Collection[str]
 ) -> tuple[tuple[Mark, ...], tuple[Uncordon, ...]]:
     """A cordon mark whose worker takes tasks again (restarted, or uncordoned by someone else) is
     stale; a cordoned worker with tasks waiting on it is uncordoned, or they would never start.
@@ -111,7 +111,7 @@ def keep_cordons(
     return tuple(marks), tuple(actions)
 
 
-def label_nodes(cluster: Cluster) -> tuple[LabelNode, ...]:
+def label_nodes(cluster: Fleet) -> tuple[LabelNode, ...]:
     """A joined node gets the labels its instance was launched with that it lacks (swarm placement
     constraints and the ownership label rely on them). Manager nodes are never labelled."""
     out = []

@@ -82,7 +82,7 @@ def unplaceable_reason(group: Group, options: Sequence[TypeOption], policy: Poli
 @dataclass(frozen=True, slots=True)
 class NewBins:
     """`count` new instances of `type_name`, each receiving `tasks_each` pending tasks: `pattern` says
-    how many of which group (by index into the pool's groups)."""
+    how many of which group (by index into the unplaced groups)."""
 
     type_name: str
     count: int
@@ -90,7 +90,7 @@ class NewBins:
     pattern: tuple[tuple[int, int], ...] = ()
 
 
-class Pool:
+class Unplaced:
     """The pending groups and how many tasks of each are still unplaced."""
 
     def __init__(self, groups: Sequence[Group], ledger: list[tuple[str, int, int]] | None = None) -> None:
@@ -111,12 +111,12 @@ class Pool:
         return tuple(sorted(out, key=lambda u: u.task_key))
 
     def hold_soon(self) -> int:
-        """Take the `soon` tasks still unplaced out of the pool (they wait for their own worker);
+        """Take the `soon` tasks still unplaced out of it (they wait for their own worker);
         returns how many."""
         return sum(self._take_out(i) for i, group in enumerate(self.groups) if group.soon)
 
     def _take_out(self, i: int) -> int:
-        """Remove what is left of group `i` from the pool; returns how many tasks that was."""
+        """Remove what is left of group `i` from the unplaced tasks; returns how many tasks that was."""
         n, self.remaining[i] = self.remaining[i], 0
         self.left -= n
         return n

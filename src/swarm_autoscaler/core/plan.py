@@ -56,7 +56,7 @@ from swarm_autoscaler.core.demand import Group, estimate_demand
 from swarm_autoscaler.core.launches import LaunchBook, plan_launches
 from swarm_autoscaler.core.marks import keep_cordons, keep_marks, label_nodes
 from swarm_autoscaler.core.model import Action, Cordon, DrainNode, Launch, Plan, Policy, Snapshot
-from swarm_autoscaler.core.placement import NewBins, Pool, rank_types, type_capacity
+from swarm_autoscaler.core.placement import NewBins, Unplaced, rank_types, type_capacity
 from swarm_autoscaler.core.pool import into_pool, refill, repair_pool, started
 from swarm_autoscaler.core.scaleup import NEW, OWN_WORKER, TIERS, Placement, scale_up
 from swarm_autoscaler.core.shrink import repair, scale_down
@@ -102,13 +102,13 @@ def _decide(
     space, demand = estimate_demand(snapshot, policy)
     facts = Facts(snapshot, policy, classify(snapshot, policy), demand)
     options = rank_types(snapshot, policy, space)
-    pool = Pool(demand.groups, ledger)
-    unplaceable = pool.drop_unplaceable(options, policy)
-    nothing_pending = pool.left == 0
+    unplaced = Unplaced(demand.groups, ledger)
+    unplaceable = unplaced.drop_unplaceable(options, policy)
+    nothing_pending = unplaced.left == 0
     capacity = type_capacity(snapshot, options, space)
     budget = LaunchBook.of(snapshot, policy).budget
-    up = scale_up(facts, pool, options, capacity, budget, tracing=ledger is not None)
-    up = hold_back(up, below_threshold(up.new_bins, facts.cluster, policy, pool.left))
+    up = scale_up(facts, unplaced, options, capacity, budget, tracing=ledger is not None)
+    up = hold_back(up, below_threshold(up.new_bins, facts.cluster, policy, unplaced.left))
     starting = started(up.start)
     launches = plan_launches(
         snapshot,
@@ -126,8 +126,8 @@ def _decide(
     shrink = Step()
     # Under load with every pending task placed on capacity that exists, only cordoned workers (which
     # take no new task) are drained: consolidation under load empties them.
-    placed_all = not nothing_pending and pool.left == 0
-    if nothing_pending or pool.left > 0 or (placed_all and policy.consolidate_under_load):
+    placed_all = not nothing_pending and unplaced.left == 0
+    if nothing_pending or unplaced.left > 0 or (placed_all and policy.consolidate_under_load):
         launching = set(launches.by_type) | set(starting)
         shrink = scale_down(
             facts,

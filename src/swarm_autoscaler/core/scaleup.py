@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from swarm_autoscaler.core.cluster import Bucket, Member
 from swarm_autoscaler.core.model import ActivateNode, Start, Uncordon
-from swarm_autoscaler.core.placement import NewBins, Pool, TypeOption
+from swarm_autoscaler.core.placement import NewBins, TypeOption, Unplaced
 from swarm_autoscaler.core.pool import POOLED, start_actions, start_bins
 from swarm_autoscaler.core.steps import Facts, Mark, mark
 from swarm_autoscaler.core.vectors import Vec
@@ -52,18 +52,18 @@ class Placement:
 class _Fill:
     """Scale-up's own running totals; local to `scale_up`."""
 
-    pool: Pool
+    unplaced: Unplaced
     tracing: bool
     received: dict[str, int] = field(default_factory=dict)
     placed: dict[str, int] = field(default_factory=dict)
     bins: dict[str, tuple[str, Vec]] = field(default_factory=dict)
 
     def place(self, tier: str, owner: Mapping[str, Member], bins: list[Bin]) -> list[Member]:
-        """Fill `bins` from the pool; count what each member received. Returns the members that
+        """Fill `bins` from the unplaced tasks; count what each member received. Returns the members that
         received tasks, once each."""
         if self.tracing:
             self.bins.update((key, (type_name, free)) for key, type_name, free in bins)
-        got = self.pool.fill(bins)
+        got = self.unplaced.fill(bins)
         self.placed[tier] = sum(got.values())
         members: dict[str, Member] = {}
         for key, n in got.items():
@@ -75,32 +75,32 @@ class _Fill:
 
 def scale_up(
     facts: Facts,
-    pool: Pool,
+    unplaced: Unplaced,
     options: tuple[TypeOption, ...],
     capacity: Mapping[str, Vec],
     budget: int,
     tracing: bool = False,
 ) -> Placement:
-    """Place what is left in `pool` (consumed) tier by tier, then onto at most `budget` new instances."""
-    fill = _Fill(pool, tracing)
+    """Place what is left in `unplaced` (consumed) tier by tier, then onto at most `budget` new instances."""
+    fill = _Fill(unplaced, tracing)
     uncordon: list[Uncordon] = []
     activate: list[Member] = []
     for tier in TIERS:
-        if pool.left:
+        if unplaced.left:
             got = fill.place(tier.value, *_tier_bins(facts, tier, capacity))
             activate += got if tier in (Bucket.DRAINED, Bucket.RESERVE) else []
-        if tier == Bucket.ACTIVE and pool.left:
+        if tier == Bucket.ACTIVE and unplaced.left:
             for member in fill.place(CORDONED, *_cordoned_bins(facts)):
                 why = f"{fill.received[member.key]} pending task(s) fit on this cordoned worker"
                 uncordon.append(uncordon_action(member, why))
-        if tier == Bucket.ACTIVE and (held := pool.hold_soon()):
+        if tier == Bucket.ACTIVE and (held := unplaced.hold_soon()):
             fill.placed[OWN_WORKER] = held
     start: tuple[Start, ...] = ()
-    if pool.left:
+    if unplaced.left:
         starting = fill.place(POOLED, *start_bins(facts, capacity, budget))
         start = start_actions(starting, fill.received)
         budget -= len(starting)
-    new_bins = tuple(pool.pack_new(options, budget))
+    new_bins = tuple(unplaced.pack_new(options, budget))
     if new_bins:
         fill.placed[NEW] = sum(b.count * b.tasks_each for b in new_bins)
     actions, marks = _activations(activate, fill.received)

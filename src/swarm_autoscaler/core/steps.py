@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from swarm_autoscaler.core.cluster import Cluster, Member
+from swarm_autoscaler.core.cluster import Fleet, Member
 from swarm_autoscaler.core.demand import Demand
 from swarm_autoscaler.core.model import Action, MarkNode, NodeMarks, Policy, Snapshot
 
@@ -24,7 +24,7 @@ class Facts:
 
     snapshot: Snapshot
     policy: Policy
-    cluster: Cluster
+    cluster: Fleet
     demand: Demand
 
     @property

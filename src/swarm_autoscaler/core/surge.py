@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from swarm_autoscaler.core.cluster import Cluster
+from swarm_autoscaler.core.cluster import Fleet
 from swarm_autoscaler.core.model import Policy
 from swarm_autoscaler.core.placement import NewBins
 from swarm_autoscaler.core.scaleup import NEW, Placement
@@ -25,7 +25,7 @@ BELOW_SURGE = "below-surge"  # `Plan.placed`: tasks left to the workers of a typ
 
 
 def below_threshold(
-    new_bins: Sequence[NewBins], cluster: Cluster, policy: Policy, unplaced: int = 0
+    new_bins: Sequence[NewBins], cluster: Fleet, policy: Policy, unplaced: int = 0
 ) -> dict[str, int]:
     """Type name -> the number of pending tasks `new_bins` put on new machines of that type, for each
     type whose launches the threshold holds back (N or fewer tasks, and a worker of the type up).

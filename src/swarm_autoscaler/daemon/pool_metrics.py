@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from swarm_autoscaler.core.cluster import Cluster
+from swarm_autoscaler.core.cluster import Fleet
 from swarm_autoscaler.core.model import InstanceState, Launch, PoolPhase, Start
 from swarm_autoscaler.daemon.tick import TickResult
 
@@ -67,7 +67,7 @@ class PoolMetrics:
         while len(self._seen) > _REMEMBERED:
             del self._seen[next(iter(self._seen))]
 
-    def _gauges(self, cluster: Cluster) -> None:
+    def _gauges(self, cluster: Fleet) -> None:
         self.machines.clear()
         counts: dict[tuple[str, str], int] = {}
         for state, members in (

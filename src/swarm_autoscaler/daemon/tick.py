@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from swarm_autoscaler.core.cluster import Cluster, classify
+from swarm_autoscaler.core.cluster import Fleet, classify
 from swarm_autoscaler.core.model import InstanceType, Plan, Policy, Snapshot
 from swarm_autoscaler.core.plan import plan as make_plan
 from swarm_autoscaler.daemon.act import (
@@ -57,7 +57,7 @@ class TickResult:
     phases: tuple[tuple[str, float], ...] = ()  # seconds spent observing, planning and acting
 
     @functools.cached_property
-    def cluster(self) -> Cluster:
+    def cluster(self) -> Fleet:
         return classify(self.snapshot, self.policy)
 
 
