@@ -42,7 +42,7 @@ async def _until(condition: Callable[[], Any], what: str, timeout: float = 30.0)
 def _ec2(world: CloudHost) -> Any:
     return boto3.client(
         "ec2",
-        endpoint_url=world.moto.endpoint,
+        endpoint_url=world.ec2_endpoint,
         region_name=world.network.region,
         aws_access_key_id="testing",
         aws_secret_access_key="testing",

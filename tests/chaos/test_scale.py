@@ -13,9 +13,10 @@ is one process, so moto, the scheduler, the docker API imitation and all 100 das
 GIL and one event loop. With a backlog of 8,000 tasks the cancellation alone blocked the world's loop
 for over 30 s, and with the emulator and the state probe listing the 100 instances every half second
 the world ran at a full core with loop lags of seconds: the daemon (a few % of a core) waited on it.
-So: 2,000 tasks (still far more than 100 machines run before the cancel: the test asserts that 90 of
-them are busy at the cancel), the emulator lists every 2 s, the state probe reuses its listing, and
-the max start time is 30 s (late joins are the other chaos test's subject, not this one's).
+So: moto runs in a process of its own (`localcloud/moto_proc.py`, its TerminateInstances guard calling
+back into the world), 2,000 tasks (still far more than 100 machines run before the cancel: the test
+asserts that 90 of them are busy at the cancel), the emulator lists every 2 s, the state probe reuses
+its listing, and the max start time is 30 s (late joins are the other chaos test's subject).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ def test_a_fleet_of_100_shrinks_to_its_minimum_after_the_work_is_cancelled(tmp_p
         slow_ec2_rate=0.0,
         emulator_interval=2.0,
         max_start_time=30.0,
+        moto_process=True,
     )
     config = ChaosConfig(
         seed=seed,

@@ -30,14 +30,21 @@ import json
 import logging
 import os
 import random
+import shutil
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import boto3
+from aiohttp import web
 from distributed import Client as _Client
 from distributed import Scheduler
 from distributed.utils_comm import scatter_to_workers as _scatter_to_workers
@@ -45,6 +52,7 @@ from distributed.utils_comm import scatter_to_workers as _scatter_to_workers
 from swarm_autoscaler.adapters.ec2 import owner_tags
 from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.model import Node, NodeStatus
+from swarm_autoscaler_lab.localcloud.chaos_procs import stop_process
 from swarm_autoscaler_lab.localcloud.dockerapi import DockerApi
 from swarm_autoscaler_lab.localcloud.machines import MachineEmulator, MemoryJoiner
 from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
@@ -54,6 +62,8 @@ from swarm_autoscaler_lab.localcloud.moto_server import provision_network as _pr
 GUARD_TIMEOUT_S = 10.0
 LAG_PROBE_S = 0.1
 LISTING_MAX_AGE_S = 2.5
+MOTO_READY_TIMEOUT_S = 60.0
+_MOTO_MODULE = "swarm_autoscaler_lab.localcloud.moto_proc"
 # distributed ships no type hints for these; treat them as dynamic in one place.
 Client: Any = _Client
 scatter_to_workers: Any = _scatter_to_workers
@@ -80,10 +90,21 @@ class WorldOptions:
     conflict_rate: float = 0.05
     slow_ec2_rate: float = 0.25
     slow_ec2_max: float = 2.0
+    moto_process: bool = False  # moto in a process of its own (`moto_proc`), off this process's GIL
 
     @property
     def min_plus_reserve(self) -> int:
         return self.min_instances + sum(int(s.get("reserve", 0)) for s in self.allowed_types.values())
+
+
+def _spawn_moto(options: WorldOptions, ready: Path, guard_url: str) -> subprocess.Popen[bytes]:
+    """Start `moto_proc` (its output goes to a log beside its ready file)."""
+    args = ["--ready", str(ready), "--guard", guard_url, "--seed", str(options.seed)]
+    args += ["--slow-rate", str(options.slow_ec2_rate), "--slow-max", str(options.slow_ec2_max)]
+    with (ready.parent / "moto.log").open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", _MOTO_MODULE, *args], stdout=log, stderr=subprocess.STDOUT
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +151,8 @@ class CloudHost:
         self.docker_url = ""
         self.done = 0
         self._ec2: Any = None
+        self.ec2_endpoint = ""
+        self._moto_control = ""  # the moto process's control URL (`moto_process`)
         self.loop_lags: list[tuple[float, float]] = []  # (when, how late) each probe's short sleep woke
 
     async def __aenter__(self) -> CloudHost:
@@ -147,10 +170,14 @@ class CloudHost:
 
     async def _start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self.moto.start()
-        self._stack.callback(self.moto.stop)
-        self.network = await asyncio.to_thread(_provision, self.moto.endpoint, instance_profile=False)
-        self.moto.faults.watch(self._on_ec2_call)
+        if self.options.moto_process:
+            await self._start_moto_process()
+        else:
+            self.moto.start()
+            self._stack.callback(self.moto.stop)
+            self.ec2_endpoint = self.moto.endpoint
+            self.moto.faults.watch(self._on_ec2_call)
+        self.network = await asyncio.to_thread(_provision, self.ec2_endpoint, instance_profile=False)
         self.scheduler = await Scheduler(
             host="127.0.0.1", port=0, dashboard=False, dashboard_address="127.0.0.1:0", validate=False
         )
@@ -170,7 +197,7 @@ class CloudHost:
         self.client = await Client(self.scheduler.address, asynchronous=True, set_as_default=False)
         self._stack.push_async_callback(self.client.close)
         self.emulator = MachineEmulator(
-            ec2_endpoint=self.moto.endpoint,
+            ec2_endpoint=self.ec2_endpoint,
             region=self.network.region,
             tag_filters=owner_tags(self.options.cluster_name),
             orchestrator=self.swarm,
@@ -185,6 +212,33 @@ class CloudHost:
         self._machines = asyncio.create_task(self.emulator.run(self.options.emulator_interval))
         self._tasks.append(asyncio.create_task(self._watch_world()))
         self._tasks.append(asyncio.create_task(self._probe_lag()))
+
+    async def _start_moto_process(self) -> None:
+        """moto in its own process (`moto_proc`): its TerminateInstances guard calls back here, over
+        loopback, and the world's EC2 faults are injected there."""
+        guard = web.Application()
+        guard.router.add_post("/guard/terminate", self._guard_terminate_route)
+        runner = web.AppRunner(guard, access_log=None)
+        await runner.setup()
+        self._stack.push_async_callback(runner.cleanup)
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        guard_url = f"http://127.0.0.1:{runner.addresses[0][1]}/guard/terminate"
+        workdir = Path(tempfile.mkdtemp(prefix="chaos-moto-"))
+        self._stack.callback(shutil.rmtree, workdir, True)
+        ready = workdir / "moto.json"
+        proc = await asyncio.to_thread(_spawn_moto, self.options, ready, guard_url)
+        self._stack.callback(stop_process, proc)
+        deadline = time.monotonic() + MOTO_READY_TIMEOUT_S
+        while not ready.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the moto process did not come up (exit {proc.poll()})")
+            await asyncio.sleep(0.1)
+        info = json.loads(ready.read_text())
+        self.ec2_endpoint, self._moto_control = info["endpoint"], info["control"]
+
+    async def _guard_terminate_route(self, request: web.Request) -> web.Response:
+        await self._guard_terminate(list((await request.json())["instance_ids"]))
+        return web.json_response({})
 
     async def close(self) -> None:
         if self.emulator is not None:
@@ -205,7 +259,7 @@ class CloudHost:
         types = {n: {"ami_id": self.network.ami_id, **dict(s)} for n, s in self.options.allowed_types.items()}
         return {
             "AUTOSCALER_CLUSTER_NAME": self.options.cluster_name,
-            "AUTOSCALER_EC2_ENDPOINT": self.moto.endpoint,
+            "AUTOSCALER_EC2_ENDPOINT": self.ec2_endpoint,
             "AUTOSCALER_EC2_REGION": self.network.region,
             "AUTOSCALER_EC2_ACCESS_KEY_ID": LOCAL_ACCESS_KEY,
             "AUTOSCALER_EC2_SECRET_ACCESS_KEY": LOCAL_SECRET_KEY,
@@ -403,7 +457,7 @@ class CloudHost:
             if self._ec2 is None:
                 self._ec2 = boto3.client(
                     "ec2",
-                    endpoint_url=self.moto.endpoint,
+                    endpoint_url=self.ec2_endpoint,
                     region_name=self.network.region,
                     aws_access_key_id=LOCAL_ACCESS_KEY,
                     aws_secret_access_key=LOCAL_SECRET_KEY,
@@ -420,6 +474,11 @@ class CloudHost:
         """Guard hits, disruptions seen, and how often each fault fired."""
         assert self.emulator is not None
         faults = {name: 0 for name in ("slow_ec2", "retire_kept")} | dict(self.faults)
+        calls = self.moto.faults.calls()
+        if self._moto_control:
+            with urllib.request.urlopen(self._moto_control + "/calls", timeout=10) as reply:
+                served = json.loads(reply.read())
+            calls, faults["slow_ec2"] = served["calls"], int(served["slowed"])
         faults["late_join"] = len(self._late)
         faults["update_out_of_sequence"] = self._api.conflicts
         return {
@@ -429,6 +488,6 @@ class CloudHost:
             "faults": faults,
             "joined_total": self.emulator.joined_total,
             "docker_requests": self._api.requests,
-            "ec2_calls": self.moto.faults.calls(),
+            "ec2_calls": calls,
             "loop_lag": self.lag_summary(),
         }
