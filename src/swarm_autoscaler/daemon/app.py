@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TypeVar
 
 import structlog
@@ -19,12 +19,13 @@ from swarm_autoscaler.adapters.dask_check import SchedulerCheck
 from swarm_autoscaler.adapters.ec2 import Ec2Cloud
 from swarm_autoscaler.adapters.redis_lock import RedisLock, SingleReplicaLock
 from swarm_autoscaler.adapters.swarm import SwarmOrchestrator
+from swarm_autoscaler.adapters.swarm_services import SwarmServicesWorkload
 from swarm_autoscaler.config.policy import policy_from_settings
 from swarm_autoscaler.config.settings import Settings
 from swarm_autoscaler.config.worker import with_worker_env
 from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.model import InstanceType, Policy
-from swarm_autoscaler.core.ports import Lock, Orchestrator
+from swarm_autoscaler.core.ports import Lock, Orchestrator, Workload
 from swarm_autoscaler.daemon.loop import Daemon, InFlightCloud
 from swarm_autoscaler.daemon.metrics import Metrics, build_app
 from swarm_autoscaler.daemon.tick import Ports
@@ -65,22 +66,17 @@ async def open_daemon(
         # Unset, the endpoint is AWS's in the region: the region is then what points at it.
         where = "AUTOSCALER_EC2_ENDPOINT" if settings.ec2.endpoint else "AUTOSCALER_EC2_REGION"
         catalogue = await _checked(where, _start_ec2(stack, ec2, settings))  # also syncs EC2's clock
-        if settings.mode != "computational" or settings.dask.scheduler_url is None:
-            raise ConfigurationError(f"AUTOSCALER_MODE: {settings.mode} is not available in this build")
-        workload = DaskWorkload(
-            settings.dask.scheduler_url,
-            settings.dask.worker_hostname_pattern,
-            clock=clock,
-            tls_files=settings.dask.tls_files,
-        )
-        stack.push_async_callback(workload.close)
-        check = await _checked("AUTOSCALER_DASK_SCHEDULER_URL", workload.check_scheduler())
         lock = _lock(settings)
         stack.push_async_callback(_close, lock)
+        policy = policy_from_settings(settings, catalogue)
+        workload: Workload
+        if settings.mode == "dynamic":
+            workload, policy = await _dynamic(stack, settings, catalogue, policy)
+        else:
+            workload, policy = await _computational(stack, settings, clock, policy)
         await _checked("AUTOSCALER_REDIS_URL", lock.check())
         await _checked("AUTOSCALER_DOCKER_URL", swarm.list_nodes())
         _log_clock(ec2)  # after every check: a failed start says one line and nothing else
-        policy = _without_consolidation(policy_from_settings(settings, catalogue), check, workload.address)
         daemon = Daemon(
             cluster_name=settings.cluster_name,
             ports=Ports(InFlightCloud(ec2), swarm, workload),
@@ -209,6 +205,37 @@ async def _with_spot_prices(
         out[name] = dataclasses.replace(out[name], price_per_hour=price)
     log.info("spot prices read from EC2", prices=prices)
     return out
+
+
+async def _computational(
+    stack: contextlib.AsyncExitStack, settings: Settings, clock: Callable[[], float], policy: Policy
+) -> tuple[Workload, Policy]:
+    """The dask scheduler's workload, checked (consolidation off when it cannot cordon workers)."""
+    url = settings.dask.scheduler_url
+    assert url is not None  # load_settings requires it in this mode
+    workload = DaskWorkload(
+        url, settings.dask.worker_hostname_pattern, clock=clock, tls_files=settings.dask.tls_files
+    )
+    stack.push_async_callback(workload.close)
+    check = await _checked("AUTOSCALER_DASK_SCHEDULER_URL", workload.check_scheduler())
+    return workload, _without_consolidation(policy, check, workload.address)
+
+
+async def _dynamic(
+    stack: contextlib.AsyncExitStack,
+    settings: Settings,
+    catalogue: Mapping[str, InstanceType],
+    policy: Policy,
+) -> tuple[Workload, Policy]:
+    """The swarm's service tasks as the workload (docs/dynamic-mode.md); no worker can be cordoned
+    there, so consolidation is off."""
+    workload = SwarmServicesWorkload(
+        settings.docker.url, settings.cluster_name, tuple(catalogue.values()), policy
+    )
+    stack.push_async_callback(workload.close)
+    await _checked("AUTOSCALER_DOCKER_URL", workload.check())
+    log.info("dynamic mode: pending swarm service tasks drive the fleet; consolidation is off")
+    return workload, dataclasses.replace(policy, consolidate_below=0.0)
 
 
 def _without_consolidation(policy: Policy, check: SchedulerCheck, scheduler: str) -> Policy:
