@@ -22,6 +22,7 @@ from swarm_autoscaler.core.model import (
     ActivateNode,
     Availability,
     DrainNode,
+    LabelNode,
     Launch,
     NodeMarks,
     NodeStatus,
@@ -197,3 +198,40 @@ def test_the_view_is_deterministic_whatever_the_order_read() -> None:
     tasks = [pending(2), running(1, 2), pending(1), running(0, 1)]
     assert view(nodes, tasks) == view(list(reversed(nodes)), list(reversed(tasks)))
     assert replace(view(nodes, tasks)) == view(nodes, tasks)
+
+
+def test_room_subtracts_both_the_overhead_and_the_reservations_on_the_node() -> None:
+    # m5.xlarge: 4 CPUs, less 1 of overhead, less 2 reserved by the running task: 1 left, 2 wanted
+    policy = make_policy(types=(TypePolicy("m5.xlarge", overhead=Resources.of(1)), TypePolicy("m5.large")))
+    nodes = [seat(1, "m5.xlarge")]
+    tasks = [running(0, 1, cpus=2), pending(1, cpus=2)]
+    (worker,) = view(nodes, tasks, policy).workers
+    assert worker.resources.cpus == 3 and [t.needs.cpus for t in worker.processing] == [2]
+    launches = plan(snapshot_of(nodes, tasks, policy), policy).of_kind(Launch)
+    assert [(a.type_name, a.count) for a in launches] == [("m5.large", 1)]  # type: ignore[attr-defined]
+    # without the overhead the same task fits the room left: nothing is launched
+    assert plan(snapshot_of(nodes, tasks), make_policy()).of_kind(Launch) == ()
+
+
+def test_activation_picks_the_drained_node_of_the_type_a_constraint_needs_and_restores_its_labels() -> None:
+    drained = NodeMarks(ready=True, drained_since=NOW - 10)
+    nodes = [
+        seat(1, "m5.large", availability=Availability.DRAIN, marks=drained),
+        seat(2, "c5.2xlarge", availability=Availability.DRAIN, marks=drained),
+    ]
+    # node 2 lost its type label (an operator's `docker node update --label-rm`): its instance keeps it
+    stripped = replace(nodes[1].node, labels={OWNERSHIP_LABEL: CLUSTER})
+    nodes[1] = replace(nodes[1], node=stripped)
+    task = pending(1, constraints=(f"node.labels.{TYPE_LABEL}==c5.2xlarge",))
+    v = view(nodes, [task])
+    types = {1: "m5.large", 2: "c5.2xlarge"}
+    instances = [
+        replace(make_instance(n, t), labels={TYPE_LABEL: t, OWNERSHIP_LABEL: CLUSTER})
+        for n, t in types.items()
+    ]
+    snapshot = make_snapshot(instances, [n.node for n in nodes], v.workers, v.unrunnable)
+    result = plan(snapshot, make_policy())
+    assert [a.node_id for a in result.of_kind(ActivateNode)] == ["node-2"]  # type: ignore[attr-defined]
+    labelled = result.of_kind(LabelNode)
+    assert [(a.node_id, a.labels) for a in labelled] == [("node-2", ((TYPE_LABEL, "c5.2xlarge"),))]  # type: ignore[attr-defined]
+    assert result.of_kind(Launch) == ()

@@ -196,6 +196,7 @@ class Daemon:
     ticks: int = 0
     waiting: Waiting = field(default_factory=Waiting, repr=False)
     _standby_logged: bool = field(default=False, repr=False)
+    _unplaceable_logged: frozenset[tuple[str, str]] = field(default=frozenset(), repr=False)
     _leadership: Leadership | None = field(default=None, repr=False)
 
     @property
@@ -300,10 +301,26 @@ class Daemon:
             unplaceable=len(result.plan.unplaceable),
             plan=result.plan.summary(),
         )
+        self._log_unplaceable(result)
         for outcome in result.outcomes:
             _log_outcome(self.cluster_name, outcome)
         if not result.acted and result.plan.actions:
             log.info("standby: would act", cluster=self.cluster_name, plan=result.plan.summary())
+
+    def _log_unplaceable(self, result: TickResult) -> None:
+        """One warning per reason when tasks become unplaceable for it (the tick line has the count):
+        the reason, how many tasks, and a few of their keys. Not repeated while nothing new appears."""
+        now = frozenset((u.task_key, u.reason) for u in result.plan.unplaceable)
+        fresh = now - self._unplaceable_logged
+        self._unplaceable_logged = now
+        by_reason: dict[str, list[str]] = {}
+        for key, reason in sorted(now):
+            by_reason.setdefault(reason, []).append(key)
+        for reason in sorted({reason for _, reason in fresh}):
+            keys = by_reason[reason]
+            log.warning(
+                "unplaceable", cluster=self.cluster_name, reason=reason, tasks=len(keys), keys=keys[:5]
+            )
 
     async def run(self, stop: asyncio.Event) -> None:
         """Tick until `stop` is set. Setting `stop` cancels the tick in progress at once (even mid-act);
