@@ -6,10 +6,13 @@ package is installed there, or by path when this one file is copied next to the 
     dask scheduler --preload swarm_autoscaler.adapters.dask_packing
     dask scheduler --preload /opt/dask/dask_packing.py
 
-`dask_setup(scheduler)` replaces `worker_objective` on that scheduler instance (the class is untouched);
-`dask_teardown` restores it. The file imports nothing but the standard library at run time (so that the
-simulator can share `packing_rank`), and uses only attributes of distributed's `TaskState` and
-`WorkerState` (tested against distributed 2026.8).
+`dask_setup(scheduler)` replaces `worker_objective` on that scheduler instance (the class is untouched),
+adds the plugin that moves waiting restricted tasks to workers that can start them (`QueuedMover`), and
+wraps the steal-response handler so that a stolen task's resources move with it; `dask_teardown` undoes
+all three. The file imports nothing but the standard library at module level (so that the simulator can
+share `packing_rank`; distributed and tornado are imported inside `dask_setup`, on the scheduler), and
+uses only attributes of distributed's `Scheduler`, `TaskState`, `WorkerState` and `WorkStealing` (tested
+against distributed 2026.8).
 
 What dask does without it: `decide_worker_non_rootish` sends a task with resource restrictions to the
 valid running worker of least `occupancy / nthreads` (plus the cost of moving its dependencies), so
@@ -28,9 +31,16 @@ workers dask passes to the objective (valid, running, and holding the task's dep
 3. Ties, and a task that no worker can start now, are decided by dask's own objective, unchanged: such a
    task queues on the worker where dask expects it to start soonest.
 
-Unchanged: tasks without resource restrictions and actors (dask's objective), root-ish tasks (never
-restricted; dask's queue), work stealing (`WorkStealing.stealing_objective` is separate: it may still move
-a waiting task to an idle worker), and a task with a single candidate (dask calls no objective).
+Once placed, a restricted task that waits (for a thread, or for a resource such as the worker's one GPU)
+stays there in dask: its stealing takes only from a worker with more processing tasks than threads, so
+three GPU tasks on a four-thread, one-GPU worker never move to a GPU worker that joins. Every `INTERVAL`
+seconds `QueuedMover` asks, through dask's stealing protocol, for such a task to move to a running worker
+that can start it now (the best by `packing_rank`); the holding worker refuses if it has started it, so
+no task runs twice and none is lost. It needs dask's work stealing on (the default).
+
+Unchanged: tasks without resource restrictions and actors (dask's objective, dask's stealing; the mover
+never asks for them), root-ish tasks (never restricted; dask's queue), dask's own work stealing, and a
+task with a single candidate (dask calls no objective).
 
 Resource names follow the project's convention (`swarm_autoscaler.adapters.dask`): workers advertise
 `CPU`, `RAM` (bytes) and `GPU`; a machine "has a GPU" when its `GPU` resource is positive. The names are
@@ -40,7 +50,7 @@ the module constants `CPU` and `GPU`; edit them in a copied file if your workers
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover - types only; nothing from distributed is imported at run time
@@ -100,10 +110,227 @@ def packing_objective(
     return worker_objective
 
 
+def waiting_tail(ws: WorkerState, running: Collection[TaskState] = ()) -> list[TaskState]:
+    """The restricted tasks processing on `ws` that cannot be running there, latest to run first.
+
+    The scheduler does not know which of a worker's processing tasks run: `running` are those known to
+    (reported executing by the worker, or a move the worker refused because it had started); the others
+    are taken in dask's order (priority), each running if a thread and every resource it requests are
+    still free. A task so guessed to run that in fact waits is found at the next round, once the worker
+    has refused to move the one it runs."""
+    threads = ws.nthreads
+    free = dict(ws.resources)
+    tail: list[TaskState] = []
+
+    def take(ts: TaskState) -> None:
+        nonlocal threads
+        if ts not in ws.long_running:  # a task that seceded holds no thread
+            threads -= 1
+        for name, amount in (ts.resource_restrictions or {}).items():
+            free[name] = free.get(name, 0.0) - amount
+
+    known = {ts: None for ts in running if ts in ws.processing}  # ordered, without repeats
+    for ts in known:
+        take(ts)
+    rest = sorted((t for t in ws.processing if t not in known), key=_priority)
+    for ts in rest:
+        needs = ts.resource_restrictions or {}
+        if threads > 0 and all(free.get(n, 0.0) + _SLACK >= a for n, a in needs.items()):
+            take(ts)
+        elif needs and not ts.actor:
+            tail.append(ts)
+    return tail[::-1]
+
+
+def _priority(ts: TaskState) -> tuple[Any, ...]:
+    return tuple(ts.priority or ())
+
+
+class QueuedMover:
+    """Moves restricted tasks waiting on a worker (for a thread or a resource) to a running worker that
+    can start them now, through dask's work stealing protocol: the scheduler asks the worker holding the
+    task to give it up, and the worker refuses if it has started it, so no task runs twice or is lost.
+
+    dask's own stealing does not do this: it steals only from a worker with more processing tasks than
+    threads (three GPU tasks on a four-thread, one-GPU worker are not "saturated"), only to an idle
+    worker, and only when the occupancy balance pays. `round` is called periodically by the plugin."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        self.asked: dict[TaskState, WorkerState] = {}  # moves requested, by the victim asked
+        self.running: dict[TaskState, WorkerState] = {}  # refused moves: the task runs there
+        self.moved = 0  # moves requested so far
+
+    def tick(self) -> None:
+        """The periodic callback."""
+        self.round()
+
+    def round(self) -> int:
+        """One pass: returns how many moves it requested."""
+        s = self.scheduler
+        stealing = s.extensions.get("stealing")
+        if stealing is None:
+            return 0
+        self._learn(stealing.in_flight)
+        thieves = self._thieves(stealing.in_flight)
+        if not thieves:
+            return 0
+        asked = 0
+        for victim, tail in self._tails():
+            for ts in tail:
+                if ts in stealing.in_flight or ts.processing_on is not victim:
+                    continue
+                thief = self._best(ts, victim, thieves)
+                if thief is None:
+                    continue
+                if stealing.move_task_request(ts, victim, thief) in ("in-flight", "comm-closed"):
+                    continue
+                self.asked[ts] = victim
+                used, n = thieves[thief]
+                for name, amount in (ts.resource_restrictions or {}).items():
+                    used[name] = used.get(name, 0.0) + amount
+                thieves[thief] = (used, n + 1)
+                asked += 1
+        if asked:
+            self.moved += asked
+            logger.info("dask_packing: asked for %d waiting restricted task(s) to move", asked)
+        return asked
+
+    def _tails(self) -> list[tuple[WorkerState, list[TaskState]]]:
+        """Every worker's `waiting_tail`, the longest first."""
+        executing: dict[WorkerState, list[TaskState]] = {}
+        for ts, ws in self.running.items():
+            executing.setdefault(ws, []).append(ts)
+        tails = []
+        for victim in self.scheduler.workers.values():
+            if any(ts.resource_restrictions for ts in victim.processing):
+                tail = waiting_tail(victim, [*executing.get(victim, ()), *victim.executing])
+                if tail:
+                    tails.append((victim, tail))
+        return sorted(tails, key=lambda vt: -len(vt[1]))
+
+    def _learn(self, in_flight: Mapping[TaskState, Any]) -> None:
+        for ts, victim in list(self.asked.items()):
+            if ts in in_flight:
+                continue  # no answer yet
+            del self.asked[ts]
+            if ts.processing_on is victim:  # still there: the worker refused, it had started it
+                self.running[ts] = victim
+        for ts, ws in list(self.running.items()):
+            if ts.processing_on is not ws:
+                del self.running[ts]
+
+    def _thieves(self, in_flight: Mapping[TaskState, Any]) -> dict[WorkerState, tuple[dict[str, float], int]]:
+        """Running workers with a free thread: what they have in use, counting moves on their way."""
+        coming: dict[WorkerState, list[TaskState]] = {}
+        for ts, info in in_flight.items():
+            coming.setdefault(info["thief"], []).append(ts)
+        thieves = {}
+        for ws in self.scheduler.running:
+            n = len(ws.processing) - len(ws.long_running) + len(coming.get(ws, ()))
+            if n >= ws.nthreads:
+                continue
+            used = dict(ws.used_resources)
+            for ts in coming.get(ws, ()):
+                for name, amount in (ts.resource_restrictions or {}).items():
+                    used[name] = used.get(name, 0.0) + amount
+            thieves[ws] = (used, n)
+        return thieves
+
+    def _best(
+        self,
+        ts: TaskState,
+        victim: WorkerState,
+        thieves: Mapping[WorkerState, tuple[dict[str, float], int]],
+    ) -> WorkerState | None:
+        """The worker that can start `ts` now ranked first by `packing_rank`, if any."""
+        needs = ts.resource_restrictions or {}
+        valid = self.scheduler.valid_workers(ts)
+        best: tuple[Rank, str] | None = None
+        chosen = None
+        for ws, (used, n) in thieves.items():
+            if ws is victim or (valid is not None and ws not in valid):
+                continue
+            rank = packing_rank(needs, ws.resources, used, n, ws.nthreads)
+            if rank != CANNOT_START_NOW and (best is None or (rank, ws.address) < best):
+                best, chosen = (rank, ws.address), ws
+        return chosen
+
+
+_STEAL_RESPONSE = "steal-response"
+_ORIGINAL_CONFIRM = "_packing_original_steal_response"
+_CONFIRMED = frozenset({"ready", "constrained", "waiting"})  # the worker's states that give a task up
+
+
+def _fix_steal_bookkeeping(scheduler: Scheduler) -> None:
+    """Make a confirmed steal move the task's resources too: distributed 2026.8's `move_task_confirm`
+    moves the task from the victim's `processing` to the thief's but leaves `used_resources` as they
+    were, so the victim keeps counting the task after it left (and the thief goes below zero when it
+    finishes). dask decides nothing on `used_resources`; the packing objective and `QueuedMover` do."""
+    stealing = scheduler.extensions.get("stealing")
+    handler = scheduler.stream_handlers.get(_STEAL_RESPONSE)
+    if stealing is None or handler is None or hasattr(scheduler, _ORIGINAL_CONFIRM):
+        return
+    setattr(scheduler, _ORIGINAL_CONFIRM, handler)
+
+    def steal_response(*, key: str, state: str, stimulus_id: str, worker: str | None = None) -> None:
+        ts = scheduler.tasks.get(key)
+        info = stealing.in_flight.get(ts) if ts is not None else None
+        thief: WorkerState | None = info["thief"] if info else None
+        confirms = (
+            info is not None
+            and thief is not None
+            and info["stimulus_id"] == stimulus_id
+            and state in _CONFIRMED
+            and thief is scheduler.workers.get(thief.address)
+        )
+        victim = ts.processing_on if ts is not None else None
+        handler(key=key, state=state, stimulus_id=stimulus_id, worker=worker)
+        moved = confirms and ts is not None and victim is not None and ts.processing_on is thief
+        if moved and ts is not None and victim is not None and thief is not None:
+            scheduler.release_resources(ts, victim)
+            scheduler.acquire_resources(ts, thief)
+
+    scheduler.stream_handlers[_STEAL_RESPONSE] = steal_response
+
+
+_PLUGIN = "dask-packing-queued"
+INTERVAL = 0.5  # seconds between rounds of `QueuedMover`
+
+
+def _add_plugin(scheduler: Scheduler) -> None:
+    from distributed.diagnostics.plugin import SchedulerPlugin  # only on the scheduler, at setup
+    from tornado.ioloop import PeriodicCallback
+
+    class MoveQueued(SchedulerPlugin):
+        """Runs `QueuedMover.round` every `INTERVAL` seconds while the scheduler runs."""
+
+        name = _PLUGIN
+
+        def __init__(self) -> None:
+            self.mover = QueuedMover(scheduler)
+
+        async def start(self, scheduler: Scheduler) -> None:
+            if _PLUGIN not in scheduler.periodic_callbacks:
+                pc = PeriodicCallback(self.mover.tick, INTERVAL * 1000)
+                scheduler.periodic_callbacks[_PLUGIN] = pc
+                pc.start()
+            if scheduler.extensions.get("stealing") is None:
+                logger.warning(
+                    "dask_packing: work stealing is off, so waiting restricted tasks cannot move to "
+                    "new workers (distributed.scheduler.work-stealing)"
+                )
+
+    scheduler.add_plugin(MoveQueued(), name=_PLUGIN)
+
+
 def install(scheduler: Scheduler) -> None:
-    """Replace `worker_objective` on this scheduler instance (idempotent)."""
+    """Replace `worker_objective` on this scheduler instance (idempotent), and add the plugin that moves
+    waiting restricted tasks to workers that can start them now (`QueuedMover`)."""
     if hasattr(scheduler, _ORIGINAL):
         return
+    _add_plugin(scheduler)
+    _fix_steal_bookkeeping(scheduler)
     original = scheduler.worker_objective
     setattr(scheduler, _ORIGINAL, original)
     # An instance attribute shadows the method: `partial(self.worker_objective, ts)` finds it.
@@ -116,6 +343,14 @@ def uninstall(scheduler: Scheduler) -> None:
     if hasattr(scheduler, _ORIGINAL):
         del scheduler.worker_objective
         delattr(scheduler, _ORIGINAL)
+        if _PLUGIN in scheduler.plugins:
+            scheduler.remove_plugin(name=_PLUGIN)
+        pc = scheduler.periodic_callbacks.pop(_PLUGIN, None)
+        if pc is not None:
+            pc.stop()
+    if hasattr(scheduler, _ORIGINAL_CONFIRM):
+        scheduler.stream_handlers[_STEAL_RESPONSE] = getattr(scheduler, _ORIGINAL_CONFIRM)
+        delattr(scheduler, _ORIGINAL_CONFIRM)
 
 
 def dask_setup(scheduler: Scheduler) -> None:

@@ -4,6 +4,7 @@ where tasks land, read from the scheduler's `processing` per worker, with the pr
 from __future__ import annotations
 
 import asyncio
+import collections
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -20,6 +21,8 @@ BY_MODULE = "swarm_autoscaler.adapters.dask_packing"
 # In-process workers run tasks in this process's threads, so a module-level event can hold them.
 _GATE = threading.Event()
 _KEPT: list[Future] = []  # the futures of held tasks: a released future would release its task
+_STARTS: collections.Counter[int] = collections.Counter()  # how many times each held task started
+_STARTS_LOCK = threading.Lock()
 
 StartWorker = Callable[..., Awaitable[Worker]]
 
@@ -31,6 +34,8 @@ class Counter:
 
 
 def held(i: int) -> int:
+    with _STARTS_LOCK:
+        _STARTS[i] += 1
     _GATE.wait(timeout=60)
     return i
 
@@ -38,6 +43,7 @@ def held(i: int) -> int:
 @pytest.fixture
 def gate() -> Iterator[threading.Event]:
     _GATE.clear()
+    _STARTS.clear()
     yield _GATE
     _GATE.set()  # always open it: no worker thread may stay blocked after a test
     _KEPT.clear()
@@ -192,8 +198,12 @@ async def test_teardown_restores_dasks_objective() -> None:
     ) as sched:
         assert "worker_objective" in vars(sched)
         dask_packing.dask_setup(sched)  # idempotent: the saved original is dask's, not ours
+        assert "dask-packing-queued" in sched.plugins and "dask-packing-queued" in sched.periodic_callbacks
         dask_packing.dask_teardown(sched)
         assert "worker_objective" not in vars(sched)
+        assert "dask-packing-queued" not in sched.plugins
+        assert "dask-packing-queued" not in sched.periodic_callbacks
+        assert sched.stream_handlers["steal-response"] == sched.extensions["stealing"].move_task_confirm
         assert sched.worker_objective.__func__ is Scheduler.worker_objective  # type: ignore[attr-defined]
 
 
@@ -205,3 +215,139 @@ def test_the_module_imports_only_the_standard_library_at_run_time() -> None:
     names = {a.name for n in runtime if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module or "" for n in runtime if isinstance(n, ast.ImportFrom)}
     assert names == {"__future__", "logging", "collections.abc", "typing"}, names
+
+
+PIN = "instance-type:g4dn.xlarge"
+# Workloads waiting on a busy worker of 4 threads, as (what the workers advertise, what each task
+# requests, how many tasks, how many a second such worker can start now): three tasks on its one GPU (one
+# runs, two wait for the GPU), the same pinned to its type too, and six tasks pinned to its type only
+# (four run, two wait for a thread).
+QUEUES = {
+    "gpu": ({"GPU": 1}, {"GPU": 1}, 3, 1),
+    "gpu-pinned": ({"GPU": 1, PIN: 1e9}, {"GPU": 1, PIN: 1}, 3, 1),
+    "pin-threads": ({PIN: 1e9}, {PIN: 1}, 6, 2),
+}
+
+
+async def _queue_then_a_new_worker(
+    cluster: tuple[Scheduler, StartWorker, Client], workload: str
+) -> tuple[dict[str, int], dict[str, int]]:
+    """The busy worker gets its queue, then an identical worker joins: where the tasks are processing
+    just after the join, and 2 s later (four rounds of the preload's mover, and many of dask's stealing)."""
+    sched, start, client = cluster
+    advertised, requested, n, _ = QUEUES[workload]
+    await start("busy", cpus=4, **advertised)
+    await _submit(client, sched, 0, n, **requested)
+    await start("new", cpus=4, **advertised)
+    joined = _placement(sched)
+    await asyncio.sleep(2.0)
+    return joined, _placement(sched)
+
+
+async def _all_run_once(client: Client, gate: threading.Event, n: int) -> None:
+    """Open the gate: every held task finishes with its own result, each started exactly once."""
+    gate.set()
+    assert await client.gather(list(_KEPT)) == list(range(n))
+    assert dict(_STARTS) == {i: 1 for i in range(n)}
+
+
+@pytest.mark.parametrize("workload", ["gpu", "gpu-pinned"])
+async def test_without_the_mover_work_waiting_for_a_resource_stays_behind_the_busy_worker(
+    plain: tuple[Scheduler, StartWorker, Client], gate: threading.Event, workload: str
+) -> None:
+    """dask's behaviour, pinned (distributed 2026.8): the new worker gets none of the tasks waiting for
+    the busy worker's GPU. Work stealing steals only from a worker with more processing tasks than
+    threads (three GPU tasks on four threads are not "saturated"), so nothing moves, and the machine the
+    autoscaler launched for the queue sits idle until it is retired. Measured before the mover existed:
+    three 15 s GPU tasks, the second worker joining 2 s after them; 6 s after the join all three were
+    still processing on the first, and the last finished 43 s after the join (one at a time on the one
+    GPU), against about 15 s had the second GPU taken one. `python -m bench queued` measures it."""
+    joined, later = await _queue_then_a_new_worker(plain, workload)
+    assert joined == later == {"busy": 3, "new": 0}
+    await _all_run_once(plain[2], gate, 3)
+
+
+async def test_without_the_mover_dasks_stealing_moves_work_waiting_for_a_thread(
+    plain: tuple[Scheduler, StartWorker, Client], gate: threading.Event
+) -> None:
+    """The contrast: six pinned tasks on four threads make the busy worker "saturated", and dask's own
+    stealing moves two of them to the idle newcomer. The gap is only the queue behind a resource."""
+    joined, later = await _queue_then_a_new_worker(plain, "pin-threads")
+    assert joined == {"busy": 6, "new": 0}
+    assert later == {"busy": 4, "new": 2}
+    await _all_run_once(plain[2], gate, 6)
+
+
+@pytest.mark.parametrize("workload", sorted(QUEUES))
+async def test_with_the_preload_waiting_restricted_work_moves_to_a_worker_that_joins(
+    packing: tuple[Scheduler, StartWorker, Client], gate: threading.Event, workload: str
+) -> None:
+    _, _, n, moved = QUEUES[workload]
+    joined, later = await _queue_then_a_new_worker(packing, workload)
+    assert joined == {"busy": n, "new": 0}
+    assert later == {"busy": n - moved, "new": moved}  # as many as the new worker can start now
+    await _all_run_once(packing[2], gate, n)
+
+
+def _mover(sched: Scheduler) -> dask_packing.QueuedMover:
+    return sched.plugins["dask-packing-queued"].mover  # type: ignore[attr-defined, no-any-return]
+
+
+def _used_is_what_is_processing(sched: Scheduler) -> None:
+    """The scheduler's `used_resources` of each worker are the requests of its processing tasks (dask's
+    own stealing leaves them behind on the victim; the preload moves them with the task)."""
+    for ws in sched.workers.values():
+        expected: collections.Counter[str] = collections.Counter()
+        for ts in ws.processing:
+            expected.update(ts.resource_restrictions or {})
+        used = {name: amount for name, amount in ws.used_resources.items() if amount}
+        assert used == {name: amount for name, amount in expected.items() if amount}, ws.name
+
+
+@pytest.mark.parametrize("workload", sorted(QUEUES))
+async def test_a_moved_task_takes_its_resources_with_it(
+    packing: tuple[Scheduler, StartWorker, Client], gate: threading.Event, workload: str
+) -> None:
+    sched = packing[0]
+    await _queue_then_a_new_worker(packing, workload)
+    _used_is_what_is_processing(sched)
+    await _all_run_once(packing[2], gate, QUEUES[workload][2])
+    _used_is_what_is_processing(sched)  # nothing left counted, nothing below zero
+
+
+async def test_a_move_the_worker_refuses_is_learnt_and_the_waiting_task_moves_instead(
+    packing: tuple[Scheduler, StartWorker, Client], gate: threading.Event
+) -> None:
+    """The scheduler guesses which processing task runs from dask's priority order. Here the guess is
+    wrong: a low-priority GPU task runs alone, then two of normal priority queue behind it, so the first
+    move asked is of the running one. The worker refuses it (it has started); the next round knows it
+    runs and moves a waiting one."""
+    sched, start, client = packing
+    await start("busy", cpus=4, GPU=1)
+    _KEPT.append(client.submit(held, 0, key="held-0", resources={"GPU": 1}, priority=-10))
+    await _until(lambda: "held-0" in sched.tasks and sched.tasks["held-0"].state == "processing")
+    await _until(lambda: 0 in _STARTS)  # running on the worker, not only assigned
+    await _submit(client, sched, 1, 2, GPU=1)
+    await start("new", cpus=4, GPU=1)
+    await _until(lambda: _placement(sched) == {"busy": 2, "new": 1}, timeout=5.0)
+    assert sched.tasks["held-0"].processing_on is not None
+    assert sched.tasks["held-0"].processing_on.name == "busy"  # the running one stayed
+    assert _mover(sched).moved >= 2  # the refused request, then the one that moved
+    await _all_run_once(client, gate, 3)
+
+
+async def test_the_mover_leaves_unrestricted_work_to_dask(
+    packing: tuple[Scheduler, StartWorker, Client], gate: threading.Event
+) -> None:
+    """Tasks without restrictions are dask's business: here six of them on four threads, which dask's
+    own stealing spreads when a worker joins; the mover asks for nothing."""
+    sched, start, client = packing
+    await start("busy", cpus=4)
+    _KEPT.extend(client.submit(held, i, key=f"free-{i}") for i in range(6))
+    await _until(lambda: sum(_placement(sched).values()) == 6)
+    await start("new", cpus=4)
+    await asyncio.sleep(2.0)
+    placement = _placement(sched)
+    assert sum(placement.values()) == 6 and placement["new"] >= 1  # dask's stealing moved some
+    assert _mover(sched).moved == 0
+    await _all_run_once(client, gate, 6)
