@@ -105,3 +105,13 @@ def test_the_heartbeat_idle_timeout_still_applies_with_clients() -> None:
         cluster(ClusterState.RUNNING), Probe(answered=True, clients=2), T0 + 300, NC, present_since=T0 + 299
     )
     assert d.state == ClusterState.ENDING and "unused for 300s" in d.reason
+
+
+def test_a_wallet_over_budget_ends_its_cluster_only_once_the_grace_is_over() -> None:
+    busy = Probe(answered=True, busy=True, clients=1)
+    kept = decide(cluster(ClusterState.RUNNING), busy, T0 + 599, T, budget_ends_at=T0 + 600)
+    assert not kept.terminate  # busy or not, until the grace ends
+    d = decide(cluster(ClusterState.RUNNING), busy, T0 + 600, T, budget_ends_at=T0 + 600)
+    assert d.state == ClusterState.ENDING and d.terminate
+    assert d.reason == "its wallet none spent its budget; ended after the 600s grace"
+    assert decide(cluster(ClusterState.STARTING), None, T0 + 700, T, budget_ends_at=T0 + 600).terminate

@@ -160,3 +160,17 @@ async def test_the_keeper_ends_a_cluster_once_no_client_and_no_work_lasted_the_t
     finally:
         await keeper.stop()
         await probe.close()
+
+
+async def test_a_launch_hold_set_by_the_keeper_reaches_the_cluster_s_autoscaler(primary: Primary) -> None:
+    keeper_side, cluster, f = reader(primary), primary.cluster(), primary.files
+    async with DaskWorkload(
+        primary.scheduler.address, tls_files=(f["ca.pem"], f["worker.pem"], f["worker-key.pem"])
+    ) as autoscaler:
+        assert (await autoscaler.observe()).launch_hold == ""
+        assert await keeper_side.hold_launches(cluster, "wallet w1 spent its budget")
+        assert (await autoscaler.observe()).launch_hold == "wallet w1 spent its budget"
+        assert await keeper_side.hold_launches(cluster, "")
+        assert (await autoscaler.observe()).launch_hold == ""
+    other = TlsSchedulerClients(InProcessCredentials(make_credentials), timeout=3)
+    assert not await other.hold_launches(cluster, "refused: another cluster's certificate")

@@ -78,6 +78,9 @@ PLUGIN_NAME = "swarm-autoscaler-watch"
 # The autoscaler's own client is named (its id on the scheduler starts `Client-swarm-autoscaler-`), so
 # whoever counts a scheduler's clients (the keeper: "no client, no cluster") can leave it out.
 CLIENT_NAME = "swarm-autoscaler"
+# Scheduler metadata a keeper sets to hold this cluster's launches (its wallet's budget is spent): the
+# reason, or "" for none. Read with every observe.
+LAUNCH_HOLD_KEY = "swarm-autoscaler-launch-hold"
 CHANGE_TOPIC = "swarm-autoscaler-change"
 DEFAULT_HOSTNAME_PATTERN = r"(?P<hostname>.+)"
 _COALESCE = 0.1
@@ -100,11 +103,13 @@ def _make_state_reader() -> Callable[..., dict[str, Any]]:
         workers = [record(ws) for ws in dask_scheduler.workers.values()]
         if workers_only:  # the cheap re-read before a disruptive action: thousands of tasks skipped
             return {"workers": workers}
+        hold = dask_scheduler.task_metadata.get("swarm-autoscaler-launch-hold")  # LAUNCH_HOLD_KEY
         return {
             "workers": workers,
             "unrunnable": [task(ts) for ts in dask_scheduler.unrunnable],
             "queued": [task(ts) for ts in dask_scheduler.queued],
             "watching": plugin_name in dask_scheduler.plugins,
+            "hold": hold if isinstance(hold, str) else "",
         }
 
     return read_state
@@ -331,6 +336,7 @@ class DaskWorkload:
             workers=tuple(self._worker(raw, now) for raw in state["workers"]),
             unrunnable=tuple(_task(raw, now) for raw in state["unrunnable"]),
             queued=tuple(_task(raw, now) for raw in state["queued"]),
+            launch_hold=str(state.get("hold") or "")[:500],
         )
 
     async def list_workers(self) -> tuple[Worker, ...]:

@@ -260,7 +260,8 @@ class KeeperSettings(BaseSettings):
         default=None,
         ge=0,
         description="Default budget of every wallet in USD (what all its clusters' machines cost, since the "
-        "usage ledger began); a create for a wallet that spent it is refused with 402. Unset: no budget. Needs "
+        "usage ledger began); a create for a wallet that spent it is refused with 402, and its running clusters stop growing "
+        "and end after AUTOSCALER_KEEPER_BUDGET_GRACE. Unset: no budget. Needs "
         "AUTOSCALER_REDIS_URL (the usage ledger).",
         json_schema_extra={"example": "50"},
     )
@@ -271,6 +272,14 @@ class KeeperSettings(BaseSettings):
         description="Budgets of given wallets in USD, over the default: a JSON object, wallet id to USD. "
         "A budget set through the API (PUT /v1/wallets/{wallet_id}/budget) comes before both.",
         json_schema_extra={"example": '{"w-team-a": 200, "w-trial": 5}'},
+    )
+
+    budget_grace: Duration = Field(
+        default=600.0,
+        ge=0,
+        description="How long a running cluster of a wallet that spent its budget lives on (launching no new "
+        "workers, its reason saying so) before it is ended; counted from when the wallet was first found "
+        "over its budget, shared by the replicas.",
     )
 
     @field_validator("wallet_budgets")

@@ -273,7 +273,8 @@ class Snapshot:
 
     `instance_types` is the catalogue of every type the policy may use. `unrunnable` are the tasks the
     scheduler cannot run on any current worker; `queued` those it holds back because every worker is
-    busy. Both are pending work.
+    busy. Both are pending work. `launch_hold`: why no machine may be added now (empty: none), as the
+    scheduler says (a keeper holds a cluster's launches when its wallet's budget is spent).
     """
 
     now: float
@@ -284,6 +285,7 @@ class Snapshot:
     unrunnable: tuple[Task, ...]
     unavailable: tuple[Unavailable, ...] = ()
     queued: tuple[Task, ...] = ()
+    launch_hold: str = ""
 
 
 # --------------------------------------------------------------------------------------------- preconditions

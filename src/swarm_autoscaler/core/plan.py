@@ -1,7 +1,8 @@
 """plan(snapshot, policy) -> Plan: the only decision maker. Pure and deterministic.
 
 No clock (only `snapshot.now`), no randomness, no I/O, no logging; the inputs are never mutated, and the
-same snapshot always gives an equal Plan. The recipe:
+same snapshot always gives an equal Plan. Under a launch hold (`Snapshot.launch_hold`, `held`) the
+maximum is the machines alive now. The recipe:
 
 1. classify the machines into buckets (cluster.py) and estimate the pending work (demand.py):
    unrunnable tasks plus each worker's estimated queue; a queued task dask's duration estimates say its
@@ -46,6 +47,7 @@ Each step is a function of the frozen `Facts` and of what earlier steps decided,
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -70,6 +72,18 @@ __all__ = ["BELOW_SURGE", "NEW", "OWN_WORKER", "TIERS", "Trace", "plan", "plan_t
 def plan(snapshot: Snapshot, policy: Policy) -> Plan:
     """Decide one tick (see the module docstring for the rules)."""
     return _decide(snapshot, policy, None)[0]
+
+
+def held(snapshot: Snapshot, policy: Policy) -> Policy:
+    """The policy under a launch hold (`Snapshot.launch_hold`): at most the machines alive now, so
+    nothing is launched or started from the warm pool; nothing is removed for it either (scale-down
+    goes on by its usual rules only)."""
+    if not snapshot.launch_hold:
+        return policy
+    alive = sum(1 for i in snapshot.instances if i.alive)
+    return dataclasses.replace(
+        policy, max_instances=min(policy.max_instances, alive), min_instances=min(policy.min_instances, alive)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +113,7 @@ def plan_traced(snapshot: Snapshot, policy: Policy) -> tuple[Plan, Trace]:
 def _decide(
     snapshot: Snapshot, policy: Policy, ledger: list[tuple[str, int, int]] | None
 ) -> tuple[Plan, Trace | None]:
+    policy = held(snapshot, policy)
     space, demand = estimate_demand(snapshot, policy)
     facts = Facts(snapshot, policy, classify(snapshot, policy), demand)
     options = rank_types(snapshot, policy, space)

@@ -52,6 +52,7 @@ class WorkloadView:
     workers: tuple[Worker, ...]
     unrunnable: tuple[Task, ...]
     queued: tuple[Task, ...] = ()
+    launch_hold: str = ""  # why no machine may be added now (`Snapshot.launch_hold`); empty: none
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,6 +85,7 @@ async def observe(ports: Ports, catalogue: Mapping[str, InstanceType], now: floa
         unrunnable=view.unrunnable,
         unavailable=ports.cloud.unavailable(now),
         queued=view.queued,
+        launch_hold=view.launch_hold,
     )
 
 

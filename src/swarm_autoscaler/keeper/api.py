@@ -63,8 +63,12 @@ _BUDGET = "/v1/wallets/{wallet_id}/budget"
 _ADMIN_ONLY = (_USER_TOKEN, _BUDGET)  # canonical routes only the admin token may call
 
 
-def cluster_json(cluster: Cluster, now: float, eta_s: float) -> dict[str, Any]:
-    """The API's view of a cluster. `eta_s`: seconds until a starting cluster is expected to run."""
+def cluster_json(
+    cluster: Cluster, now: float, eta_s: float, budget_ends_at: float | None = None
+) -> dict[str, Any]:
+    """The API's view of a cluster. `eta_s`: seconds until a starting cluster is expected to run.
+    `budget_ends_at`: when a live cluster whose wallet spent its budget will be ended (it launches no
+    more workers meanwhile); None otherwise."""
     return {
         "id": cluster.cluster_id,
         "user_id": cluster.key.user_id,
@@ -76,6 +80,7 @@ def cluster_json(cluster: Cluster, now: float, eta_s: float) -> dict[str, Any]:
         "last_heartbeat": cluster.last_heartbeat,
         "eta_s": max(0.0, round(cluster.created_at + eta_s - now, 1)) if cluster.state == "starting" else 0.0,
         "reason": cluster.reason,
+        "budget_ends_at": budget_ends_at if cluster.live else None,
     }
 
 
@@ -148,7 +153,8 @@ class _Routes:
         return None if user is None else Principal(user)
 
     def _view(self, cluster: Cluster) -> dict[str, Any]:
-        return cluster_json(cluster, self.keeper.clock(), self.expected_start_s)
+        ends_at = self.keeper.budget_ends_at(cluster)
+        return cluster_json(cluster, self.keeper.clock(), self.expected_start_s, ends_at)
 
     async def put_cluster(self, request: web.Request) -> web.Response:
         cluster, created = await self.keeper.get_or_create(_key(request))

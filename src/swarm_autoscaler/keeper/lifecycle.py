@@ -18,6 +18,9 @@ The rules, in order:
    (`present_since`), and from no earlier than when it began to hold the cluster and first saw it
    answer: a replica that has not watched it that long never ends it. A count it cannot read (None)
    counts as a client present. Heartbeats do not keep such a cluster: the scheduler says who uses it.
+7. A live cluster whose wallet has spent its budget ends once `budget_grace` has passed since the
+   wallet was first found over it (`budget_ends_at`); until then it only stops growing (the service
+   holds its launches): nothing running is ended without that grace.
 """
 
 from __future__ import annotations
@@ -41,12 +44,14 @@ class KeeperTiming:
     """Seconds. `idle_timeout`: unused this long, a cluster ends. `max_start_time`: a primary whose
     scheduler does not answer within this long fails. `heartbeat_lag`: how much older than the last use
     a known heartbeat may be (the keeper's tag write interval); added to the idle timeout.
-    `no_client_timeout`: with no client and no work this long, a cluster ends (0: never)."""
+    `no_client_timeout`: with no client and no work this long, a cluster ends (0: never).
+    `budget_grace`: how long a cluster of a wallet over its budget lives on, not growing."""
 
     idle_timeout: float = 300.0
     max_start_time: float = 600.0
     heartbeat_lag: float = 0.0
     no_client_timeout: float = 0.0
+    budget_grace: float = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,13 +76,21 @@ def decide(
     timing: KeeperTiming,
     held_since: float = 0.0,
     present_since: float | None = None,
+    budget_ends_at: float | None = None,
 ) -> Decision:
     """What this check changes (see the module docstring). `probe` is None when the scheduler was not
     probed (no address yet). `held_since`: when the deciding replica began to hold the cluster; its
     scheduler's silence counts from no earlier (answers before may not be in the tags it read).
-    `present_since`: when that replica last saw a client or work there (None: `now`)."""
+    `present_since`: when that replica last saw a client or work there (None: `now`).
+    `budget_ends_at`: when its wallet's budget grace ends (None: within its budget)."""
     if cluster.state in (ClusterState.ENDING, ClusterState.FAILED):
         return Decision(terminate=True, reason=cluster.reason)
+    if budget_ends_at is not None and now >= budget_ends_at:
+        reason = (
+            f"its wallet {cluster.key.wallet_id} spent its budget; ended after the "
+            f"{timing.budget_grace:g}s grace"
+        )
+        return Decision(ClusterState.ENDING, terminate=True, reason=reason)
     answered = probe is not None and probe.answered
     seen = now if answered else None
     if cluster.state == ClusterState.STARTING:

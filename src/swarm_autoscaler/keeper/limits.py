@@ -9,7 +9,10 @@
   settings (`budgets`) and, above both, by an admin through the API (kept in redis, `BudgetStore`). A
   create for a wallet that has spent its budget is refused with **402 Payment Required** (money, not
   permission: 403 stays the answer to a wrong token). Spending is read from the usage ledger, so it lags
-  the machines by up to one usage interval.
+  the machines by up to one usage interval. A **running** cluster whose wallet runs out of budget stops
+  growing (its own autoscaler is told to launch nothing more) and ends after a grace period
+  (`AUTOSCALER_KEEPER_BUDGET_GRACE`, counted from when the wallet was first found over it, kept in
+  redis so a failover does not restart it); nothing running is ended before.
 
 Refusals are `LimitRefusedError`s carrying the status and a JSON body that says which limit, the
 figures and what to do next.
@@ -49,12 +52,28 @@ class BudgetStore(Protocol):
         """Drop the wallet's budget set here (the settings' apply again); False when none was set."""
         ...
 
+    async def exhausted_since(self, wallet_id: str, now: float) -> float:
+        """When the wallet was first found over its budget (`now` if this is the first time); shared by
+        every replica, so a cluster's grace survives a failover."""
+        ...
+
+    async def recovered(self, wallet_id: str) -> None:
+        """The wallet is within its budget again (raised, or a new default): forget when it ran out."""
+        ...
+
 
 class InProcessBudgets:
     """`BudgetStore` for one process (tests; a keeper without redis has no ledger to check budgets)."""
 
     def __init__(self) -> None:
         self.values: dict[str, float] = {}
+        self.since: dict[str, float] = {}
+
+    async def exhausted_since(self, wallet_id: str, now: float) -> float:
+        return self.since.setdefault(wallet_id, now)
+
+    async def recovered(self, wallet_id: str) -> None:
+        self.since.pop(wallet_id, None)
 
     async def get(self, wallet_id: str) -> float | None:
         return self.values.get(wallet_id)
@@ -114,6 +133,21 @@ class Limits:
         if self.default_budget is not None:
             return Budget(wallet_id, self.default_budget, "default", spent)
         return Budget(wallet_id, None, "none", spent)
+
+    async def over_budget(self, wallets: set[str], now: float) -> dict[str, float]:
+        """Of `wallets`, those over their budget, with when each was first found so (one ledger read)."""
+        if self.usage is None or not wallets:
+            return {}
+        spent: dict[str, float] = {}
+        for row in await self.usage.query(None, None, None, None):
+            spent[row.wallet_id] = spent.get(row.wallet_id, 0.0) + row.cost
+        over: dict[str, float] = {}
+        for wallet in sorted(wallets):
+            if (await self.budget(wallet, spent.get(wallet, 0.0))).exhausted:
+                over[wallet] = await self.store.exhausted_since(wallet, now)
+            else:
+                await self.store.recovered(wallet)
+        return over
 
     async def spent(self, wallet_id: str) -> float:
         if self.usage is None:

@@ -70,6 +70,11 @@ class SchedulerClients(Protocol):
         holding results counts). None when it cannot be read now. Never raises."""
         ...
 
+    async def hold_launches(self, cluster: Cluster, reason: str) -> bool:
+        """Tell the cluster's own autoscaler to launch nothing more (`reason`), or again as usual ("").
+        Idempotent; False when it could not be told now. Never raises."""
+        ...
+
 
 @runtime_checkable
 class Locks(Protocol):

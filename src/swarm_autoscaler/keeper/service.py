@@ -71,6 +71,9 @@ class Keeper:
     _answer_written: dict[str, float] = field(default_factory=dict)  # the answer time in the tags
     _held_since: dict[str, float] = field(default_factory=dict)  # when this replica began to hold each
     _present: dict[str, float] = field(default_factory=dict)  # when it last saw a client or work there
+    over_budget: dict[str, float] = field(default_factory=dict)  # wallet -> when found over its budget
+    budget_interval: float = 30.0  # how often `over_budget` is read again (the usage interval)
+    _holding: set[str] = field(default_factory=set)  # clusters whose launches this replica held
     _tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     _wake: dict[str, asyncio.Event] = field(default_factory=dict)
     _stopping: bool = False
@@ -183,17 +186,43 @@ class Keeper:
         """Discover clusters every interval (so clusters created by other replicas, or before a restart,
         get a task here too) until `stop` is set; then stop every cluster task. Usage is read meanwhile
         (by every replica: the ledger counts each second once)."""
-        accounting = None if self.accountant is None else asyncio.create_task(self.accountant.run(stop))
+        side = [asyncio.create_task(self._watch_budgets(stop))]
+        if self.accountant is not None:
+            side.append(asyncio.create_task(self.accountant.run(stop)))
         try:
             while not stop.is_set():
                 with contextlib.suppress(AutoscalerError):
                     await self.discover()
                 await _wait(stop, self.interval)
         finally:
-            if accounting is not None:
-                accounting.cancel()
-                await asyncio.gather(accounting, return_exceptions=True)
+            for task in side:
+                task.cancel()
+            await asyncio.gather(*side, return_exceptions=True)
             await self.stop()
+
+    async def _watch_budgets(self, stop: asyncio.Event) -> None:
+        while not stop.is_set() and self.limits is not None and self.limits.usage is not None:
+            try:
+                await self.read_budgets()
+            except AutoscalerError as exc:
+                log.warning("reading budgets failed", error=str(exc))
+            await _wait(stop, self.budget_interval)
+
+    async def read_budgets(self) -> None:
+        """Which wallets of the live clusters known here are over their budget (every replica reads it:
+        any may answer for a cluster; the time each ran out is shared in redis)."""
+        if self.limits is None:
+            return
+        wallets = {c.key.wallet_id for c in self._known.values() if c.live}
+        over = await self.limits.over_budget(wallets, self.clock())
+        for wallet in set(over) - set(self.over_budget):
+            log.warning("wallet over its budget: its clusters stop growing", wallet=wallet)
+        self.over_budget = over
+
+    def budget_ends_at(self, cluster: Cluster) -> float | None:
+        """When the cluster's budget grace ends (None: its wallet is within its budget)."""
+        since = self.over_budget.get(cluster.key.wallet_id)
+        return None if since is None else since + self.timing.budget_grace
 
     async def discover(self) -> None:
         try:
@@ -302,6 +331,7 @@ class Keeper:
             self._wake.pop(cid, None)
             self._held_since.pop(cid, None)
             self._present.pop(cid, None)
+            self._holding.discard(cid)
             if not self._stopping:
                 with contextlib.suppress(AutoscalerError):
                     await self.locks.release(_lease(cid))
@@ -317,9 +347,13 @@ class Keeper:
         now = self.clock()
         timing = dataclasses.replace(self.timing, heartbeat_lag=self.write_every)
         present = self._presence(cid, probe, now)
-        decision = decide(cluster, probe, now, timing, held_since=since, present_since=present)
+        ends_at = self.budget_ends_at(cluster)
+        decision = decide(
+            cluster, probe, now, timing, held_since=since, present_since=present, budget_ends_at=ends_at
+        )
         cluster = await self._apply(cluster, decision, now)
         if not decision.terminate:
+            await self._hold(cluster, ends_at)
             return False
         alive = await self.hosts.terminate(cid)
         if alive:
@@ -344,6 +378,29 @@ class Keeper:
         ):
             return probe
         return dataclasses.replace(probe, clients=await self.clients.clients(cluster))
+
+    async def _hold(self, cluster: Cluster, ends_at: float | None) -> None:
+        """Hold a running cluster's launches while its wallet is over budget (told again at every check:
+        its scheduler may have restarted), saying so in its reason; lift the hold once it is not."""
+        cid = cluster.cluster_id
+        if self.clients is None or cluster.state != ClusterState.RUNNING:
+            return
+        if ends_at is None:
+            if cid in self._holding and await self.clients.hold_launches(cluster, ""):
+                self._holding.discard(cid)
+                await self.hosts.update(cid, reason="")
+                self._known[cid] = dataclasses.replace(cluster, reason="")
+                log.info("launches resumed: the wallet is within its budget again", cluster=cid)
+            return
+        ends = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ends_at))
+        reason = f"its wallet {cluster.key.wallet_id} spent its budget: no new workers; ends at {ends}"
+        if not await self.clients.hold_launches(cluster, reason):
+            return
+        if cid not in self._holding or cluster.reason != reason:
+            self._holding.add(cid)
+            await self.hosts.update(cid, reason=reason)
+            self._known[cid] = dataclasses.replace(cluster, reason=reason)
+            log.warning("launches held: the wallet spent its budget", cluster=cid, ends_at=ends)
 
     def _presence(self, cid: str, probe: Probe | None, now: float) -> float:
         """When this replica last saw a client or work in the cluster (or first saw it answer)."""

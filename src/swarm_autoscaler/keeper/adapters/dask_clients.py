@@ -12,6 +12,10 @@ Present are every client except the cluster's own autoscaler (`adapters.dask.CLI
 holds results is connected, so it counts; so do published datasets (`published-<name>`: results kept
 for a client to come back to) while they hold any. Read only when the probe found no work, and never raises: anything
 wrong is None (unknown), and an unknown count never ends a cluster.
+
+`hold_launches` is the keeper's way to stop a cluster growing (its wallet's budget is spent): one
+`set_metadata` call puts the reason under `adapters.dask.LAUNCH_HOLD_KEY` in the scheduler's metadata,
+which the cluster's own autoscaler reads at every tick and then launches nothing more ("" lifts it).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from distributed.core import rpc
 from distributed.protocol.pickle import dumps
 from distributed.security import Security
 
-from swarm_autoscaler.adapters.dask import CLIENT_NAME
+from swarm_autoscaler.adapters.dask import CLIENT_NAME, LAUNCH_HOLD_KEY
 from swarm_autoscaler.keeper.credentials import CredentialStore
 from swarm_autoscaler.keeper.model import Cluster
 
@@ -87,6 +91,22 @@ class TlsSchedulerClients:
         if not isinstance(answer, dict) or answer.get("status") != "OK":
             return None
         return present(list(answer.get("result") or []))
+
+    async def hold_launches(self, cluster: Cluster, reason: str) -> bool:
+        """Hold (`reason`) or lift ("") the cluster's launches; False when the scheduler cannot be
+        told now (the keeper tells it again at its next check). Never raises."""
+        url = cluster.scheduler_url
+        if not url:
+            return False
+        try:
+            args = await self._connection_args(cluster.cluster_id, url)
+            async with asyncio.timeout(self._timeout):
+                async with rpc(url, connection_args=args, timeout=self._timeout) as scheduler:  # type: ignore[no-untyped-call]
+                    await scheduler.set_metadata(keys=[LAUNCH_HOLD_KEY], value=reason)
+        except Exception as exc:  # a remote error comes back as whatever the scheduler raised
+            log.debug("launch hold not set", cluster=cluster.cluster_id, error=type(exc).__name__)
+            return False
+        return True
 
     async def _connection_args(self, cluster_id: str, url: str) -> dict[str, Any]:
         """TLS settings with the cluster's client files (kept in memory only); none for `tcp://`."""

@@ -1,0 +1,155 @@
+"""A running cluster whose wallet runs out of budget (real redis: the usage ledger, the budgets and the
+time the wallet ran out): it stops growing (its launches are held) and says so, lives on for the grace
+period, a second replica taking it over keeps the same grace, and it is ended once the grace is over;
+raising the budget lifts the hold."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+import pytest
+from tests.keeper.fakes import FakeHosts, FakeProbe, SharedLocks
+
+from swarm_autoscaler.keeper.adapters.redis_budgets import RedisBudgets
+from swarm_autoscaler.keeper.adapters.redis_usage import RedisUsage
+from swarm_autoscaler.keeper.api import cluster_json
+from swarm_autoscaler.keeper.lifecycle import KeeperTiming, Probe
+from swarm_autoscaler.keeper.limits import Limits
+from swarm_autoscaler.keeper.model import Cluster, ClusterKey, ClusterState
+from swarm_autoscaler.keeper.service import Keeper
+from swarm_autoscaler.keeper.usage import Machine, readings
+from swarm_autoscaler_lab.localcloud.redis_server import RedisServer
+
+T0 = 1_800_000_000.0
+GRACE = 600.0
+KEY = ClusterKey("alice", "w1")
+
+
+class RecordingClients:
+    """`SchedulerClients` that records the holds it is asked for (our own port)."""
+
+    def __init__(self) -> None:
+        self.holds: list[tuple[str, str]] = []
+
+    async def clients(self, cluster: Cluster) -> int | None:
+        return None
+
+    async def hold_launches(self, cluster: Cluster, reason: str) -> bool:
+        self.holds.append((cluster.cluster_id, reason))
+        return True
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+@dataclass
+class World:
+    now: list[float]
+    hosts: FakeHosts
+    probe: FakeProbe
+    usage: RedisUsage
+    budgets: RedisBudgets
+    clients: RecordingClients
+    locks: SharedLocks
+
+    def keeper(self, replica: str) -> Keeper:
+        return Keeper(
+            self.hosts, self.probe, self.locks.for_replica(replica),
+            KeeperTiming(idle_timeout=10_000.0, budget_grace=GRACE), interval=1000.0,
+            clock=lambda: self.now[0], limits=Limits(default_budget=0.01, store=self.budgets, usage=self.usage),
+            clients=self.clients,
+        )  # fmt: skip
+
+    async def spend(self, seconds: float) -> None:
+        m = Machine("i-w", "alice", "w1", "kc-0001", "m5.large", T0 - seconds, T0)
+        await self.usage.record(readings([m], T0), T0)
+
+
+@pytest.fixture
+async def world(redis_server: RedisServer) -> AsyncIterator[World]:
+    name = f"budget-{id(object())}"
+    now = [T0]
+    usage, budgets = RedisUsage(redis_server.url, name), RedisBudgets(redis_server.url, name)
+    yield World(
+        now,
+        FakeHosts(),
+        FakeProbe(),
+        usage,
+        budgets,
+        RecordingClients(),
+        SharedLocks(lambda: now[0]),
+    )
+    await usage.close()
+    await budgets.close()
+
+
+async def running(world: World, keeper: Keeper) -> str:
+    cluster, _ = await keeper.get_or_create(KEY)
+    world.probe.answers[cluster.dashboard_url] = Probe(answered=True)
+    await keeper.check(cluster.cluster_id)
+    assert world.hosts.clusters[cluster.cluster_id].state == ClusterState.RUNNING
+    return cluster.cluster_id
+
+
+async def test_out_of_budget_it_stops_growing_says_so_and_ends_only_after_the_grace(world: World) -> None:
+    a = world.keeper("a")
+    try:
+        cid = await running(world, a)
+        await world.spend(600)  # 0.016 USD of 0.01
+        world.now[0] += 30
+        await a.read_budgets()
+        assert a.over_budget == {"w1": T0 + 30}
+        await a.check(cid)
+        tagged = world.hosts.clusters[cid]
+        assert tagged.state == ClusterState.RUNNING and "no new workers" in tagged.reason
+        assert world.clients.holds[-1][0] == cid and "spent its budget" in world.clients.holds[-1][1]
+        view = cluster_json(a._known[cid], world.now[0], 120.0, a.budget_ends_at(a._known[cid]))
+        assert view["state"] == "running" and view["budget_ends_at"] == T0 + 30 + GRACE
+        assert "no new workers" in view["reason"]
+
+        world.now[0] = T0 + 30 + GRACE - 1  # a second before the grace ends
+        await a.check(cid)
+        assert world.hosts.clusters[cid].state == ClusterState.RUNNING and not world.hosts.terminate_calls
+
+        b = world.keeper("b")  # a takeover: the grace counts from the same time, kept in redis
+        await b.read_budgets()  # it knows no cluster yet: no wallet to read
+        b._known[cid] = world.hosts.clusters[cid]
+        await b.read_budgets()
+        assert b.over_budget == {"w1": T0 + 30}
+        world.now[0] = T0 + 30 + GRACE
+        await b.check(cid)
+        ended = world.hosts.clusters[cid]
+        assert ended.state == ClusterState.ENDING and world.hosts.terminate_calls == [cid]
+        assert ended.reason == "its wallet w1 spent its budget; ended after the 600s grace"
+        await b.stop()
+    finally:
+        await a.stop()
+
+
+async def test_raising_the_budget_lifts_the_hold(world: World) -> None:
+    a = world.keeper("a")
+    try:
+        cid = await running(world, a)
+        await world.spend(600)
+        await a.read_budgets()
+        await a.check(cid)
+        assert "no new workers" in world.hosts.clusters[cid].reason
+        await world.budgets.set("w1", 5.0)  # the admin's PUT /v1/wallets/w1/budget
+        await a.read_budgets()
+        assert a.over_budget == {}
+        await a.check(cid)
+        assert world.clients.holds[-1] == (cid, "")
+        assert world.hosts.clusters[cid].reason == "" and a.budget_ends_at(a._known[cid]) is None
+        world.now[0] += 10 * GRACE
+        await a.check(cid)
+        assert world.hosts.clusters[cid].state == ClusterState.RUNNING
+        # spent again later: the grace counts from then, not from the first time
+        await world.budgets.set("w1", 0.001)
+        await a.read_budgets()
+        assert a.over_budget == {"w1": world.now[0]}
+    finally:
+        await a.stop()
