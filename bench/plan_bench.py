@@ -7,6 +7,11 @@ terminating, retiring, managers) and a couple of types EC2 refuses. About a thir
 processing on workers (some workers hold more than they can run, so the estimated queue is exercised),
 the rest are unrunnable. Prints a table and writes `bench/results.json`.
 
+Dynamic mode's row: 10,000 pending swarm service tasks (reservations of the same shapes, some pinned with
+`node.labels.instance-type==T`, a few with a constraint no launch meets) and 1,000 nodes (active with
+running tasks, idle, drained, paused; global agents on every node), timed as one tick plans it: the pure
+translation of the tasks into the workload (`core.services.service_view`) plus `plan()`.
+
 Run: `python -m bench plan` (or `make bench`). `--quick` runs fewer repetitions.
 """
 
@@ -17,10 +22,13 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from swarm_autoscaler.core.cluster import TYPE_LABEL
 from swarm_autoscaler.core.model import (
     GIB,
+    OWNERSHIP_LABEL,
     Availability,
     Instance,
     InstanceState,
@@ -28,6 +36,7 @@ from swarm_autoscaler.core.model import (
     Node,
     NodeMarks,
     NodeStatus,
+    Plan,
     Policy,
     Resources,
     Snapshot,
@@ -37,8 +46,10 @@ from swarm_autoscaler.core.model import (
     Worker,
 )
 from swarm_autoscaler.core.plan import plan
+from swarm_autoscaler.core.services import ServiceTask, SwarmNode, service_view
 
 SIZES = ((1_000, 100, 10), (10_000, 1_000, 60), (30_000, 1_000, 60))
+DYNAMIC_SIZE = (10_000, 1_000, 60)  # pending service tasks x nodes x allowed types
 RESULTS = Path(__file__).with_name("results.json")
 NOW = 1_700_000_000.0
 FAMILIES = (("m5", 4.0, 0.048), ("c5", 2.0, 0.0425), ("r5", 8.0, 0.063), ("m6i", 4.0, 0.048))
@@ -172,32 +183,118 @@ def _deal(rng: random.Random, tasks: list[Task], n_queues: int) -> list[list[Tas
     return queues
 
 
-def measure(n_tasks: int, n_nodes: int, n_types: int, repeats: int) -> dict[str, float | int]:
-    snapshot, policy = make_snapshot(n_tasks, n_nodes, n_types)
-    first = plan(snapshot, policy)  # warm-up, and a sanity check that the scenario does something
-    assert first.actions and first.pending
+def _timed(run: Callable[[], object], repeats: int) -> tuple[float, float]:
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
-        plan(snapshot, policy)
+        run()
         times.append((time.perf_counter() - started) * 1000)
     times.sort()
     p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
+    return round(statistics.median(times), 2), round(p95, 2)
+
+
+def measure(n_tasks: int, n_nodes: int, n_types: int, repeats: int) -> dict[str, float | int | str]:
+    snapshot, policy = make_snapshot(n_tasks, n_nodes, n_types)
+    first = plan(snapshot, policy)  # warm-up, and a sanity check that the scenario does something
+    assert first.actions and first.pending
+    median, p95 = _timed(lambda: plan(snapshot, policy), repeats)
     return {
+        "workload": "dask",
         "tasks": n_tasks,
         "nodes": n_nodes,
         "instance_types": n_types,
-        "median_ms": round(statistics.median(times), 2),
-        "p95_ms": round(p95, 2),
+        "median_ms": median,
+        "p95_ms": p95,
+    }
+
+
+CLUSTER = "bench"
+
+
+def make_service_world(
+    n_pending: int, n_nodes: int, n_types: int, seed: int = 11
+) -> tuple[
+    tuple[SwarmNode, ...], tuple[ServiceTask, ...], tuple[InstanceType, ...], tuple[Instance, ...], Policy
+]:
+    """Dynamic mode's world: swarm nodes with their tasks, and `n_pending` tasks waiting for a node."""
+    rng = random.Random(seed)
+    types = make_types(n_types)
+    shapes = make_shapes(rng, types)
+    weights = [8 if s[1] is None and s[0].cpus <= 4 else 1 for s in shapes]
+    seats: list[SwarmNode] = []
+    instances: list[Instance] = []
+    tasks: list[ServiceTask] = []
+    kinds = rng.choices(["active", "idle", "drained", "paused"], [75, 10, 10, 5], k=n_nodes)
+    for i, kind in enumerate(kinds):
+        itype = types[i % len(types)]
+        host = f"ip-10-{i // 65536}-{i // 256 % 256}-{i % 256}"
+        instances.append(Instance(f"i-{i:08x}", itype.name, InstanceState.RUNNING, NOW - 5000.0, host))
+        availability = {"drained": Availability.DRAIN, "paused": Availability.PAUSE}.get(
+            kind, Availability.ACTIVE
+        )
+        marks = NodeMarks(
+            ready=True,
+            drained_since=NOW - 30 * (i % 10) if kind == "drained" else None,
+            empty_since=NOW - 20 * (i % 10) if kind == "idle" else None,
+        )
+        labels = {TYPE_LABEL: itype.name, OWNERSHIP_LABEL: CLUSTER}
+        node = Node(f"n{i}", host, availability, NodeStatus.READY, marks=marks, labels=labels, ours=True)
+        seats.append(SwarmNode(node, itype.resources))
+        tasks.append(ServiceTask(f"agent-{i}", "agent", "running", node_id=node.id, global_service=True))
+        if kind == "active":
+            for j in range(rng.randint(1, 3)):
+                needs = Resources(min(1.0, itype.resources.cpus / 4), GIB // 2)
+                tasks.append(ServiceTask(f"run-{i}-{j}", f"svc{j}", "running", node_id=node.id, needs=needs))
+    for k in range(n_pending):
+        needs, pin = rng.choices(shapes, weights)[0]
+        constraints = (f"node.labels.{TYPE_LABEL}=={pin}",) if pin else ()
+        if k % 500 == 0:
+            constraints = ("node.labels.zone==eu",)  # no launch meets it: unplaceable
+        tasks.append(ServiceTask(f"p{k}", f"svc{k % 40}", "pending", needs=needs, constraints=constraints))
+    managers = [
+        SwarmNode(Node(f"mgr{j}", f"manager-{j}", Availability.ACTIVE, NodeStatus.READY, is_manager=True))
+        for j in range(3)
+    ]
+    policy = Policy(
+        allowed_types=tuple(TypePolicy(t.name, overhead=Resources(0.1, GIB // 2)) for t in types),
+        min_instances=2,
+        max_instances=n_nodes * 3,
+        max_start_time=600,
+        drain_delay=60,
+        termination_delay=120,
+    )
+    return tuple(seats + managers), tuple(tasks), types, tuple(instances), policy
+
+
+def measure_dynamic(n_pending: int, n_nodes: int, n_types: int, repeats: int) -> dict[str, float | int | str]:
+    seats, tasks, types, instances, policy = make_service_world(n_pending, n_nodes, n_types)
+
+    def tick() -> Plan:
+        view = service_view(seats, tasks, types, policy, CLUSTER)
+        nodes = tuple(s.node for s in seats)
+        return plan(Snapshot(NOW, types, instances, nodes, view.workers, view.unrunnable), policy)
+
+    first = tick()
+    assert first.actions and first.pending == n_pending and first.unplaceable
+    median, p95 = _timed(tick, repeats)
+    return {
+        "workload": "swarm services",
+        "tasks": n_pending,
+        "nodes": n_nodes,
+        "instance_types": n_types,
+        "median_ms": median,
+        "p95_ms": p95,
     }
 
 
 def main(flags: list[str]) -> None:
     repeats = 5 if "--quick" in flags else 21
     rows = [measure(t, n, k, repeats) for t, n, k in SIZES]
-    print(f"{'tasks':>8} {'nodes':>6} {'types':>6} {'median ms':>10} {'p95 ms':>8}")
+    rows.append(measure_dynamic(*DYNAMIC_SIZE, repeats))
+    print(f"{'workload':>15} {'tasks':>8} {'nodes':>6} {'types':>6} {'median ms':>10} {'p95 ms':>8}")
     for row in rows:
-        sizes = f"{row['tasks']:>8} {row['nodes']:>6} {row['instance_types']:>6}"
+        sizes = f"{row['workload']:>15} {row['tasks']:>8} {row['nodes']:>6} {row['instance_types']:>6}"
         print(f"{sizes} {row['median_ms']:>10} {row['p95_ms']:>8}")
     RESULTS.write_text(json.dumps(rows, indent=2) + "\n")
     print(f"wrote {RESULTS}")

@@ -23,6 +23,7 @@ unchanged.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -95,6 +96,11 @@ class SwarmNode:
 def pin_of(constraints: Iterable[str], cluster_name: str) -> str | None:
     """The type a task's constraints pin it to; a constraint no launched machine meets (returned as
     written, see `CONSTRAINT_PIN`); or None when any machine the daemon launches meets them."""
+    return _pin(tuple(constraints), cluster_name)
+
+
+@functools.lru_cache(maxsize=4096)  # a service's tasks share their constraints: read them once
+def _pin(constraints: tuple[str, ...], cluster_name: str) -> str | None:
     types: set[str] = set()
     met = {(f"node.labels.{OWNERSHIP_LABEL}", cluster_name), ("node.role", "worker")}  # every launch
     for raw in constraints:
