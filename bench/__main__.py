@@ -22,6 +22,7 @@ BENCHMARKS: dict[str, str] = {
     "peer": "bench.peer_bench",
     "packing": "bench.packing_bench",
     "drain": "bench.drain_bench",
+    "queued": "bench.queued_bench",
 }
 
 
