@@ -23,7 +23,6 @@ unchanged.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -96,11 +95,6 @@ class SwarmNode:
 def pin_of(constraints: Iterable[str], cluster_name: str) -> str | None:
     """The type a task's constraints pin it to; a constraint no launched machine meets (returned as
     written, see `CONSTRAINT_PIN`); or None when any machine the daemon launches meets them."""
-    return _pin(tuple(constraints), cluster_name)
-
-
-@functools.lru_cache(maxsize=4096)  # a service's tasks share their constraints: read them once
-def _pin(constraints: tuple[str, ...], cluster_name: str) -> str | None:
     types: set[str] = set()
     met = {(f"node.labels.{OWNERSHIP_LABEL}", cluster_name), ("node.role", "worker")}  # every launch
     for raw in constraints:
@@ -130,8 +124,18 @@ def capacity_of(swarm_node: SwarmNode, catalogue: Mapping[str, InstanceType], po
     return known.resources.saturating_sub(tp.overhead) if tp is not None else known.resources
 
 
-def as_task(task: ServiceTask, cluster_name: str, executing: bool) -> Task:
-    return Task(task.id, task.needs, pin_of(task.constraints, cluster_name), executing=executing)
+def as_task(
+    task: ServiceTask,
+    cluster_name: str,
+    executing: bool,
+    pins: dict[tuple[str, ...], str | None] | None = None,
+) -> Task:
+    """The planner's task; `pins` memoises `pin_of` by constraints (a service's tasks share them)."""
+    if pins is None:
+        return Task(task.id, task.needs, pin_of(task.constraints, cluster_name), executing=executing)
+    if task.constraints not in pins:
+        pins[task.constraints] = pin_of(task.constraints, cluster_name)
+    return Task(task.id, task.needs, pins[task.constraints], executing=executing)
 
 
 def service_view(
@@ -145,10 +149,11 @@ def service_view(
     """The swarm's service tasks as the planner's workload: one worker per ready non-manager node with
     the load on it, and the tasks waiting for a node as unrunnable (only when `with_pending`)."""
     types = {t.name: t for t in catalogue}
+    pins: dict[tuple[str, ...], str | None] = {}
     on_node: dict[str, list[Task]] = {}
     for task in tasks:
         if task.load and task.on_node:
-            on_node.setdefault(task.node_id, []).append(as_task(task, cluster_name, executing=True))
+            on_node.setdefault(task.node_id, []).append(as_task(task, cluster_name, True, pins))
     workers = tuple(
         Worker(
             address=n.node.id,
@@ -162,7 +167,7 @@ def service_view(
         if not n.node.is_manager and n.node.status == NodeStatus.READY
     )
     pending = tuple(
-        as_task(t, cluster_name, executing=False)
+        as_task(t, cluster_name, False, pins)
         for t in sorted(tasks, key=lambda t: t.id)
         if with_pending and t.load and t.waiting
     )
