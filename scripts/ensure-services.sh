@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Installs the servers the test suite starts by itself (redis-server; dockerd for the swarm tests when root),
-# and promtool (Debian's prometheus package) for the check of docker/alerts.yml.
+# Installs the servers the test suite starts by itself (redis-server; dockerd and busybox-static for the swarm
+# tests when root), and promtool (Debian's prometheus package) for the check of docker/alerts.yml.
 # Only installs packages; it starts nothing: each test fixture starts and stops its own server.
 set -euo pipefail
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if [ "$(id -u)" = 0 ]; then
   command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
+  # the swarm tests' service tasks run a busybox-only image (`docker import`ed: no registry); it must be static
+  dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
   # optional: without it the rules' structure is still checked, and the promtool test is skipped
   command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 fi
