@@ -224,6 +224,8 @@ class World:
             self.instances.pop(payload, None)
         elif kind == "balance":
             self.scheduler.balance(self.now)
+        elif kind == "mover":
+            self.scheduler.move_waiting(self.now)
         elif kind == "fence-expired":
             self.fences.expire(payload, self.now)
 
