@@ -290,7 +290,8 @@ class _Routes:
         return web.json_response({"status": "ok", "clusters": len(self.keeper.clusters)})
 
     async def metrics_text(self, _: web.Request) -> web.Response:
-        body, content_type = self.metrics.exposition(self.keeper.clusters)
+        keeper = self.keeper
+        body, content_type = self.metrics.exposition(keeper.clusters, keeper.held, keeper.replica_count)
         return web.Response(body=body, headers={"Content-Type": content_type})
 
 

@@ -146,6 +146,7 @@ async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
             lock_ttl=keeper_settings.lock_ttl,
             limits=limits,
             clients=TlsSchedulerClients(credentials),
+            replicas=locks if isinstance(locks, RedisLocks) else None,
         )
         app = build_keeper_app(
             keeper,

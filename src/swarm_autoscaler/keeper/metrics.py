@@ -40,6 +40,16 @@ class KeeperMetrics:
         self.clusters = Gauge(
             "keeper_clusters", "Clusters this replica knows, by state.", ["state"], registry=self.registry
         )
+        self.leases = Gauge(
+            "keeper_leases_held",
+            "Clusters whose lease this replica holds (it acts on these).",
+            registry=self.registry,
+        )
+        self.replicas = Gauge(
+            "keeper_replicas",
+            "Live replicas of this keeper, at this replica's last count.",
+            registry=self.registry,
+        )
         self.requests = Counter(
             "keeper_requests_total",
             "API requests by method, route and status.",
@@ -69,7 +79,9 @@ class KeeperMetrics:
     def action(self, name: str) -> None:
         self.actions.labels(name).inc()
 
-    def exposition(self, clusters: Iterable[Cluster]) -> tuple[bytes, str]:
+    def exposition(self, clusters: Iterable[Cluster], held: int = 0, replicas: int = 1) -> tuple[bytes, str]:
+        self.leases.set(held)
+        self.replicas.set(replicas)
         counts = Tally(str(c.state) for c in clusters)
         for state in ClusterState:
             self.clusters.labels(str(state)).set(counts.get(str(state), 0))

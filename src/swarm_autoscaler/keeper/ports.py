@@ -93,3 +93,16 @@ class Locks(Protocol):
     async def release(self, name: str) -> None:
         """Give up a lease this replica holds (no-op otherwise)."""
         ...
+
+
+@runtime_checkable
+class Replicas(Protocol):
+    """The live replicas of one keeper, so each takes only its share of the clusters."""
+
+    async def beat(self, ttl: float) -> int:
+        """Note this replica alive for `ttl` seconds; how many replicas are alive now, itself included."""
+        ...
+
+    async def leave(self) -> None:
+        """This replica is stopping: count it out now, not after its `ttl`."""
+        ...

@@ -4,9 +4,12 @@ Each cluster is checked by its own task, on its own interval and at once on its 
 a heartbeat), never by a sweep over all clusters. A task starts when its cluster is created or first
 discovered, and ends with its cluster. Across replicas, a cluster is handled by exactly one replica at
 a time: its task acts only while it holds the cluster's lease (`cluster:<id>`, a redis key with a TTL
-refreshed at every check), so replicas share the clusters between them and a replica that dies hands
-its clusters over within the lease's TTL. Get-or-create is exclusive per (user, wallet) through the
-lock `create:<user>:<wallet>`, so concurrent requests through any replicas create one cluster.
+refreshed at every check), and each replica holds at most its share of the clusters (`shares`: the
+clusters over the live replicas, counted through `Replicas` every interval), giving up a surplus only
+between two checks. A replica that dies hands its clusters over within the lease's TTL and a check or
+two, and a terminate is preceded by a fresh claim, so a lease run out during a slow check stops it.
+Get-or-create is exclusive per (user, wallet) through the lock `create:<user>:<wallet>`, so concurrent
+requests through any replicas create one cluster.
 
 Discovery (a listing every interval) starts the tasks of new clusters, wakes only the clusters whose
 state it finds changed, and ends the tasks of clusters no longer listed: a listing with no change wakes
@@ -34,7 +37,8 @@ from swarm_autoscaler.errors import AutoscalerError
 from swarm_autoscaler.keeper.lifecycle import Decision, KeeperTiming, Probe, decide
 from swarm_autoscaler.keeper.limits import Limits
 from swarm_autoscaler.keeper.model import Cluster, ClusterKey, ClusterState
-from swarm_autoscaler.keeper.ports import ClusterHosts, Locks, SchedulerClients, SchedulerProbe
+from swarm_autoscaler.keeper.ports import ClusterHosts, Locks, Replicas, SchedulerClients, SchedulerProbe
+from swarm_autoscaler.keeper.shares import LeaseStep, lease_step, share
 from swarm_autoscaler.keeper.usage import UsageAccountant
 
 log = structlog.get_logger("swarm_autoscaler.keeper")
@@ -64,6 +68,8 @@ class Keeper:
     accountant: UsageAccountant | None = None  # usage per wallet, read on its own interval in `run`
     limits: Limits | None = None  # clusters per user and budgets, checked before each creation
     clients: SchedulerClients | None = None  # who is connected, for "no client, no cluster"
+    replicas: Replicas | None = None  # the live replicas, for this one's share (None: it is alone)
+    replica_count: int = 1  # live replicas at the last count
     checks: int = 0
     last_discovery: float | None = None  # when the last listing of every cluster succeeded (for /healthz)
     _known: dict[str, Cluster] = field(default_factory=dict)
@@ -74,6 +80,9 @@ class Keeper:
     over_budget: dict[str, float] = field(default_factory=dict)  # wallet -> when found over its budget
     budget_interval: float = 30.0  # how often `over_budget` is read again (the usage interval)
     _holding: set[str] = field(default_factory=set)  # clusters whose launches this replica held
+    _held: set[str] = field(default_factory=set)  # the clusters whose lease this replica holds
+    _claiming: set[str] = field(default_factory=set)  # those whose claim is on its way to redis
+    _claimed: asyncio.Condition = field(default_factory=asyncio.Condition)  # notified as each claim ends
     _tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     _wake: dict[str, asyncio.Event] = field(default_factory=dict)
     _stopping: bool = False
@@ -189,6 +198,7 @@ class Keeper:
         side = [asyncio.create_task(self._watch_budgets(stop))]
         if self.accountant is not None:
             side.append(asyncio.create_task(self.accountant.run(stop)))
+        side.append(asyncio.create_task(self._count_replicas_until(stop)))
         try:
             while not stop.is_set():
                 with contextlib.suppress(AutoscalerError):
@@ -223,6 +233,36 @@ class Keeper:
         """When the cluster's budget grace ends (None: its wallet is within its budget)."""
         since = self.over_budget.get(cluster.key.wallet_id)
         return None if since is None else since + self.timing.budget_grace
+
+    async def _count_replicas_until(self, stop: asyncio.Event) -> None:
+        """Every interval, on its own (a slow listing does not delay it): see `count_replicas`."""
+        while not stop.is_set() and self.replicas is not None:
+            await self.count_replicas()
+            await _wait(stop, self.interval)
+
+    async def count_replicas(self) -> None:
+        """Renew this replica's presence and count the live ones (kept as it was when that fails). When
+        fewer are left, the clusters this one does not hold are checked at once: a dead replica's
+        clusters are taken as soon as their leases run out, not an interval later."""
+        if self.replicas is None:
+            return
+        try:
+            count = max(1, await self.replicas.beat(self.lease_ttl))
+        except AutoscalerError as exc:
+            log.warning("counting the replicas failed", error=str(exc))
+            return
+        fewer = count < self.replica_count
+        if count != self.replica_count:
+            log.info("replicas", replicas=count, share=share(len(self._tasks), count))
+        self.replica_count = count
+        if fewer:
+            for cid in [c for c in self._tasks if c not in self._held]:
+                self.wake(cid)
+
+    @property
+    def held(self) -> int:
+        """How many clusters' leases this replica holds now."""
+        return len(self._held)
 
     async def discover(self) -> None:
         try:
@@ -267,6 +307,9 @@ class Keeper:
         """Stop every cluster task, then release their leases (another replica takes the clusters over
         at once). The ids are taken first: each task leaves `_tasks` as it ends."""
         self._stopping = True
+        if self.replicas is not None:
+            with contextlib.suppress(AutoscalerError):
+                await self.replicas.leave()
         held = list(self._tasks)
         tasks = list(self._tasks.values())
         for task in tasks:
@@ -276,6 +319,7 @@ class Keeper:
             with contextlib.suppress(AutoscalerError):
                 await self.locks.release(_lease(cid))
         self._tasks.clear()
+        self._held.clear()
 
     def wake(self, cluster_id: str) -> None:
         """Check this cluster now (an event for it), not at its next interval."""
@@ -319,7 +363,7 @@ class Keeper:
                 if cid not in self._known:
                     break  # gone from the listing
                 try:
-                    if not await self.locks.claim(_lease(cid), self.lease_ttl):
+                    if not await self._take(cid):
                         self._held_since.pop(cid, None)  # another replica holds it
                         self._present.pop(cid, None)
                     elif await self.check(cid):
@@ -332,9 +376,48 @@ class Keeper:
             self._held_since.pop(cid, None)
             self._present.pop(cid, None)
             self._holding.discard(cid)
+            self._held.discard(cid)
             if not self._stopping:
                 with contextlib.suppress(AutoscalerError):
                     await self.locks.release(_lease(cid))
+
+    async def _take(self, cid: str) -> bool:
+        """Whether this replica holds the cluster's lease for its next check: claimed or refreshed while
+        within its share, left to the others beyond it, given up when it holds more (`shares`). Claims
+        on their way count against the share (concurrent tasks never claim past it); a task kept out
+        only by those waits for them to end, since a failed one frees its place."""
+        holding = cid in self._held
+        while True:
+            held = len(self._held) + (0 if holding else len(self._claiming))
+            clusters, replicas = len(self._tasks), self.replica_count
+            step = lease_step(holding=holding, held=held, clusters=clusters, replicas=replicas)
+            if (
+                step is not LeaseStep.SKIP
+                or not self._claiming
+                or len(self._held) >= share(clusters, replicas)
+            ):
+                break
+            async with self._claimed:
+                await self._claimed.wait()
+        if step is LeaseStep.SKIP:
+            return False
+        if step is LeaseStep.RELEASE:
+            self._held.discard(cid)
+            await self.locks.release(_lease(cid))
+            log.info("lease given up: more than this replica's share", cluster=cid, held=len(self._held))
+            return False
+        self._claiming.add(cid)
+        took = False
+        try:
+            took = await self.locks.claim(_lease(cid), self.lease_ttl)
+        finally:
+            self._claiming.discard(cid)
+            (self._held.add if took else self._held.discard)(cid)
+            async with self._claimed:
+                self._claimed.notify_all()
+        if took and not holding:
+            log.info("lease taken", cluster=cid, held=len(self._held))
+        return took
 
     async def check(self, cid: str) -> bool:
         """One check of one cluster (`lifecycle.decide`); True when the cluster is gone for good."""
@@ -354,6 +437,9 @@ class Keeper:
         cluster = await self._apply(cluster, decision, now)
         if not decision.terminate:
             await self._hold(cluster, ends_at)
+            return False
+        if not await self.locks.claim(_lease(cid), self.lease_ttl):
+            self._held.discard(cid)  # it ran out during this check: another replica may hold it now
             return False
         alive = await self.hosts.terminate(cid)
         if alive:

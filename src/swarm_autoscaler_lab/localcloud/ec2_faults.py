@@ -22,6 +22,10 @@ which is how a benchmark can check API calls per tick from the server's side.
 `watch(callback)` calls `callback(action, params)` in the request's thread before anything else happens to
 the request (and before moto sees it): a chaos world uses it to check, at the moment a TerminateInstances
 arrives, what the machines it names are doing, or to slow some calls down.
+
+`record()` starts a call log: every EC2 request from then on, with when it arrived, its parameters and the
+access key id that signed it (`Ec2Call`), so a test whose processes sign with different key ids (moto takes
+any) can tell which process made each call: which keeper replica acted on which cluster, say.
 """
 
 from __future__ import annotations
@@ -54,6 +58,19 @@ _HTTP_REASONS = {
     500: "Internal Server Error",
     503: "Service Unavailable",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class Ec2Call:
+    """One EC2 request as it arrived (`FaultInjector.record`)."""
+
+    at: float  # time.time() on arrival
+    action: str
+    params: dict[str, str]
+    access_key: str  # from the SigV4 Authorization header; "" when unsigned
+
+
+_CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +116,7 @@ class FaultInjector:
         self._calls: Counter[str] = Counter()
         self._watchers: list[Callable[[str, dict[str, str]], None]] = []
         self._audit = action_log_from_env()
+        self._log: list[Ec2Call] | None = None
         self.capacity_refusals = 0
         self.clock_skew = 0.0  # seconds EC2's clock runs ahead of this host's
 
@@ -151,6 +169,16 @@ class FaultInjector:
         with self._lock:
             self._watchers.append(callback)
 
+    def record(self) -> None:
+        """Start (or restart, empty) the call log that `recorded()` returns."""
+        with self._lock:
+            self._log = []
+
+    def recorded(self) -> list[Ec2Call]:
+        """The calls logged since `record()`, in arrival order (a copy)."""
+        with self._lock:
+            return list(self._log or ())
+
     def reseed(self, seed: int) -> None:
         with self._lock:
             self._rng = random.Random(seed)
@@ -180,6 +208,12 @@ class FaultInjector:
             self._audit.record(environ, action, params)
         for callback in list(self._watchers):
             callback(action, params)
+        if self._log is not None:
+            signed = _CREDENTIAL.search(str(environ.get("HTTP_AUTHORIZATION", "")))
+            call = Ec2Call(time.time(), action, params, signed.group(1) if signed else "")
+            with self._lock:
+                if self._log is not None:
+                    self._log.append(call)
         error = self._decide(action, params)
         skew = self.clock_skew
         if error is None:
