@@ -5,6 +5,7 @@ raising the budget lifts the hold."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
@@ -71,7 +72,7 @@ class World:
 
 @pytest.fixture
 async def world(redis_server: RedisServer) -> AsyncIterator[World]:
-    name = f"budget-{id(object())}"
+    name = f"budget-{uuid.uuid4().hex[:8]}"  # unique: an id() can repeat, and redis would keep the spending
     now = [T0]
     usage, budgets = RedisUsage(redis_server.url, name), RedisBudgets(redis_server.url, name)
     yield World(
@@ -115,6 +116,7 @@ async def test_out_of_budget_it_stops_growing_says_so_and_ends_only_after_the_gr
         await a.check(cid)
         assert world.hosts.clusters[cid].state == ClusterState.RUNNING and not world.hosts.terminate_calls
 
+        await a.stop()  # its lease released: b may act on the cluster (it refreshes the lease to terminate)
         b = world.keeper("b")  # a takeover: the grace counts from the same time, kept in redis
         await b.read_budgets()  # it knows no cluster yet: no wallet to read
         b._known[cid] = world.hosts.clusters[cid]
