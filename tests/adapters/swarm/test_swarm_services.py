@@ -5,19 +5,37 @@ through aiodocker as the planner's workload; fences and retirements pause real n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import tarfile
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 from tests.builders import CATALOGUE, make_policy
+from tests.fakes import FakeCloud, SteppedClock
 
+from swarm_autoscaler.adapters.swarm import SwarmOrchestrator
 from swarm_autoscaler.adapters.swarm_services import OWN_SERVICE_LABEL, SwarmServicesWorkload
-from swarm_autoscaler.core.model import GIB, OWNERSHIP_LABEL, Availability, Resources, TypePolicy
+from swarm_autoscaler.core.model import (
+    GIB,
+    OWNERSHIP_LABEL,
+    Availability,
+    DrainNode,
+    HostIdle,
+    NodeOurs,
+    Plan,
+    Resources,
+    Retired,
+    RetireWorkers,
+    Snapshot,
+    TypePolicy,
+)
 from swarm_autoscaler.core.ports import WorkloadView
 from swarm_autoscaler.core.services import ServiceTask
+from swarm_autoscaler.daemon.act import ActConfig, Ports, act
 from swarm_autoscaler_lab.localcloud.dockerd import LocalSwarm
 
 pytestmark = pytest.mark.swarm
@@ -160,3 +178,74 @@ async def test_wait_for_change_wakes_on_a_new_pending_task(services: LocalSwarm)
         await services.manager.docker("service", "scale", "--detach", "big=2")
         assert await w.wait_for_change(30.0)
         await services.manager.docker("service", "scale", "--detach", "big=1")
+
+
+async def test_a_task_that_lands_after_the_plan_stops_the_retirement_and_the_drain(
+    services: LocalSwarm,
+) -> None:
+    """The re-checks of `act` on fresh reads of the real swarm: planned while the node was empty, the
+    retirement (a pause) and the drain are skipped once a task runs there; gone again, both are done."""
+    orchestrator = SwarmOrchestrator(services.manager_url, cluster_name="c1")
+    manager = services.manager
+    host = ""
+    try:
+        async with workload(services) as w:
+            idle = next(x for x in (await w.observe()).workers if not x.processing)
+            host, node_id = idle.hostname, idle.address
+            await manager.docker("node", "update", "--label-add", f"{OWNERSHIP_LABEL}=c1", host)
+            view = await w.observe()
+            snapshot = Snapshot(
+                time.time(), CATALOGUE, (), await orchestrator.list_nodes(), view.workers, view.unrunnable
+            )
+            plan = Plan(
+                actions=(
+                    RetireWorkers((node_id,), "idle", (HostIdle(host),)),
+                    DrainNode(
+                        node_id, host, "empty", expect=(HostIdle(host), NodeOurs(node_id), Retired(host))
+                    ),
+                )
+            )
+            ports = Ports(FakeCloud(SteppedClock(), {}), orchestrator, w)
+
+            await manager.docker(
+                "service", "create", "--detach", "--name", "late", "--constraint", f"node.hostname=={host}",
+                "--stop-grace-period", "1s", IMAGE, "/bin/busybox", "sleep", "3600",
+            )  # fmt: skip
+
+            async def on_host() -> list[str]:
+                out = await manager.docker(
+                    "node",
+                    "ps",
+                    host,
+                    "--filter",
+                    "desired-state=running",
+                    "--format",
+                    "{{.Name}} {{.CurrentState}}",
+                )
+                return [line for line in out.splitlines() if line.startswith("late.") and "Running" in line]
+
+            assert await until(on_host, bool)
+            first = await act(plan, snapshot, ports, config=ActConfig("c1"))
+            assert [o.kind for o in first] == ["skipped", "skipped"], first
+            assert "has work or unique results now" in first[1].detail
+            nodes = {n.node.hostname: n.node for n in (await w.read())[0]}
+            assert nodes[host].availability == Availability.ACTIVE  # neither paused nor drained
+
+            await manager.docker("service", "rm", "late")
+
+            async def gone() -> bool:
+                return not any(x.processing for x in await w.list_workers() if x.hostname == host)
+
+            assert await until(gone, bool)
+            second = await act(plan, snapshot, ports, config=ActConfig("c1"))
+            assert [(o.ok, o.detail) for o in second] == [(True, "retired 1"), (True, "drained")], second
+            nodes = {n.node.hostname: n.node for n in (await w.read())[0]}
+            assert nodes[host].availability == Availability.DRAIN
+    finally:
+        with contextlib.suppress(Exception):
+            await manager.docker("service", "rm", "late")
+        await _set_all_active(services)
+        if host:
+            with contextlib.suppress(Exception):
+                await manager.docker("node", "update", "--label-rm", OWNERSHIP_LABEL, host)
+        await orchestrator.close()
