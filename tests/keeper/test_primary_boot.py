@@ -54,7 +54,7 @@ def test_it_is_bash_and_fetches_its_files_once_with_its_own_token(script: str) -
     assert f"Bearer {primary_token(TOKEN, CID)}" in script
     assert f'"http://10.0.0.5:8080/v1/primaries/{CID}/credentials"' in script
     assert TOKEN not in script
-    assert "AUTOSCALER_DASK_SCHEDULER_URL=tls://dask-scheduler:8786" in script
+    assert 'echo "AUTOSCALER_DASK_SCHEDULER_URL=tls://$ADDR:8786"' in script
 
 
 def test_only_the_pinned_image_runs(script: str) -> None:
@@ -70,11 +70,16 @@ def test_every_setting_it_writes_exists_and_the_cluster_s_autoscaler_settings_lo
 ) -> None:
     known = {name for name, *_ in variables()}
     written = dict(re.findall(r"^(AUTOSCALER_[A-Z0-9_]+)=(.*)$", script, re.MULTILINE))
+    # and the lines echoed with the machine's private address ($ADDR, here 10.0.0.9)
+    echoed = dict(re.findall(r'^echo "(AUTOSCALER_[A-Z0-9_]+)=(.*)" >> ', script, re.MULTILINE))
+    assert set(echoed) == {"AUTOSCALER_DASK_SCHEDULER_URL", "AUTOSCALER_HTTP_HOST"}
+    written.update({k: v.replace("$ADDR", "10.0.0.9") for k, v in echoed.items()})
     assert set(written) - known == set()
     env = tmp_path / "cluster.env"
     env.write_text("".join(f"{k}='{v}'\n" for k, v in written.items()))
     settings = load_settings(env)
     assert settings.cluster_name == CID
+    assert settings.dask.scheduler_url == "tls://10.0.0.9:8786"
     assert settings.dask.tls_files == (
         "/run/secrets/dask-ca",
         "/run/secrets/dask-worker",
@@ -86,7 +91,18 @@ def test_the_dask_options_and_the_worker_entrypoint_it_uses_exist(script: str) -
     dask = shutil.which("dask", path=str(Path(__import__("sys").executable).parent))
     assert dask is not None
     for role, options in (
-        ("scheduler", ["--protocol", "--dashboard-address", "--tls-ca-file", "--tls-cert", "--tls-key"]),
+        (
+            "scheduler",
+            [
+                "--protocol",
+                "--host",
+                "--port",
+                "--dashboard-address",
+                "--tls-ca-file",
+                "--tls-cert",
+                "--tls-key",
+            ],
+        ),
         ("worker", ["--tls-ca-file", "--tls-cert", "--tls-key"]),
     ):
         helped = subprocess.run([dask, role, "--help"], capture_output=True, text=True, check=True).stdout

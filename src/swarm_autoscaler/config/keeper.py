@@ -92,34 +92,37 @@ docker swarm init
 ADDR=$(docker info --format '{{.Swarm.NodeAddr}}')
 for f in ca scheduler scheduler-key worker worker-key; do docker secret create "dask-$f" "$D/tls/$f.pem"; done
 rm -f "$D"/tls/*-key.pem
-docker network create --driver overlay --attachable dask
 S=/run/secrets
 TLS_SCHEDULER="--tls-ca-file $S/dask-ca --tls-cert $S/dask-scheduler --tls-key $S/dask-scheduler-key"
 TLS_WORKER="--tls-ca-file $S/dask-ca --tls-cert $S/dask-worker --tls-key $S/dask-worker-key"
+# Every service uses the machine's network (no overlay, nothing published through swarm): each listens
+# on the machine's private address.
 # 3. The scheduler: tls:// on {{scheduler_port}} (mutual TLS: only holders of this cluster's certificates
 # connect); its HTTP port {{dashboard_port}} (health, metrics, dashboard) is for the keeper's probe: open
 # it to the keeper's security group only (docs/keeper-security.md).
-docker service create --name dask-scheduler --network dask --constraint node.role==manager \\
+# (--no-healthcheck: the image's check is the autoscaler's /healthz, which a scheduler does not serve)
+docker service create --detach --name dask-scheduler --network host --constraint node.role==manager --no-healthcheck \\
   --secret dask-ca --secret dask-scheduler --secret dask-scheduler-key \\
-  --publish published={{scheduler_port}},target=8786,mode=host \\
-  --publish published={{dashboard_port}},target=8787,mode=host \\
-  --entrypoint dask {{image}} scheduler --protocol tls --port 8786 --dashboard-address :8787 $TLS_SCHEDULER
-# 4. The cluster's autoscaler: this swarm, this cluster's name and EC2 tags, the scheduler over TLS.
+  --entrypoint dask {{image}} scheduler --protocol tls --host "$ADDR" --port {{scheduler_port}} \\
+  --dashboard-address "$ADDR:{{dashboard_port}}" $TLS_SCHEDULER
+# 4. The cluster's autoscaler: this swarm, this cluster's name and EC2 tags, the scheduler over TLS; its
+# own HTTP (health, metrics) on the private address, port 8000 (closed unless a rule opens it).
 cat > "$D/cluster.env" <<'SWARM_AUTOSCALER_ENV'
 {{autoscaler_env}}
-AUTOSCALER_DASK_SCHEDULER_URL=tls://dask-scheduler:8786
 AUTOSCALER_DASK_TLS_CA_FILE=/run/secrets/dask-ca
 AUTOSCALER_DASK_TLS_CERT_FILE=/run/secrets/dask-worker
 AUTOSCALER_DASK_TLS_KEY_FILE=/run/secrets/dask-worker-key
 AUTOSCALER_DOCKER_URL=unix:///var/run/docker.sock
 SWARM_AUTOSCALER_ENV
-docker service create --name autoscaler --network dask --constraint node.role==manager --user 0 \\
+echo "AUTOSCALER_DASK_SCHEDULER_URL=tls://$ADDR:{{scheduler_port}}" >> "$D/cluster.env"
+echo "AUTOSCALER_HTTP_HOST=$ADDR" >> "$D/cluster.env"
+docker service create --detach --name autoscaler --network host --constraint node.role==manager --user 0 \\
   --secret dask-ca --secret dask-worker --secret dask-worker-key \\
   --mount type=bind,src=/var/run/docker.sock,dst=/var/run/docker.sock \\
   --env-file "$D/cluster.env" {{image}} run
 # 5. The dask worker, one per machine the autoscaler launched (its ownership label), as in
 # docker/worker-stack.yml, with this cluster's worker certificate.
-docker service create --name dask-worker --mode global --network host \\
+docker service create --detach --name dask-worker --mode global --network host --no-healthcheck \\
   --constraint node.labels.swarm-autoscaler.cluster=={{cluster_id}} --constraint node.role==worker \\
   --secret dask-ca --secret dask-worker --secret dask-worker-key \\
   --env DASK_SCHEDULER_ADDRESS="tls://$ADDR:{{scheduler_port}}" --env 'DASK_WORKER_NAME={{.Node.Hostname}}' \\

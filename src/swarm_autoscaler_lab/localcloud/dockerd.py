@@ -42,6 +42,16 @@ SAFE_FLAGS = (
     "--ip-forward=false",
 )
 SWARM_PORT = 2377
+# With `machine_mounts`, a node's dockerd runs in a mount namespace of its own where two paths are the
+# machine's, as on a real machine: `/etc/swarm-autoscaler` is the node's folder (`LocalNode.etc`: what
+# its user data writes there, services bind-mount it) and `/run` is a tmpfs of its own holding the
+# node's `/var/run/docker.sock` (a service mounting the docker socket gets its node's dockerd). The
+# mounts die with the namespace; nothing on this machine's /run or /etc changes (the empty mount point
+# /etc/swarm-autoscaler is created once).
+MACHINE_MOUNTS = (
+    'hostname "$0" && mount -t tmpfs -o mode=755 tmpfs /run'
+    ' && mount --bind "$1" /etc/swarm-autoscaler && shift && exec "$@"'
+)
 REQUIRED_COMMANDS = ("dockerd", "docker", "unshare", "ip", "umount")
 RUN_DOCKER = Path("/run/docker")
 DEFAULT_LOCK = Path("/tmp/swarm-autoscaler-localswarm.lock")
@@ -87,6 +97,8 @@ class LocalNode:
     address: str
     folder: Path
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    # A machine's own files as its dockerd sees them (`add_node(machine_mounts=True)`): see `MACHINE_MOUNTS`.
+    machine_mounts: bool = False
 
     @property
     def socket_path(self) -> Path:
@@ -99,6 +111,11 @@ class LocalNode:
     @property
     def swarm_addr(self) -> str:
         return f"{self.address}:{SWARM_PORT}"
+
+    @property
+    def etc(self) -> Path:
+        """The node's own `/etc/swarm-autoscaler` (its dockerd sees it there with `machine_mounts`)."""
+        return self.folder / "etc-swarm-autoscaler"
 
     @property
     def exec_root(self) -> Path:
@@ -121,6 +138,7 @@ class LocalNode:
             f"--pidfile={self.pidfile}",
             f"--config-file={self.folder / 'daemon.json'}",
             *SAFE_FLAGS,
+            *(["--host=unix:///var/run/docker.sock"] if self.machine_mounts else []),
         ]
 
     def log_tail(self, lines: int = 25) -> str:
@@ -409,15 +427,23 @@ class LocalSwarm:
         self._manager = node
         return node
 
-    async def add_node(self, hostname: str) -> LocalNode:
-        """Start a dockerd for `hostname` on the next loopback address and wait until it answers.
-        The node is not joined: call `node.join(swarm.worker_token, swarm.manager_addr)`."""
+    async def add_node(
+        self, hostname: str, *, address: str | None = None, machine_mounts: bool = False
+    ) -> LocalNode:
+        """Start a dockerd for `hostname` on the next loopback address (or `address`, a loopback one
+        such as a machine's private IP in a VPC carved from 127.0.0.0/8) and wait until it answers.
+        `machine_mounts`: see `MACHINE_MOUNTS`. The node is not joined: call
+        `node.join(swarm.worker_token, swarm.manager_addr)`."""
         if self._closed:
             raise ConfigurationError("the local swarm is closed")
         if hostname in self.nodes:
             raise ConfigurationError(f"a local node named {hostname} already exists")
-        node = LocalNode(hostname, f"127.0.0.{self._next_address}", self.base_dir / hostname)
-        self._next_address += 1
+        if address is not None and not address.startswith("127."):
+            raise ConfigurationError(f"a local node's address must be a loopback one, got {address}")
+        if address is None:
+            address = f"127.0.0.{self._next_address}"
+            self._next_address += 1
+        node = LocalNode(hostname, address, self.base_dir / hostname, machine_mounts=machine_mounts)
         self.nodes[hostname] = node
         self._spawn(node)
         await node.wait_ready(self.start_timeout)
@@ -507,10 +533,17 @@ class LocalSwarm:
         config = {"deprecated-key-path": str(node.folder / "key.json")}
         (node.folder / "daemon.json").write_text(json.dumps(config) + "\n")
         # sh runs in the new UTS namespace: set the hostname there, then become dockerd (same pid).
-        script = 'hostname "$0" && exec "$@"'
+        cmd = ["unshare", "--uts", "--", "sh", "-c", 'hostname "$0" && exec "$@"', node.hostname]
+        if node.machine_mounts:
+            node.etc.mkdir(parents=True, exist_ok=True)
+            Path("/etc/swarm-autoscaler").mkdir(parents=True, exist_ok=True)  # the mount point
+            cmd = [
+                "unshare", "--uts", "--mount", "--propagation", "private", "--",
+                "sh", "-c", MACHINE_MOUNTS, node.hostname, str(node.etc),
+            ]  # fmt: skip
         with node.log_path.open("wb") as log:
             node.process = subprocess.Popen(
-                ["unshare", "--uts", "--", "sh", "-c", script, node.hostname, *node.dockerd_args()],
+                [*cmd, *node.dockerd_args()],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

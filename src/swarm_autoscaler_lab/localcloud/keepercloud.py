@@ -186,18 +186,23 @@ class KeeperCloud:
 
     @contextlib.asynccontextmanager
     async def keeper(
-        self, *, idle_timeout_s: float, extra: Mapping[str, str] | None = None
+        self,
+        *,
+        idle_timeout_s: float,
+        extra: Mapping[str, str] | None = None,
+        boot_primaries: bool = True,
     ) -> AsyncIterator[tuple[str, Keeper]]:
         """A keeper replica on this cloud, in this process, built from settings by `open_keeper` (as
         `swarm-autoscaler keeper` builds it) and running; yields its API's base URL and the keeper. Its
-        primaries boot here (the primaries' emulator starts on first use)."""
+        primaries boot here (the primaries' emulator starts on first use) unless `boot_primaries` is
+        False (the caller boots them otherwise: from their real user data on dockerd nodes)."""
         from swarm_autoscaler.config.keeper import load_keeper_settings
         from swarm_autoscaler.keeper.app import open_keeper
 
         port = free_port()
         env = {**self.keeper_env(idle_timeout_s=idle_timeout_s, http_port=port), **(extra or {})}
         config = load_keeper_settings(self.write_env(f"keeper-{port}.env", env))
-        if self.primaries is None:
+        if self.primaries is None and boot_primaries:
             self.boot_keeper_primaries(config.keeper.name)
         async with open_keeper(config) as keeper:
             stop = asyncio.Event()

@@ -38,6 +38,8 @@ import binascii
 import contextlib
 import email
 import email.policy
+import ipaddress
+import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -75,7 +77,7 @@ def user_data_scripts(raw: str | bytes) -> list[str]:
 
 def node_etc(node: LocalNode) -> Path:
     """The node's own `/etc/swarm-autoscaler` (its user data writes there; services mount it from here)."""
-    return node.folder / "etc-swarm-autoscaler"
+    return node.etc
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,10 +87,11 @@ class UserDataRun:
     powered_off: bool  # the script ran shutdown/poweroff: the caller stops (or terminates) the instance
 
 
-def _shims(node: LocalNode) -> Path:
+def _shims(node: LocalNode, service_env: Mapping[str, str]) -> Path:
     bin_dir = node.folder / "userdata-bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
     docker = bin_dir / "docker"
+    envs = " ".join(shlex.quote(f"--env={k}={v}") for k, v in service_env.items())
     docker.write_text(
         "#!/bin/bash\n"
         "# stand-in for an EC2 machine's single address: swarm join/init advertise the node's loopback address\n"
@@ -97,7 +100,18 @@ def _shims(node: LocalNode) -> Path:
         f'  exec {_docker_cli()} swarm "$sub" --advertise-addr {node.address} '
         f'--listen-addr {node.swarm_addr} "$@"\n'
         "fi\n"
-        f'exec {_docker_cli()} "$@"\n'
+        + (
+            "# stand-in for what every container of an EC2 machine reaches (its metadata service)\n"
+            'if [ "${1:-}" = service ] && [ "${2:-}" = create ]; then\n'
+            f'  shift 2; exec {_docker_cli()} service create {envs} "$@"\n'
+            "fi\n"
+            'if [ "${1:-}" = run ]; then\n'
+            f'  shift; exec {_docker_cli()} run {envs} "$@"\n'
+            "fi\n"
+            if service_env
+            else ""
+        )
+        + f'exec {_docker_cli()} "$@"\n'
     )
     for name in _POWER:
         (bin_dir / name).write_text(f'#!/bin/bash\necho "$0 $*" >> {node.folder / "powered-off"}\n')
@@ -106,11 +120,17 @@ def _shims(node: LocalNode) -> Path:
     return bin_dir
 
 
-def _run_sync(node: LocalNode, scripts: Sequence[str], env: Mapping[str, str], timeout: float) -> UserDataRun:
+def _run_sync(
+    node: LocalNode,
+    scripts: Sequence[str],
+    env: Mapping[str, str],
+    timeout: float,
+    service_env: Mapping[str, str],
+) -> UserDataRun:
     pid = node.pid()
     if pid is None:
         raise EndpointError(f"dockerd {node.hostname}", "the node's dockerd is not running")
-    bin_dir = _shims(node)
+    bin_dir = _shims(node, service_env)
     etc = node_etc(node)
     etc.mkdir(parents=True, exist_ok=True)
     ETC.mkdir(parents=True, exist_ok=True)  # the mount point (empty on this machine; bound per node)
@@ -154,33 +174,72 @@ async def run_user_data(
     env: Mapping[str, str] | None = None,
     preload: Sequence[Path] = (),
     timeout: float = 300.0,
+    service_env: Mapping[str, str] | None = None,
 ) -> UserDataRun:
     """Run `raw` (user data, base64 or text) on `node` as its machine's first boot would.
 
     `preload`: image tarballs `docker load`ed into the node first (the AMI's images). `env`: extra
-    environment for the scripts. Blocking work runs in a thread."""
+    environment for the scripts. `service_env`: environment the docker shim adds to every `docker
+    service create` and `docker run` of the scripts (what an EC2 machine's containers reach without being
+    told, such as the metadata service: `AWS_EC2_METADATA_SERVICE_ENDPOINT`). Blocking work runs in a
+    thread."""
     for tarball in preload:
         await node.docker("load", "-i", str(tarball), timeout=300)
     scripts = user_data_scripts(raw)
-    return await asyncio.to_thread(_run_sync, node, scripts, dict(env or {}), timeout)
+    return await asyncio.to_thread(
+        _run_sync, node, scripts, dict(env or {}), timeout, dict(service_env or {})
+    )
+
+
+def address_of(hostname: str) -> str | None:
+    """The private IP in an EC2 hostname (`ip-127-5-0-4` -> `127.5.0.4`), if it is a loopback one."""
+    if not hostname.startswith("ip-"):
+        return None
+    try:
+        ip = ipaddress.IPv4Address(hostname[3:].replace("-", "."))
+    except ValueError:
+        return None
+    return str(ip) if ip.is_loopback else None
 
 
 class UserDataBoot:
     """The machine emulator's real boot (`MachineEmulator.user_data_boot`): a machine that boots becomes a
     new dockerd node of `swarm` named after its hostname, and runs its user data there."""
 
-    def __init__(self, swarm: LocalSwarm, preload: Sequence[Path] = (), timeout: float = 300.0) -> None:
+    def __init__(
+        self,
+        swarm: LocalSwarm,
+        preload: Sequence[Path] = (),
+        timeout: float = 300.0,
+        *,
+        machine_addresses: bool = False,
+        machine_mounts: bool = False,
+        service_env: Mapping[str, str] | None = None,
+    ) -> None:
+        """`machine_addresses`: each node advertises its machine's private IP, read from its hostname
+        (a VPC carved from 127.0.0.0/8, as the keeper's local cloud's), instead of the swarm's next
+        loopback address. `machine_mounts`: the node's dockerd sees the machine's own
+        `/etc/swarm-autoscaler` and `/var/run/docker.sock` (`dockerd.MACHINE_MOUNTS`). `service_env`:
+        see `run_user_data`."""
         self.swarm = swarm
         self.preload = tuple(preload)
         self.timeout = timeout
+        self.machine_addresses = machine_addresses
+        self.machine_mounts = machine_mounts
+        self.service_env = dict(service_env or {})
 
     async def boot(self, hostname: str, raw: str | bytes) -> UserDataRun:
         node = self.swarm.nodes.get(hostname)
         preload: Sequence[Path] = ()
         if node is None:
-            node = await self.swarm.add_node(hostname)
+            address = address_of(hostname) if self.machine_addresses else None
+            if self.machine_addresses and address is None:
+                raise EndpointError(f"dockerd {hostname}", "no loopback private IP in the hostname")
+            node = await self.swarm.add_node(hostname, address=address, machine_mounts=self.machine_mounts)
             preload = self.preload
-        return await run_user_data(node, raw, preload=preload, timeout=self.timeout)
+        return await run_user_data(
+            node, raw, preload=preload, timeout=self.timeout, service_env=self.service_env
+        )
 
 
 def node_swarm_state(node: LocalNode) -> str:
@@ -192,6 +251,7 @@ __all__ = [
     "ETC",
     "UserDataBoot",
     "UserDataRun",
+    "address_of",
     "node_etc",
     "node_swarm_state",
     "run_user_data",

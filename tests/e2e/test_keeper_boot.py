@@ -1,0 +1,209 @@
+"""A keeper cluster booted from the keeper's DEFAULT primary boot script on real dockerd nodes.
+
+The keeper (built from settings by `open_keeper`, in this process; AUTOSCALER_KEEPER_IMAGE is the image
+docker/Dockerfile builds) creates a cluster. Its primary instance (moto) boots from its real user data,
+the default script, on a dockerd node of its own (`localcloud.userdata.UserDataBoot`): it fetches its
+TLS files from the keeper with its one-time token, runs `docker swarm init` (a swarm of its own, not the
+keeper's), and creates the TLS scheduler, the cluster's autoscaler and the worker global service as swarm
+services. A user's client, with the TLS files from `GET .../credentials`, submits work to the API's
+`scheduler_url`; the cluster's autoscaler (the image's `swarm-autoscaler run`, a swarm task on the
+primary) launches worker machines, each boots from the user data that autoscaler rendered and joins the
+primary's swarm, where swarm starts the worker service's task; the work completes; heartbeats stop and
+the keeper's idle end terminates the primary and every worker. Each phase's duration is printed.
+
+What stands in for AWS here (see docs/keeper.md, "What the end-to-end test stands in for"):
+- EC2: moto over HTTP; a machine is a dockerd in its own UTS and mount namespaces whose address is the
+  instance's private IP (the VPC is carved from 127.0.0.0/8) and whose `/etc/swarm-autoscaler` and
+  `/var/run/docker.sock` are its own (`dockerd.MACHINE_MOUNTS`); cloud-init itself does not run: the
+  user data is decoded as cloud-init would and run by bash (`userdata`).
+- The AMI's images: no registry, so the image tarball is `docker load`ed into each new node first.
+- The instance profile: the autoscaler service's boto3 reads credentials from an instance metadata
+  service, here moto's on loopback (the docker shim of the user data adds
+  `AWS_EC2_METADATA_SERVICE_ENDPOINT` to the services it creates; on EC2 it is 169.254.169.254).
+- The keeper runs in-process (not yet as the service of docker/keeper-stack.yml).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from pathlib import Path
+
+import pytest
+from distributed import Client
+from tests.e2e.helpers import wait_for
+from tests.e2e.keeper_helpers import primaries_of, wait_gone, wait_state, workers_of
+
+from swarm_autoscaler.core.catalogue import CATALOGUE
+from swarm_autoscaler.keeper.adapters.tags import WORKER_KEEPER_TAG
+from swarm_autoscaler_lab.demo.clusters import KeeperApi
+from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
+from swarm_autoscaler_lab.localcloud.dockerd import LocalSwarm
+from swarm_autoscaler_lab.localcloud.dockerd_joiner import DockerdJoiner
+from swarm_autoscaler_lab.localcloud.image import BUILD, IMAGE, ensure_image, image_key
+from swarm_autoscaler_lab.localcloud.keepercloud import KeeperCloud, KeeperCloudOptions, primary_tags
+from swarm_autoscaler_lab.localcloud.machines import MachineEmulator
+from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
+from swarm_autoscaler_lab.localcloud.userdata import UserDataBoot, address_of
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.swarm,
+    pytest.mark.timeout(900),
+    # the image's python is Debian's 3.11.2, this client's may be another 3.11: dask warns, it works
+    pytest.mark.filterwarnings("ignore::distributed.versions.VersionMismatchWarning"),
+]
+
+IDLE = 20.0  # the keeper's idle timeout, seconds
+TASKS = 3
+
+
+def _phase(name: str, started: float, phases: dict[str, float]) -> float:
+    now = time.monotonic()
+    phases[name] = now - started
+    print(f"phase {name}: {phases[name]:.1f}s", flush=True)
+    return now
+
+
+def _emulator(
+    kc: KeeperCloud, tags: dict[str, str], boot: UserDataBoot, swarm: LocalSwarm
+) -> MachineEmulator:
+    """Machines carrying `tags` boot from their user data on their own dockerd nodes (the emulator starts
+    no worker; a terminated machine's dockerd stops)."""
+    assert kc.network is not None
+    return MachineEmulator(
+        ec2_endpoint=kc.moto.endpoint,
+        region=kc.network.region,
+        tag_filters=tags,
+        orchestrator=MemorySwarm(),  # read only for the shortcut's workers, which the real boot never starts
+        joiner=DockerdJoiner(swarm),
+        scheduler_address="",
+        catalogue=CATALOGUE,
+        boot_delay=0.5,
+        user_data_boot=boot,
+    )
+
+
+async def test_a_keeper_cluster_boots_from_the_default_script_computes_scales_and_ends(
+    cloud: LocalCloud, tmp_path: Path
+) -> None:
+    swarm = cloud.local_swarm
+    phases: dict[str, float] = {}
+    t = time.monotonic()
+    await asyncio.to_thread(ensure_image, swarm.manager)
+    tarball = BUILD / "image" / f"runtime-{image_key()}.tar"
+    assert tarball.exists()
+    t = _phase("image", t, phases)
+
+    async with KeeperCloud(KeeperCloudOptions(fast=True, max_workers=2)) as kc:
+        boot = UserDataBoot(
+            swarm,
+            preload=[tarball],
+            machine_addresses=True,
+            machine_mounts=True,
+            service_env={"AWS_EC2_METADATA_SERVICE_ENDPOINT": kc.moto.endpoint},
+        )
+        emulators = [
+            _emulator(kc, primary_tags(kc.keeper_name), boot, swarm),
+            _emulator(kc, {WORKER_KEEPER_TAG: kc.keeper_name}, boot, swarm),
+        ]
+        tasks = [asyncio.create_task(e.run(0.5)) for e in emulators]
+        try:
+            extra = {"AUTOSCALER_KEEPER_IMAGE": IMAGE, "AUTOSCALER_KEEPER_MAX_START_TIME": "300s"}
+            async with kc.keeper(idle_timeout_s=IDLE, extra=extra, boot_primaries=False) as (url, _):
+                api = KeeperApi(url, kc.token)
+                try:
+                    await _life(kc, api, swarm, tmp_path, phases, t)
+                finally:
+                    await api.close()
+        finally:
+            for e in emulators:
+                e.stopping = True
+            for task in tasks:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(task, 60)
+            for e in emulators:
+                await e.close()  # stops every node still running (the machines' dockerds)
+    print("phases:", {k: round(v, 1) for k, v in phases.items()}, flush=True)
+
+
+async def _life(
+    kc: KeeperCloud, api: KeeperApi, swarm: LocalSwarm, tmp_path: Path, phases: dict[str, float], t: float
+) -> None:
+    path = "/v1/clusters/alice/w-boot"
+    status, body = await api.call("PUT", path)
+    assert status == 201, body
+    cid = body["id"]
+    try:
+        body = await wait_state(api, path, "running", 300)
+    finally:
+        _print_services(swarm, kc, cid)
+    (primary,) = primaries_of(kc, cid)
+    ip = primary["PrivateIpAddress"]
+    assert body["scheduler_url"] == f"tls://{ip}:8786"
+    primary_node = swarm.nodes[primary["PrivateDnsName"].split(".")[0]]
+    assert primary_node.address == ip and address_of(primary_node.hostname) == ip
+
+    async def all_services() -> bool:  # the boot script creates them (detached) after the scheduler
+        services = await primary_node.docker("service", "ls", "--format", "{{.Name}}")
+        return set(services.split()) == {"dask-scheduler", "autoscaler", "dask-worker"}
+
+    await wait_for(all_services, 120, "the scheduler, autoscaler and worker services on the primary")
+    t = _phase("primary boots from the default script (running)", t, phases)
+
+    security = await api.security(path, tmp_path / "client")
+    try:
+        async with Client(body["scheduler_url"], asynchronous=True, security=security) as client:  # type: ignore[no-untyped-call]
+            futures = [
+                client.submit(pow, 2, 10 + i, key=f"pow-{i}", pure=False, resources={"CPU": 1.0})
+                for i in range(TASKS)
+            ]
+            gathered = asyncio.ensure_future(client.gather(futures))
+            peak = 0
+            deadline = time.monotonic() + 420
+            while not gathered.done():
+                peak = max(peak, len(workers_of(kc, cid)))
+                await api.call("POST", path + "/heartbeat")
+                assert time.monotonic() < deadline, "the work did not complete"
+                await asyncio.sleep(1.0)
+            assert await gathered == [2 ** (10 + i) for i in range(TASKS)]
+            ran_on = {a for addrs in (await client.who_has(futures)).values() for a in addrs}
+            # each worker's name, as the worker service set it ({{.Node.Hostname}}), read on the worker
+            named = await client.run(os.getenv, "DASK_WORKER_NAME")
+            names = {str(named[a]) for a in ran_on}
+    finally:
+        _print_services(swarm, kc, cid)
+    t = _phase("work over TLS: the cluster's autoscaler launches workers, they boot and compute", t, phases)
+    every = kc.instances(("pending", "running", "terminated", "shutting-down"))
+    hostnames = {
+        i["PrivateDnsName"].split(".")[0] for iid, i in every.items() if iid != primary["InstanceId"]
+    }
+    assert 1 <= peak <= 2 and names and names <= hostnames, (peak, names, hostnames)
+    # the workers joined the primary's swarm, not the keeper's (the session swarm's manager)
+    on_primary = await primary_node.docker("node", "ls", "--format", "{{.Hostname}}")
+    assert names <= set(on_primary.split()), on_primary
+    on_keeper = await swarm.manager.docker("node", "ls", "--format", "{{.Hostname}}")
+    assert not names & set(on_keeper.split()), on_keeper
+
+    await wait_gone(api, path, IDLE + 120)
+    await _wait_no_instances(kc)
+    t = _phase("idle end: the keeper terminates the primary and every worker", t, phases)
+    assert not {h for h in swarm.nodes if address_of(h) and h.startswith("ip-" + kc.prefix.replace(".", "-"))}
+
+
+async def _wait_no_instances(kc: KeeperCloud) -> None:
+    await wait_for(lambda: kc.instances() == {}, 120, "every cluster machine terminated", step=1.0)
+
+
+def _print_services(swarm: LocalSwarm, kc: KeeperCloud, cid: str) -> None:
+    """What the primary's services said (for a failure's report)."""
+    for inst in primaries_of(kc, cid):
+        node = swarm.nodes.get(inst["PrivateDnsName"].split(".")[0])
+        if node is None:
+            continue
+        for service in ("dask-scheduler", "autoscaler", "dask-worker"):
+            with contextlib.suppress(Exception):
+                print(f"--- {service}:", node.docker_sync("service", "ps", "--no-trunc", service), flush=True)
+                print(node.docker_sync("service", "logs", "--tail", "30", service), flush=True)
