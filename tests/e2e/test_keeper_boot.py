@@ -190,7 +190,13 @@ async def _life(
     await wait_gone(api, path, IDLE + 120)
     await _wait_no_instances(kc)
     t = _phase("idle end: the keeper terminates the primary and every worker", t, phases)
-    assert not {h for h in swarm.nodes if address_of(h) and h.startswith("ip-" + kc.prefix.replace(".", "-"))}
+    mine = "ip-" + kc.prefix.replace(".", "-") + "-"
+
+    def nodes_left() -> set[str]:
+        return {h for h in swarm.nodes if h.startswith(mine)}
+
+    # and each terminated machine's dockerd is stopped (its swarm with it)
+    await wait_for(lambda: not nodes_left(), 60, "every cluster machine's dockerd stopped")
 
 
 async def _wait_no_instances(kc: KeeperCloud) -> None:

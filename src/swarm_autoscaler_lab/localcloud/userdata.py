@@ -22,6 +22,13 @@ What stands in for a real machine (and what does not run here):
 - `docker`: a shim first on PATH runs the node's docker CLI and adds `--advertise-addr`/`--listen-addr`
   with the node's loopback address to `swarm join` and `swarm init` (an EC2 machine has one private
   address, so the real command needs none).
+- `UserDataBoot(machine_mounts=True)`: the node's dockerd itself sees the node's folder at
+  `/etc/swarm-autoscaler` and has its own `/var/run/docker.sock` (`dockerd.MACHINE_MOUNTS`), so user
+  data written for a real machine (the keeper's default primary boot script) runs unchanged.
+  `machine_addresses=True`: the node advertises the instance's private IP (from its hostname).
+- `service_env`: the shim adds these variables to every `docker service create` and `docker run` of the
+  user data: what every container of an EC2 machine reaches without being told (the keeper's e2e test
+  gives the instance metadata service's address, moto's, where EC2 has 169.254.169.254).
 - `shutdown`, `poweroff`, `halt`, `reboot`: shims that only record the request (`UserDataRun.powered_off`);
   the caller stops the instance in EC2, as InstanceInitiatedShutdownBehavior=stop would.
 - Images: no registry here, so `preload` loads image tarballs into the node first (a real AMI has them
