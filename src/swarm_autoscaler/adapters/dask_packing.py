@@ -34,7 +34,7 @@ workers dask passes to the objective (valid, running, and holding the task's dep
 Once placed, a restricted task that waits (for a thread, or for a resource such as the worker's one GPU)
 stays there in dask: its stealing takes only from a worker with more processing tasks than threads, so
 three GPU tasks on a four-thread, one-GPU worker never move to a GPU worker that joins. Every `INTERVAL`
-seconds `QueuedMover` asks, through dask's stealing protocol, for such a task to move to a running worker
+seconds `QueuedMover` asks, through dask's stealing protocol, for such a task (the longest waiting first) to move to a running worker
 that can start it now (the best by `packing_rank`); the holding worker refuses if it has started it, so
 no task runs twice and none is lost. It needs dask's work stealing on (the default).
 
@@ -111,7 +111,8 @@ def packing_objective(
 
 
 def waiting_tail(ws: WorkerState, running: Collection[TaskState] = ()) -> list[TaskState]:
-    """The restricted tasks processing on `ws` that cannot be running there, latest to run first.
+    """The restricted tasks processing on `ws` that cannot be running there, in dask's order (the one
+    that would start first comes first).
 
     The scheduler does not know which of a worker's processing tasks run: `running` are those known to
     (reported executing by the worker, or a move the worker refused because it had started); the others
@@ -139,7 +140,7 @@ def waiting_tail(ws: WorkerState, running: Collection[TaskState] = ()) -> list[T
             take(ts)
         elif needs and not ts.actor:
             tail.append(ts)
-    return tail[::-1]
+    return tail
 
 
 def _priority(ts: TaskState) -> tuple[Any, ...]:
@@ -176,38 +177,37 @@ class QueuedMover:
         if not thieves:
             return 0
         asked = 0
-        for victim, tail in self._tails():
-            for ts in tail:
-                if ts in stealing.in_flight or ts.processing_on is not victim:
-                    continue
-                thief = self._best(ts, victim, thieves)
-                if thief is None:
-                    continue
-                if stealing.move_task_request(ts, victim, thief) in ("in-flight", "comm-closed"):
-                    continue
-                self.asked[ts] = victim
-                used, n = thieves[thief]
-                for name, amount in (ts.resource_restrictions or {}).items():
-                    used[name] = used.get(name, 0.0) + amount
-                thieves[thief] = (used, n + 1)
-                asked += 1
+        for victim, ts in self._waiting():
+            if ts in stealing.in_flight or ts.processing_on is not victim:
+                continue
+            thief = self._best(ts, victim, thieves)
+            if thief is None:
+                continue
+            if stealing.move_task_request(ts, victim, thief) in ("in-flight", "comm-closed"):
+                continue
+            self.asked[ts] = victim
+            used, n = thieves[thief]
+            for name, amount in (ts.resource_restrictions or {}).items():
+                used[name] = used.get(name, 0.0) + amount
+            thieves[thief] = (used, n + 1)
+            asked += 1
         if asked:
             self.moved += asked
             logger.info("dask_packing: asked for %d waiting restricted task(s) to move", asked)
         return asked
 
-    def _tails(self) -> list[tuple[WorkerState, list[TaskState]]]:
-        """Every worker's `waiting_tail`, the longest first."""
+    def _waiting(self) -> list[tuple[WorkerState, TaskState]]:
+        """Every worker's `waiting_tail`, all in dask's order: the task waiting longest (the first
+        submitted, at equal priority) moves first, so that no job waits behind the ones after it."""
         executing: dict[WorkerState, list[TaskState]] = {}
         for ts, ws in self.running.items():
             executing.setdefault(ws, []).append(ts)
-        tails = []
+        waiting = []
         for victim in self.scheduler.workers.values():
             if any(ts.resource_restrictions for ts in victim.processing):
-                tail = waiting_tail(victim, [*executing.get(victim, ()), *victim.executing])
-                if tail:
-                    tails.append((victim, tail))
-        return sorted(tails, key=lambda vt: -len(vt[1]))
+                known = [*executing.get(victim, ()), *victim.executing]
+                waiting += [(victim, ts) for ts in waiting_tail(victim, known)]
+        return sorted(waiting, key=lambda vt: _priority(vt[1]))
 
     def _learn(self, in_flight: Mapping[TaskState, Any]) -> None:
         for ts, victim in list(self.asked.items()):

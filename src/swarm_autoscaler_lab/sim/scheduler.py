@@ -42,7 +42,7 @@ It follows distributed's rules closely enough for the planner to face the same s
   `RAM` and `GPU`; the needs of every task processing there, running or waiting, as `used_resources`)
   and then by dask's objective. Stealing is unchanged, as it is in dask. The preload's mover
   (`QueuedMover`) runs too, every `INTERVAL` (0.5 s, a "mover" event scheduled after any change): a task
-  waiting on a worker goes to the uncordoned valid worker that can start it now (a free thread, its needs
+  waiting on a worker (the one waiting longest first) goes to the uncordoned valid worker that can start it now (a free thread, its needs
   in what is free, nothing waiting there), the best by `packing_rank`, and starts there. Live
   (`python -m bench queued`) a GPU job queued behind a busy one-GPU worker started on a second GPU worker
   0.3-0.5 s after it joined; dask alone never moved it (its stealing takes only from a worker with more
@@ -383,22 +383,30 @@ class Scheduler:
         self._mover_due = None
         idle = [t for t in self.workers.values() if not t.cordoned and not t.waiting]
         moved = 0
-        for victim in list(self.workers.values()) if idle else ():
-            for key in reversed(list(victim.waiting)):
-                needs = self.tasks[key].needs
-                thieves = [
-                    t
-                    for t in idle
-                    if t is not victim
-                    and len(t.running) < t.nthreads
-                    and needs.fits_in(t.free)
-                    and self.valid(key, t)
-                ]
-                if thieves:
-                    wanted = advertised(needs)
-                    thief = min(thieves, key=lambda t: (self._rank(wanted, t), t.address))
-                    self.move(key, victim, thief, now)
-                    moved += 1
+        waiting = sorted(
+            (
+                (self.jobs[key].index, key, victim)
+                for victim in self.workers.values()
+                for key in victim.waiting
+            )
+            if idle
+            else ()
+        )
+        for _, key, victim in waiting:  # the one waiting longest first, as the preload does
+            needs = self.tasks[key].needs
+            thieves = [
+                t
+                for t in idle
+                if t is not victim
+                and len(t.running) < t.nthreads
+                and needs.fits_in(t.free)
+                and self.valid(key, t)
+            ]
+            if thieves:
+                wanted = advertised(needs)
+                thief = min(thieves, key=lambda t: (self._rank(wanted, t), t.address))
+                self.move(key, victim, thief, now)
+                moved += 1
         self.moves += moved
         return moved
 
