@@ -40,3 +40,14 @@ def test_keeper_stack_file_runs_the_keeper_without_the_docker_socket_and_publish
     (port,) = service["ports"]
     assert port["target"] == 8080  # AUTOSCALER_KEEPER_HTTP_PORT's default
     assert service["healthcheck"]["test"] == ["CMD", "swarm-autoscaler", "healthcheck", "--keeper"]
+
+
+def test_local_keeper_stack_file_uses_the_host_network_and_overrides_the_ingress_port() -> None:
+    base: dict[str, Any] = yaml.safe_load((ROOT / "docker" / "keeper-stack.yml").read_text())
+    local: dict[str, Any] = yaml.safe_load((ROOT / "docker" / "keeper-stack.local.yml").read_text())
+    service = local["services"]["keeper"]
+    assert local["networks"][service["networks"][0]] == {"external": True, "name": "host"}
+    # the same published port as the base file's (docker merges the lists by it), in host mode
+    ((port,), (base_port,)) = service["ports"], base["services"]["keeper"]["ports"]
+    assert port["published"] == base_port["published"] and port["mode"] == "host"
+    assert service["environment"]["AUTOSCALER_HTTP_HOST"] == "127.0.2.{{.Task.Slot}}"

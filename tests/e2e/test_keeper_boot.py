@@ -1,7 +1,8 @@
 """A keeper cluster booted from the keeper's DEFAULT primary boot script on real dockerd nodes.
 
-The keeper (built from settings by `open_keeper`, in this process; AUTOSCALER_KEEPER_IMAGE is the image
-docker/Dockerfile builds) creates a cluster. Its primary instance (moto) boots from its real user data,
+The keeper, deployed with `docker stack deploy` from docker/keeper-stack.yml (and keeper-stack.local.yml:
+the host's network, the API's port in host mode) as one replica (with redis) on the keeper's swarm (the session swarm's manager), with AUTOSCALER_KEEPER_IMAGE the image docker/Dockerfile
+builds, creates a cluster. Its primary instance (moto) boots from its real user data,
 the default script, on a dockerd node of its own (`localcloud.userdata.UserDataBoot`): it fetches its
 TLS files from the keeper with its one-time token, runs `docker swarm init` (a swarm of its own, not the
 keeper's), and creates the TLS scheduler, the cluster's autoscaler and the worker global service as swarm
@@ -20,7 +21,6 @@ What stands in for AWS here (see docs/keeper.md, "What the end-to-end test stand
 - The instance profile: the autoscaler service's boto3 reads credentials from an instance metadata
   service, here moto's on loopback (the docker shim of the user data adds
   `AWS_EC2_METADATA_SERVICE_ENDPOINT` to the services it creates; on EC2 it is 169.254.169.254).
-- The keeper runs in-process (not yet as the service of docker/keeper-stack.yml).
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import subprocess
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -40,12 +42,13 @@ from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.keeper.adapters.tags import WORKER_KEEPER_TAG
 from swarm_autoscaler_lab.demo.clusters import KeeperApi
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
-from swarm_autoscaler_lab.localcloud.dockerd import LocalSwarm
+from swarm_autoscaler_lab.localcloud.dockerd import LocalSwarm, _cli_env, _docker_cli
 from swarm_autoscaler_lab.localcloud.dockerd_joiner import DockerdJoiner
-from swarm_autoscaler_lab.localcloud.image import BUILD, IMAGE, ensure_image, image_key
+from swarm_autoscaler_lab.localcloud.image import BUILD, IMAGE, ROOT, ensure_image, image_key
 from swarm_autoscaler_lab.localcloud.keepercloud import KeeperCloud, KeeperCloudOptions, primary_tags
 from swarm_autoscaler_lab.localcloud.machines import MachineEmulator
 from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
+from swarm_autoscaler_lab.localcloud.redis_server import free_port
 from swarm_autoscaler_lab.localcloud.userdata import UserDataBoot, address_of
 
 pytestmark = [
@@ -56,6 +59,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::distributed.versions.VersionMismatchWarning"),
 ]
 
+KEEPER_STACK = "keeper"
 IDLE = 20.0  # the keeper's idle timeout, seconds
 TASKS = 3
 
@@ -65,6 +69,72 @@ def _phase(name: str, started: float, phases: dict[str, float]) -> float:
     phases[name] = now - started
     print(f"phase {name}: {phases[name]:.1f}s", flush=True)
     return now
+
+
+@contextlib.asynccontextmanager
+async def _deployed_keeper(
+    kc: KeeperCloud, swarm: LocalSwarm, extra: dict[str, str], replicas: int = 1
+) -> AsyncIterator[str]:
+    """The keeper as the service of docker/keeper-stack.yml (with keeper-stack.local.yml: the host's
+    network, a replica on 127.0.2.<slot>; one replica per node, as its port is published in host mode: the
+    keeper's swarm here has one node), deployed with `docker stack deploy` on the keeper's swarm
+    (the session swarm's manager); yields replica 1's API URL once every replica answers /healthz."""
+    port = free_port()
+    url = f"http://127.0.2.1:{port}"
+    env = {
+        **kc.keeper_env(idle_timeout_s=IDLE, http_port=port),
+        **extra,
+        "AUTOSCALER_KEEPER_PUBLIC_URL": url,
+    }
+    env.pop("AUTOSCALER_HTTP_HOST")  # keeper-stack.local.yml gives each replica its own address
+    env_file = kc.write_env("keeper-stack.env", {})
+    env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))  # docker reads values verbatim
+    cli_env = {
+        **_cli_env(),
+        "DOCKER_HOST": swarm.manager_url,
+        "AUTOSCALER_IMAGE": IMAGE,
+        "KEEPER_ENV_FILE": str(env_file),
+        "KEEPER_REPLICAS": str(replicas),
+        "KEEPER_PUBLISHED_PORT": str(port),
+    }
+    files = [
+        "-c",
+        str(ROOT / "docker" / "keeper-stack.yml"),
+        "-c",
+        str(ROOT / "docker" / "keeper-stack.local.yml"),
+    ]
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [_docker_cli(), "stack", "deploy", *files, KEEPER_STACK],
+        capture_output=True,
+        text=True,
+        env=cli_env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    try:
+        for slot in range(1, replicas + 1):
+            api = KeeperApi(f"http://127.0.2.{slot}:{port}", kc.token)
+            try:
+
+                async def healthy(api: KeeperApi = api) -> bool:
+                    with contextlib.suppress(OSError, asyncio.TimeoutError, ValueError):
+                        status, _ = await api.call("GET", "/healthz")
+                        return status == 200
+                    return False
+
+                await wait_for(healthy, 120, f"keeper replica {slot} answers /healthz", step=0.5)
+            finally:
+                await api.close()
+        yield url
+    finally:
+        with contextlib.suppress(Exception):
+            print(
+                await swarm.manager.docker("service", "ps", "--no-trunc", f"{KEEPER_STACK}_keeper"),
+                flush=True,
+            )
+        await swarm.manager.docker("stack", "rm", KEEPER_STACK)
 
 
 def _emulator(
@@ -112,7 +182,8 @@ async def test_a_keeper_cluster_boots_from_the_default_script_computes_scales_an
         tasks = [asyncio.create_task(e.run(0.5)) for e in emulators]
         try:
             extra = {"AUTOSCALER_KEEPER_IMAGE": IMAGE, "AUTOSCALER_KEEPER_MAX_START_TIME": "300s"}
-            async with kc.keeper(idle_timeout_s=IDLE, extra=extra, boot_primaries=False) as (url, _):
+            async with _deployed_keeper(kc, swarm, extra) as url:
+                t = _phase("deploy the keeper (docker stack deploy, /healthz)", t, phases)
                 api = KeeperApi(url, kc.token)
                 try:
                     await _life(kc, api, swarm, tmp_path, phases, t)
