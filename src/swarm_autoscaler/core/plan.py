@@ -187,8 +187,9 @@ def _assemble(
     marks = keep_marks(facts, up.received)
     stale, uncordon = keep_cordons(facts.cluster, {u.node_id for u in up.uncordon})
     cordons: tuple[Cordon, ...] = ()
-    # Not while this plan undoes a cordon (a task waits on a cordoned worker): one change at a time.
-    quiet = settled and not launches and not refills and not up.uncordon and not uncordon
+    # Not while this plan undoes a cordon (a task waits on a cordoned worker) or brings a drained node
+    # back for pending work (capacity is short there): one change at a time.
+    quiet = settled and not launches and not refills and not up.uncordon and not uncordon and not up.activate
     if quiet and facts.policy.consolidate_below > 0:
         cordons = _consolidate(facts, up, shrink, *room)
     # First: any later decision on the same node overrides a restamp.
