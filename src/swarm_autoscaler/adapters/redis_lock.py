@@ -79,6 +79,16 @@ def open_client(url: str, timeout: float) -> aioredis.Redis:
     return client
 
 
+async def redis_call(awaitable: Any, endpoint: str, password: str | None) -> Any:
+    """Await one redis command; a redis or socket failure becomes an EndpointError naming `endpoint`,
+    with the password (when there is one) redacted from the message."""
+    try:
+        return await awaitable
+    except (RedisError, OSError) as exc:
+        detail = f"{type(exc).__name__}: {exc}"
+        raise EndpointError(endpoint, detail.replace(password, REDACTED) if password else detail) from None
+
+
 def default_token() -> str:
     """A token unique to this replica and this process start: host, pid and a random part."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"

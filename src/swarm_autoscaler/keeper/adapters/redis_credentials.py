@@ -12,13 +12,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from redis.exceptions import RedisError
-
-from swarm_autoscaler.adapters.redis_lock import _password_of, open_client, redact_url
-from swarm_autoscaler.errors import EndpointError
+from swarm_autoscaler.adapters.redis_lock import _password_of, open_client, redact_url, redis_call
 from swarm_autoscaler.keeper.adapters.redis_leases import KEY_PREFIX
 from swarm_autoscaler.keeper.credentials import Credentials, MakeCredentials
-from swarm_autoscaler.runtime.logs import REDACTED
 
 DEFAULT_TTL = 90 * 24 * 3600.0
 
@@ -64,10 +60,4 @@ class RedisCredentials:
         await self._redis.aclose()
 
     async def _call(self, awaitable: Any) -> Any:
-        try:
-            return await awaitable
-        except (RedisError, OSError) as exc:
-            detail = f"{type(exc).__name__}: {exc}"
-            raise EndpointError(
-                self._endpoint, detail.replace(self._password, REDACTED) if self._password else detail
-            ) from None
+        return await redis_call(awaitable, self._endpoint, self._password)

@@ -13,13 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from redis.exceptions import RedisError
-
-from swarm_autoscaler.adapters.redis_lock import _password_of, open_client, redact_url
-from swarm_autoscaler.errors import EndpointError
+from swarm_autoscaler.adapters.redis_lock import _password_of, open_client, redact_url, redis_call
 from swarm_autoscaler.keeper.access import new_token, token_digest
 from swarm_autoscaler.keeper.adapters.redis_leases import KEY_PREFIX
-from swarm_autoscaler.runtime.logs import REDACTED
 
 # KEYS[1] user-token:<user>; ARGV[1] prefix, ARGV[2] user, ARGV[3] new digest ('' to revoke)
 _SWAP = """
@@ -69,10 +65,4 @@ class RedisTokens:
         return f"{self._prefix}user-token:{user_id}"
 
     async def _call(self, awaitable: Any) -> Any:
-        try:
-            return await awaitable
-        except (RedisError, OSError) as exc:
-            detail = f"{type(exc).__name__}: {exc}"
-            raise EndpointError(
-                self._endpoint, detail.replace(self._password, REDACTED) if self._password else detail
-            ) from None
+        return await redis_call(awaitable, self._endpoint, self._password)
