@@ -155,3 +155,19 @@ async def test_raising_the_budget_lifts_the_hold(world: World) -> None:
         assert a.over_budget == {"w1": world.now[0]}
     finally:
         await a.stop()
+
+
+async def test_a_budget_raised_since_the_last_read_does_not_end_the_cluster(world: World) -> None:
+    """The budget view is read on its own interval; an end that rests on it re-reads the wallet first."""
+    a = world.keeper("a")
+    try:
+        cid = await running(world, a)
+        await world.spend(600)
+        await a.read_budgets()
+        assert a.over_budget == {"w1": T0}
+        await world.budgets.set("w1", 5.0)  # raised after the last read
+        world.now[0] = T0 + GRACE + 1  # the stale view says the grace is over
+        await a.check(cid)
+        assert world.hosts.clusters[cid].state == ClusterState.RUNNING and not world.hosts.terminate_calls
+    finally:
+        await a.stop()

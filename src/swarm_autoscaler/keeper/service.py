@@ -431,6 +431,16 @@ class Keeper:
         timing = dataclasses.replace(self.timing, heartbeat_lag=self.write_every)
         present = self._presence(cid, probe, now)
         ends_at = self.budget_ends_at(cluster)
+        if ends_at is not None and ends_at <= now and self.limits is not None:
+            # The budget view is read on its own interval: an end that may rest on it re-reads the
+            # wallet first (a budget raised a moment ago must not end the cluster).
+            try:
+                fresh = await self.limits.over_budget({cluster.key.wallet_id}, now)
+            except AutoscalerError as exc:  # unreadable: no decision on a stale view; the next check retries
+                log.warning("reading the budget before its end failed", cluster=cid, error=str(exc))
+                return False
+            ran_out = fresh.get(cluster.key.wallet_id)
+            ends_at = None if ran_out is None else ran_out + self.timing.budget_grace
         decision = decide(
             cluster, probe, now, timing, held_since=since, present_since=present, budget_ends_at=ends_at
         )
