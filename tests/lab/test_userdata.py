@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 from pathlib import Path
 
 from swarm_autoscaler.adapters.ec2_support import (
@@ -14,6 +15,7 @@ from swarm_autoscaler.config.types import AllowedType, Overhead
 from swarm_autoscaler.config.worker import with_worker_env, worker_resources
 from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.model import GIB
+from swarm_autoscaler.daemon.app import described_boot_scripts
 from swarm_autoscaler.runtime.worker import read_env_file, worker_argv
 from swarm_autoscaler_lab.localcloud.userdata import user_data_scripts
 
@@ -57,3 +59,15 @@ def test_worker_env_is_the_types_resources_minus_its_overhead(tmp_path: Path) ->
     resources = argv[argv.index("--resources") + 1]
     assert resources == f"CPU=3.5 RAM={15 * GIB} instance-type:m5.xlarge=1000000000"
     assert argv[argv.index("--nthreads") + 1] == "3"
+
+
+def test_the_daemon_re_renders_worker_env_from_the_described_types() -> None:
+    spec = AllowedType(ami_id=AMI, boot_script="#!/bin/sh\necho x")
+    bundled = CATALOGUE["m5.xlarge"]
+    described = dataclasses.replace(
+        bundled, resources=dataclasses.replace(bundled.resources, ram=bundled.resources.ram - GIB)
+    )
+    scripts = described_boot_scripts({"m5.xlarge": spec, "m5.large": spec}, {"m5.xlarge": described})
+    assert list(scripts) == ["m5.xlarge"]  # a type EC2 did not describe keeps its bundled rendering
+    assert f"RAM={bundled.resources.ram - GIB} " in scripts["m5.xlarge"]
+    assert f"RAM={bundled.resources.ram} " not in scripts["m5.xlarge"]

@@ -303,6 +303,13 @@ class Ec2Cloud(Ec2Transport):
             refused = [u for u in self.unavailable(self._clock()) if u.type_name == type_name]
         return LaunchResult(tuple(launched), tuple(refused))
 
+    def use_boot_scripts(self, scripts: Mapping[str, str]) -> None:
+        """Replace the boot scripts of known types (the daemon re-renders them once EC2 has described the
+        types, so each machine's worker publishes the resources the planner counts on)."""
+        for name, script in scripts.items():
+            if name in self._types:
+                self._types[name] = (self._types[name][0], script)
+
     async def _prepare_launch(
         self, type_name: str, labels: Mapping[str, str], pool: bool = False
     ) -> dict[str, Any] | str:

@@ -22,6 +22,7 @@ from swarm_autoscaler.adapters.swarm import SwarmOrchestrator
 from swarm_autoscaler.adapters.swarm_services import SwarmServicesWorkload
 from swarm_autoscaler.config.policy import policy_from_settings
 from swarm_autoscaler.config.settings import Settings
+from swarm_autoscaler.config.types import AllowedType
 from swarm_autoscaler.config.worker import with_worker_env
 from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.model import InstanceType, Policy
@@ -180,7 +181,17 @@ async def _start_ec2(
 ) -> dict[str, InstanceType]:
     await stack.enter_async_context(ec2)
     catalogue = await _catalogue(ec2, list(settings.ec2.allowed_types))
+    ec2.use_boot_scripts(described_boot_scripts(settings.ec2.allowed_types, catalogue))
     return await _with_spot_prices(ec2, catalogue, settings)
+
+
+def described_boot_scripts(
+    allowed: Mapping[str, AllowedType], catalogue: Mapping[str, InstanceType]
+) -> dict[str, str]:
+    """The boot scripts re-rendered from the catalogue EC2 described. The worker env was first written
+    from the bundled catalogue; EC2's own description is what the planner counts, so the workers publish
+    that. A type EC2 did not describe is left out (it keeps the script rendered from the bundled one)."""
+    return with_worker_env({n: spec for n, spec in allowed.items() if n in catalogue}, catalogue)
 
 
 async def _with_spot_prices(

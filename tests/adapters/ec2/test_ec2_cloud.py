@@ -250,3 +250,15 @@ async def test_a_terminated_instance_is_listed_with_its_hostname_from_its_tag(
     raw["PrivateDnsName"] = ""
     raw["Tags"] = [*raw["Tags"]]
     assert to_instance(raw).hostname == launched.hostname  # type: ignore[union-attr]
+
+
+async def test_replaced_boot_scripts_are_the_ones_launched(make_cloud: CloudFactory, raw_ec2: Any) -> None:
+    cloud = await make_cloud()
+    cloud.use_boot_scripts({"m5.large": "#!/bin/bash\necho described", "m9.unknown": "ignored"})
+    (instance,) = (await cloud.launch("m5.large", 1, {})).instances
+
+    attribute = await raw_ec2.describe_instance_attribute(InstanceId=instance.id, Attribute="userData")
+    user_data = base64.b64decode(attribute["UserData"]["Value"]).decode()
+    assert "echo described" in user_data and BOOT_SCRIPT not in user_data
+    refused = await cloud.launch("m9.unknown", 1, {})  # a name that is not allowed is not added
+    assert not refused.instances and "not among the allowed types" in str(refused.error)
