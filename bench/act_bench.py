@@ -39,7 +39,7 @@ NODES = 150
 
 
 def _plan(nodes: list[Any], now: float) -> Any:
-    from swarm_autoscaler.core.model import Cordon, DrainNode, MarkNode, NodeOurs, NothingWaits, Plan
+    from swarm_autoscaler.core.actions import Cordon, DrainNode, MarkNode, NodeOurs, NothingWaits, Plan
 
     actions: list[Any] = []
     for i, node in enumerate(nodes):
@@ -123,7 +123,8 @@ async def measure_dockerd(repetitions: int) -> list[dict[str, Any]]:
     from pathlib import Path
 
     from swarm_autoscaler.adapters.swarm import SwarmOrchestrator
-    from swarm_autoscaler.core.model import OWNERSHIP_LABEL, MarkNode, NodeMarks, Plan, Snapshot
+    from swarm_autoscaler.core.actions import MarkNode, Plan
+    from swarm_autoscaler.core.model import OWNERSHIP_LABEL, NodeMarks, Snapshot
     from swarm_autoscaler.daemon.act import ActConfig, Ports, act
     from swarm_autoscaler_lab.localcloud.dockerd import LocalSwarm
 

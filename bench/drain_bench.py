@@ -32,7 +32,8 @@ class _NoCloud:
 
 
 def _plan(nodes: list[Any], now: float) -> Any:
-    from swarm_autoscaler.core.model import Availability, DrainNode, MarkNode, NodeOurs, Plan
+    from swarm_autoscaler.core.actions import DrainNode, MarkNode, NodeOurs, Plan
+    from swarm_autoscaler.core.model import Availability
 
     actions: list[Any] = []
     for node in nodes:

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from swarm_autoscaler.core.actions import Plan
 from swarm_autoscaler.core.cluster import TYPE_LABEL
 from swarm_autoscaler.core.model import (
     GIB,
@@ -36,7 +37,6 @@ from swarm_autoscaler.core.model import (
     Node,
     NodeMarks,
     NodeStatus,
-    Plan,
     Policy,
     Resources,
     Snapshot,

@@ -9,30 +9,32 @@ from types import MappingProxyType
 from hypothesis import strategies as st
 from tests.builders import CATALOGUE, NOW, hostname, make_task
 
-from swarm_autoscaler.core.model import (
-    OWNERSHIP_LABEL,
+from swarm_autoscaler.core.actions import (
     ActivateNode,
-    Availability,
     Cordon,
     DrainNode,
-    Instance,
-    InstanceState,
     Launch,
     MarkNode,
+    Plan,
+    RemoveNode,
+    RetireWorkers,
+    Terminate,
+    Uncordon,
+)
+from swarm_autoscaler.core.model import (
+    OWNERSHIP_LABEL,
+    Availability,
+    Instance,
+    InstanceState,
     Node,
     NodeMarks,
     NodeStatus,
-    Plan,
     Policy,
-    RemoveNode,
     Resources,
-    RetireWorkers,
     Snapshot,
     Task,
-    Terminate,
     TypePolicy,
     Unavailable,
-    Uncordon,
     Worker,
 )
 

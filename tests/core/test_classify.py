@@ -18,13 +18,7 @@ from tests.builders import (
 )
 
 from swarm_autoscaler.core.cluster import OBSERVED, TRANSITIONS, TYPE_LABEL, Bucket, allowed, classify
-from swarm_autoscaler.core.model import (
-    Availability,
-    InstanceState,
-    NodeMarks,
-    NodeStatus,
-    TypePolicy,
-)
+from swarm_autoscaler.core.model import Availability, InstanceState, NodeMarks, NodeStatus, TypePolicy
 
 POLICY = make_policy(max_start_time=600)
 
@@ -126,7 +120,8 @@ def test_a_terminated_instance_counts_only_while_a_node_of_its_lingers() -> None
 
 
 def test_the_lingering_node_of_a_terminated_machine_is_labelled_ours_and_removed_once_down() -> None:
-    from swarm_autoscaler.core.model import OWNERSHIP_LABEL, LabelNode, RemoveNode
+    from swarm_autoscaler.core.actions import LabelNode, RemoveNode
+    from swarm_autoscaler.core.model import OWNERSHIP_LABEL
     from swarm_autoscaler.core.plan import plan
 
     labels = {OWNERSHIP_LABEL: "c", TYPE_LABEL: "m5.large"}

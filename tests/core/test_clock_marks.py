@@ -6,16 +6,9 @@ from __future__ import annotations
 import pytest
 from tests.builders import NOW, assemble, machine, make_policy, make_task
 
+from swarm_autoscaler.core.actions import DrainNode, MarkNode, Plan, Terminate
 from swarm_autoscaler.core.clockmarks import FUTURE_TOLERANCE
-from swarm_autoscaler.core.model import (
-    Availability,
-    DrainNode,
-    MarkNode,
-    NodeMarks,
-    NodeStatus,
-    Plan,
-    Terminate,
-)
+from swarm_autoscaler.core.model import Availability, NodeMarks, NodeStatus
 from swarm_autoscaler.core.plan import plan
 
 POLICY = make_policy(drain_delay=60, termination_delay=120, node_down_timeout=300)

@@ -12,19 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.core.randomized import policies, snapshots
 
+from swarm_autoscaler.core.actions import DrainNode, MarkNode, Plan, RemoveNode, RetireWorkers, Terminate
 from swarm_autoscaler.core.clockmarks import TIME_MARKS
-from swarm_autoscaler.core.model import (
-    DrainNode,
-    MarkNode,
-    NodeMarks,
-    Plan,
-    Policy,
-    RemoveNode,
-    RetireWorkers,
-    Snapshot,
-    Task,
-    Terminate,
-)
+from swarm_autoscaler.core.model import NodeMarks, Policy, Snapshot, Task
 from swarm_autoscaler.core.plan import plan
 
 SKEWS = (-3600.0, -600.0, 600.0, 3600.0)

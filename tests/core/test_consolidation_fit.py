@@ -9,7 +9,8 @@ import dataclasses
 
 from tests.builders import assemble, machine, make_policy, make_task
 
-from swarm_autoscaler.core.model import Cordon, Task
+from swarm_autoscaler.core.actions import Cordon
+from swarm_autoscaler.core.model import Task
 from swarm_autoscaler.core.plan import plan
 
 

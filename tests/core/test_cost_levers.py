@@ -11,17 +11,9 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from tests.core.randomized import cost_fleets, policies
 
+from swarm_autoscaler.core.actions import Cordon, DrainNode, Launch, Plan, RetireWorkers, Terminate
 from swarm_autoscaler.core.cluster import classify
-from swarm_autoscaler.core.model import (
-    Cordon,
-    DrainNode,
-    Launch,
-    Plan,
-    Policy,
-    RetireWorkers,
-    Snapshot,
-    Terminate,
-)
+from swarm_autoscaler.core.model import Policy, Snapshot
 from swarm_autoscaler.core.plan import BELOW_SURGE, plan
 from swarm_autoscaler.core.recheck import Fresh, violations
 

@@ -25,29 +25,31 @@ from tests.builders import (
     make_worker,
 )
 
-from swarm_autoscaler.core.cluster import classify
-from swarm_autoscaler.core.model import (
+from swarm_autoscaler.core.actions import (
     ActivateNode,
-    Availability,
     Cordon,
     DrainNode,
     HostIdle,
-    InstanceState,
     LabelNode,
     Launch,
     MarkNode,
-    NodeMarks,
-    NodeStatus,
     NothingWaits,
     NoWorker,
     Plan,
     RemoveNode,
     Retired,
-    Task,
     Terminate,
+    Uncordon,
+)
+from swarm_autoscaler.core.cluster import classify
+from swarm_autoscaler.core.model import (
+    Availability,
+    InstanceState,
+    NodeMarks,
+    NodeStatus,
+    Task,
     TypePolicy,
     Unavailable,
-    Uncordon,
 )
 from swarm_autoscaler.core.plan import plan, plan_traced
 from swarm_autoscaler.core.recheck import Fresh, violated, violations

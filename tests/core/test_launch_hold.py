@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from tests.builders import assemble, machine, make_policy, make_tasks
 
-from swarm_autoscaler.core.model import Cordon, DrainNode, Launch, RetireWorkers, Terminate
+from swarm_autoscaler.core.actions import Cordon, DrainNode, Launch, RetireWorkers, Terminate
 from swarm_autoscaler.core.plan import held, plan
 
 DISRUPTIVE = (Terminate, DrainNode, RetireWorkers, Cordon)

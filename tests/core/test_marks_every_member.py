@@ -9,7 +9,8 @@ import dataclasses
 
 from tests.builders import NOW, assemble, machine, make_policy, make_task
 
-from swarm_autoscaler.core.model import MarkNode, NodeMarks, Uncordon
+from swarm_autoscaler.core.actions import MarkNode, Uncordon
+from swarm_autoscaler.core.model import NodeMarks
 from swarm_autoscaler.core.plan import plan
 
 CORDONED = NodeMarks(ready=True, empty_since=NOW - 10, cordoned_since=NOW - 30)

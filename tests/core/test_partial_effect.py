@@ -11,17 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.core.randomized import apply, policies, worlds
 
-from swarm_autoscaler.core.model import (
-    OWNERSHIP_LABEL,
-    LabelNode,
-    Launch,
-    MarkNode,
-    Node,
-    Plan,
-    Policy,
-    RetireWorkers,
-    Snapshot,
-)
+from swarm_autoscaler.core.actions import LabelNode, Launch, MarkNode, Plan, RetireWorkers
+from swarm_autoscaler.core.model import OWNERSHIP_LABEL, Node, Policy, Snapshot
 from swarm_autoscaler.core.plan import plan
 
 FAST = settings(

@@ -16,19 +16,17 @@ from tests.builders import (
     make_snapshot,
 )
 
+from swarm_autoscaler.core.actions import LabelNode, RemoveNode, Terminate
 from swarm_autoscaler.core.cluster import classify
 from swarm_autoscaler.core.demand import estimate_demand
 from swarm_autoscaler.core.model import (
     OWNERSHIP_LABEL,
     Availability,
     InstanceState,
-    LabelNode,
     NodeMarks,
     NodeStatus,
     Policy,
-    RemoveNode,
     Snapshot,
-    Terminate,
 )
 from swarm_autoscaler.core.plan import plan
 from swarm_autoscaler.core.recheck import Fresh, violations

@@ -9,27 +9,22 @@ from hypothesis import HealthCheck, example, given, settings
 from tests.builders import NOW, assemble, machine, make_policy
 from tests.core.randomized import apply, clone, policies, worlds
 
-from swarm_autoscaler.core.cluster import Bucket, allowed, classify
-from swarm_autoscaler.core.model import (
-    OWNERSHIP_LABEL,
+from swarm_autoscaler.core.actions import (
     ActivateNode,
-    Availability,
     Cordon,
     DrainNode,
     HostIdle,
     LabelNode,
     Launch,
-    NodeMarks,
     Plan,
-    Policy,
     RemoveNode,
     Retired,
     RetireWorkers,
-    Snapshot,
     Terminate,
-    TypePolicy,
     Uncordon,
 )
+from swarm_autoscaler.core.cluster import Bucket, allowed, classify
+from swarm_autoscaler.core.model import OWNERSHIP_LABEL, Availability, NodeMarks, Policy, Snapshot, TypePolicy
 from swarm_autoscaler.core.plan import plan, plan_traced
 from swarm_autoscaler.core.recheck import Fresh, violations
 from swarm_autoscaler.core.vectors import fits, plus

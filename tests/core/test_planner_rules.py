@@ -26,40 +26,42 @@ from tests.builders import (
 from tests.builders import worker_address as addr
 from tests.core.randomized import apply
 
-from swarm_autoscaler.core.cluster import Bucket, allowed, classify
-from swarm_autoscaler.core.marks import STRAY_RETIREMENT
-from swarm_autoscaler.core.model import (
-    OWNERSHIP_LABEL,
+from swarm_autoscaler.core.actions import (
     ActivateNode,
-    Availability,
     Cordon,
     DrainNode,
     HostIdle,
-    InstanceState,
     LabelNode,
     Launch,
     MarkNode,
     NodeDown,
-    NodeMarks,
     NodeOurs,
-    NodeStatus,
     NoTasks,
     NothingWaits,
     NotJoined,
     NoWorker,
     Plan,
-    Policy,
     RemoveNode,
-    Resources,
     Retired,
     RetireWorkers,
-    Snapshot,
-    Task,
     Terminate,
-    TypePolicy,
-    Unavailable,
     Uncordon,
     Unplaceable,
+)
+from swarm_autoscaler.core.cluster import Bucket, allowed, classify
+from swarm_autoscaler.core.marks import STRAY_RETIREMENT
+from swarm_autoscaler.core.model import (
+    OWNERSHIP_LABEL,
+    Availability,
+    InstanceState,
+    NodeMarks,
+    NodeStatus,
+    Policy,
+    Resources,
+    Snapshot,
+    Task,
+    TypePolicy,
+    Unavailable,
 )
 from swarm_autoscaler.core.plan import plan
 

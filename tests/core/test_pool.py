@@ -7,20 +7,14 @@ import dataclasses
 
 from tests.builders import NOW, assemble, hostname, machine, make_instance, make_node, make_policy, make_tasks
 
+from swarm_autoscaler.core.actions import HostIdle, Launch, NodeOurs, RemoveNode, Start, Stop, Terminate
 from swarm_autoscaler.core.cluster import Bucket, allowed, classify
 from swarm_autoscaler.core.model import (
     Availability,
-    HostIdle,
     InstanceState,
-    Launch,
     NodeMarks,
-    NodeOurs,
     NodeStatus,
     PoolPhase,
-    RemoveNode,
-    Start,
-    Stop,
-    Terminate,
     TypePolicy,
     Unavailable,
 )

@@ -14,22 +14,10 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from tests.core.pooled import pooled_worlds
 
+from swarm_autoscaler.core.actions import HostIdle, LabelNode, Launch, NodeOurs, Plan, Start, Stop, Terminate
 from swarm_autoscaler.core.cluster import classify
 from swarm_autoscaler.core.launches import useful_of
-from swarm_autoscaler.core.model import (
-    OWNERSHIP_LABEL,
-    HostIdle,
-    InstanceState,
-    LabelNode,
-    Launch,
-    NodeOurs,
-    Plan,
-    Policy,
-    Snapshot,
-    Start,
-    Stop,
-    Terminate,
-)
+from swarm_autoscaler.core.model import OWNERSHIP_LABEL, InstanceState, Policy, Snapshot
 from swarm_autoscaler.core.plan import plan
 from swarm_autoscaler.core.recheck import Fresh, violations
 

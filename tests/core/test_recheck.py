@@ -5,21 +5,20 @@ from __future__ import annotations
 import pytest
 from tests.builders import hostname, make_node, make_task, make_worker
 
-from swarm_autoscaler.core.model import (
+from swarm_autoscaler.core.actions import (
     Check,
     DrainNode,
     HostIdle,
     NodeDown,
     NodeOurs,
-    NodeStatus,
     NoTasks,
     NothingWaits,
     NotJoined,
     NoWorker,
     Retired,
-    Task,
     Terminate,
 )
+from swarm_autoscaler.core.model import NodeStatus, Task
 from swarm_autoscaler.core.recheck import Fresh, violated, violations
 
 H1 = hostname(1)

@@ -8,16 +8,8 @@ import dataclasses
 
 from tests.builders import NOW, assemble, hostname, machine, make_policy
 
-from swarm_autoscaler.core.model import (
-    HostIdle,
-    InstanceState,
-    NodeMarks,
-    NodeOurs,
-    NodeStatus,
-    NoWorker,
-    RemoveNode,
-    Terminate,
-)
+from swarm_autoscaler.core.actions import HostIdle, NodeOurs, NoWorker, RemoveNode, Terminate
+from swarm_autoscaler.core.model import InstanceState, NodeMarks, NodeStatus
 from swarm_autoscaler.core.plan import plan
 
 

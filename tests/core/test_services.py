@@ -15,20 +15,16 @@ from tests.builders import (
     make_snapshot,
 )
 
+from swarm_autoscaler.core.actions import ActivateNode, DrainNode, LabelNode, Launch, Unplaceable
 from swarm_autoscaler.core.cluster import TYPE_LABEL
 from swarm_autoscaler.core.model import (
     GIB,
     OWNERSHIP_LABEL,
-    ActivateNode,
     Availability,
-    DrainNode,
-    LabelNode,
-    Launch,
     NodeMarks,
     NodeStatus,
     Resources,
     TypePolicy,
-    Unplaceable,
 )
 from swarm_autoscaler.core.plan import plan
 from swarm_autoscaler.core.ports import WorkloadView

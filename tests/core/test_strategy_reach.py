@@ -15,21 +15,19 @@ from collections.abc import Callable
 from hypothesis import HealthCheck, given, settings
 from tests.core.randomized import policies, worlds
 
-from swarm_autoscaler.core.cluster import Fleet, classify
-from swarm_autoscaler.core.model import (
+from swarm_autoscaler.core.actions import (
     ActivateNode,
-    Availability,
     Cordon,
     DrainNode,
     Launch,
     Plan,
-    Policy,
     RemoveNode,
     RetireWorkers,
-    Snapshot,
     Terminate,
     Uncordon,
 )
+from swarm_autoscaler.core.cluster import Fleet, classify
+from swarm_autoscaler.core.model import Availability, Policy, Snapshot
 from swarm_autoscaler.core.plan import plan
 
 SAMPLES = 1000

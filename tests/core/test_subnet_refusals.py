@@ -8,8 +8,9 @@ from dataclasses import replace
 import pytest
 from tests.builders import NOW, launch_reason, make_policy, make_snapshot, make_tasks
 
+from swarm_autoscaler.core.actions import Launch, Plan
 from swarm_autoscaler.core.backoff import CapacityBackoff, launch_subnets, refused_types
-from swarm_autoscaler.core.model import Launch, Plan, Unavailable
+from swarm_autoscaler.core.model import Unavailable
 from swarm_autoscaler.core.plan import plan
 
 SUBNETS = ("subnet-a", "subnet-b", "subnet-c")

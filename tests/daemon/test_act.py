@@ -10,32 +10,34 @@ from collections.abc import Mapping, Sequence
 
 from tests.fakes import CATALOGUE, FakeCloud, FakeWorkload, SteppedClock, small_policy
 
-from swarm_autoscaler.core.cluster import TYPE_LABEL
-from swarm_autoscaler.core.model import (
-    GIB,
-    OWNERSHIP_LABEL,
+from swarm_autoscaler.core.actions import (
     Action,
     Cordon,
     DrainNode,
     HostIdle,
-    Instance,
-    InstanceState,
     Launch,
     MarkNode,
     NodeDown,
-    NodeMarks,
     NodeOurs,
-    NodeStatus,
     NotJoined,
     NoWorker,
     Plan,
     RemoveNode,
-    Resources,
     Retired,
     RetireWorkers,
+    Terminate,
+)
+from swarm_autoscaler.core.cluster import TYPE_LABEL
+from swarm_autoscaler.core.model import (
+    GIB,
+    OWNERSHIP_LABEL,
+    Instance,
+    InstanceState,
+    NodeMarks,
+    NodeStatus,
+    Resources,
     Snapshot,
     Task,
-    Terminate,
     Worker,
 )
 from swarm_autoscaler.daemon.act import ActConfig, Outcome, Ports, act

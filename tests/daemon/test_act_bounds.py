@@ -14,18 +14,13 @@ from collections.abc import Mapping, Sequence
 from tests.daemon.test_act import CLUSTER, SlowSwarm, World
 from tests.fakes import CATALOGUE, FakeCloud, FakeWorkload, small_policy
 
-from swarm_autoscaler.core.cluster import classify
-from swarm_autoscaler.core.model import (
+from swarm_autoscaler.core.actions import (
     ActivateNode,
     DrainNode,
     HostIdle,
-    Instance,
-    InstanceState,
     LabelNode,
     Launch,
     MarkNode,
-    Node,
-    NodeMarks,
     NodeOurs,
     NotJoined,
     NoWorker,
@@ -33,8 +28,9 @@ from swarm_autoscaler.core.model import (
     Retired,
     RetireWorkers,
     Terminate,
-    Worker,
 )
+from swarm_autoscaler.core.cluster import classify
+from swarm_autoscaler.core.model import Instance, InstanceState, Node, NodeMarks, Worker
 from swarm_autoscaler.core.plan import plan
 from swarm_autoscaler.core.ports import Fence, LaunchResult
 from swarm_autoscaler.daemon.act import ActConfig, Outcome, Ports, act

@@ -9,20 +9,16 @@ from collections.abc import Sequence
 from tests.daemon.test_act import World, terminated
 from tests.fakes import FakeWorkload
 
-from swarm_autoscaler.core.model import (
-    GIB,
+from swarm_autoscaler.core.actions import (
     DrainNode,
     HostIdle,
-    Instance,
-    InstanceState,
     NodeOurs,
     NotJoined,
     NoWorker,
-    Resources,
     RetireWorkers,
-    Task,
     Terminate,
 )
+from swarm_autoscaler.core.model import GIB, Instance, InstanceState, Resources, Task
 from swarm_autoscaler.daemon.act import Ports
 from swarm_autoscaler.errors import EndpointError
 

@@ -8,16 +8,8 @@ import dataclasses
 
 from tests.daemon.test_act import CLUSTER, World
 
-from swarm_autoscaler.core.model import (
-    HostIdle,
-    InstanceState,
-    Launch,
-    NodeOurs,
-    Plan,
-    PoolPhase,
-    Start,
-    Stop,
-)
+from swarm_autoscaler.core.actions import HostIdle, Launch, NodeOurs, Plan, Start, Stop
+from swarm_autoscaler.core.model import InstanceState, PoolPhase
 from swarm_autoscaler.daemon.act import ActConfig, act
 
 

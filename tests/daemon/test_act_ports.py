@@ -10,22 +10,24 @@ from __future__ import annotations
 
 from tests.fakes import CATALOGUE, FakeCloud, FakeWorkload, SteppedClock, small_policy
 
-from swarm_autoscaler.core.model import (
-    GIB,
+from swarm_autoscaler.core.actions import (
     ActivateNode,
-    Availability,
     DrainNode,
     LabelNode,
     Launch,
     MarkNode,
-    NodeMarks,
     Plan,
     RemoveNode,
-    Resources,
     RetireWorkers,
+    Terminate,
+)
+from swarm_autoscaler.core.model import (
+    GIB,
+    Availability,
+    NodeMarks,
+    Resources,
     Snapshot,
     Task,
-    Terminate,
     Unavailable,
     Worker,
 )

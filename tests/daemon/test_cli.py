@@ -262,7 +262,8 @@ async def test_plan_and_status_print_the_plan_with_reasons_and_the_tables(lc: Lo
 def test_status_names_each_machines_bucket() -> None:
     from tests.builders import assemble, machine, make_policy
 
-    from swarm_autoscaler.core.model import Availability, NodeMarks, Plan
+    from swarm_autoscaler.core.actions import Plan
+    from swarm_autoscaler.core.model import Availability, NodeMarks
     from swarm_autoscaler.daemon.tick import TickResult
 
     snapshot = assemble(

@@ -8,7 +8,8 @@ from prometheus_client import generate_latest
 from structlog.testing import capture_logs
 from tests.fakes import CATALOGUE, FakeCloud, FakeLock, FakeWorkload, SteppedClock, small_policy
 
-from swarm_autoscaler.core.model import GIB, Launch, Resources
+from swarm_autoscaler.core.actions import Launch
+from swarm_autoscaler.core.model import GIB, Resources
 from swarm_autoscaler.core.services import ServiceTask, service_view
 from swarm_autoscaler.daemon.loop import Daemon, InFlightCloud
 from swarm_autoscaler.daemon.metrics import Metrics

@@ -12,14 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tests.fakes import CATALOGUE, FakeCloud, FakeLock, FakeWorkload, SteppedClock, small_policy
 
-from swarm_autoscaler.core.model import (
-    GIB,
-    Instance,
-    InstanceState,
-    Resources,
-    Task,
-    Worker,
-)
+from swarm_autoscaler.core.model import GIB, Instance, InstanceState, Resources, Task, Worker
 from swarm_autoscaler.daemon.loop import Daemon, InFlightCloud
 from swarm_autoscaler.daemon.metrics import STALE_TICKS, Metrics, build_app
 from swarm_autoscaler.daemon.tick import Ports

@@ -9,16 +9,15 @@ from collections.abc import Callable, Mapping
 import pytest
 from tests.fakes import CATALOGUE, FakeCloud, FakeLock, FakeWorkload, SteppedClock, small_policy
 
+from swarm_autoscaler.core.actions import Launch, Terminate
 from swarm_autoscaler.core.model import (
     GIB,
     OWNERSHIP_LABEL,
     Instance,
     InstanceState,
-    Launch,
     NodeMarks,
     Resources,
     Task,
-    Terminate,
     Worker,
 )
 from swarm_autoscaler.core.ports import LaunchResult

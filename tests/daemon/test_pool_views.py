@@ -7,7 +7,8 @@ import dataclasses
 from rich.console import Console
 from tests.builders import NOW, assemble, machine, make_instance, make_policy
 
-from swarm_autoscaler.core.model import InstanceState, Launch, Plan, PoolPhase, Start, TypePolicy
+from swarm_autoscaler.core.actions import Launch, Plan, Start
+from swarm_autoscaler.core.model import InstanceState, PoolPhase, TypePolicy
 from swarm_autoscaler.daemon.act import Outcome
 from swarm_autoscaler.daemon.commands import pool_lines, print_status
 from swarm_autoscaler.daemon.metrics import Metrics

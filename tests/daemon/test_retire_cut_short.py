@@ -26,19 +26,10 @@ from distributed import Client, Scheduler, Worker
 from tests.fakes import CATALOGUE, FakeCloud, SteppedClock, small_policy
 
 from swarm_autoscaler.adapters.dask import DaskWorkload
+from swarm_autoscaler.core.actions import Cordon, Plan, RetireWorkers, Uncordon
 from swarm_autoscaler.core.cluster import classify
 from swarm_autoscaler.core.marks import STRAY_RETIREMENT
-from swarm_autoscaler.core.model import (
-    GIB,
-    OWNERSHIP_LABEL,
-    Cordon,
-    Instance,
-    InstanceState,
-    NodeMarks,
-    Plan,
-    RetireWorkers,
-    Uncordon,
-)
+from swarm_autoscaler.core.model import GIB, OWNERSHIP_LABEL, Instance, InstanceState, NodeMarks
 from swarm_autoscaler.daemon.act import ActConfig, Ports, act
 from swarm_autoscaler.daemon.tick import observe, run_tick
 from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm

@@ -10,7 +10,8 @@ import pytest
 from tests.daemon.test_act_ports import World
 from tests.fakes import CATALOGUE, small_policy
 
-from swarm_autoscaler.core.model import Plan, Policy, Snapshot
+from swarm_autoscaler.core.actions import Plan
+from swarm_autoscaler.core.model import Policy, Snapshot
 from swarm_autoscaler.core.plan import plan
 from swarm_autoscaler.daemon import tick
 from swarm_autoscaler.daemon.act import ActConfig, Outcome, Ports, StillLeader

@@ -5,16 +5,8 @@ from __future__ import annotations
 import pytest
 from tests.fakes import CATALOGUE, FakeCloud, FakeLock, FakeWorkload, SteppedClock, small_policy
 
-from swarm_autoscaler.core.model import (
-    GIB,
-    DrainNode,
-    MarkNode,
-    NodeMarks,
-    Plan,
-    Resources,
-    RetireWorkers,
-    Task,
-)
+from swarm_autoscaler.core.actions import DrainNode, MarkNode, Plan, RetireWorkers
+from swarm_autoscaler.core.model import GIB, NodeMarks, Resources, Task
 from swarm_autoscaler.daemon.jobs import Outcome
 from swarm_autoscaler.daemon.loop import Daemon, InFlightCloud
 from swarm_autoscaler.daemon.metrics import Metrics

@@ -12,7 +12,7 @@ from typing import Any
 import boto3
 import pytest
 
-from swarm_autoscaler.core.model import Action
+from swarm_autoscaler.core.actions import Action
 from swarm_autoscaler.daemon.loop import Daemon
 from swarm_autoscaler.daemon.tick import TickResult
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud

@@ -27,7 +27,7 @@ import pytest
 import pytest_asyncio
 from tests.e2e.helpers import hostname_of, instance_state, owned_instances, start, wait_for
 
-from swarm_autoscaler.core.model import DrainNode, Launch, RetireWorkers, Terminate
+from swarm_autoscaler.core.actions import DrainNode, Launch, RetireWorkers, Terminate
 from swarm_autoscaler.core.services import ON_NODE_STATES
 from swarm_autoscaler.daemon.tick import TickResult
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud

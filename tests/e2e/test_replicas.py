@@ -15,7 +15,8 @@ import pytest
 from distributed import Client
 from tests.e2e.helpers import hostname_of, instance_state, owned_instances, start, wait_for
 
-from swarm_autoscaler.core.model import GIB, DrainNode, Launch, RetireWorkers, Terminate
+from swarm_autoscaler.core.actions import DrainNode, Launch, RetireWorkers, Terminate
+from swarm_autoscaler.core.model import GIB
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud, env_without_autoscaler
 from swarm_autoscaler_lab.localcloud.redis_server import RedisServer
 

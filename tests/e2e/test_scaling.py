@@ -13,7 +13,8 @@ import pytest
 from distributed import Client
 from tests.e2e.helpers import Running, hostname_of, instance_state, owned_instances, start, wait_for
 
-from swarm_autoscaler.core.model import GIB, DrainNode, Launch, Terminate
+from swarm_autoscaler.core.actions import DrainNode, Launch, Terminate
+from swarm_autoscaler.core.model import GIB
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
 
 pytestmark = [pytest.mark.e2e, pytest.mark.swarm, pytest.mark.timeout(150)]

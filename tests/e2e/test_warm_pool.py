@@ -18,7 +18,8 @@ import pytest
 from distributed import Client
 from tests.e2e.helpers import ec2_client, hostname_of, owned_instances, start, wait_for
 
-from swarm_autoscaler.core.model import GIB, Launch, NodeStatus, Start, Stop, Terminate
+from swarm_autoscaler.core.actions import Launch, Start, Stop, Terminate
+from swarm_autoscaler.core.model import GIB, NodeStatus
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
 
 pytestmark = [pytest.mark.e2e, pytest.mark.swarm, pytest.mark.timeout(300)]

@@ -25,7 +25,8 @@ import pytest
 from distributed import Client
 from tests.e2e.helpers import hostname_of, owned_instances, start, wait_for
 
-from swarm_autoscaler.core.model import GIB, Terminate
+from swarm_autoscaler.core.actions import Terminate
+from swarm_autoscaler.core.model import GIB
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
 from swarm_autoscaler_lab.localcloud.dockerd import _cli_env, _docker_cli
 from swarm_autoscaler_lab.localcloud.image import BUILD, IMAGE, ROOT, ensure_image, image_key

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from swarm_autoscaler.config.settings import InvalidSettingsError, TimingSettings
-from swarm_autoscaler.core.model import GIB, Plan, Policy, Snapshot, TypePolicy
+from swarm_autoscaler.core.actions import Plan
+from swarm_autoscaler.core.model import GIB, Policy, Snapshot, TypePolicy
 from swarm_autoscaler.core.plan import plan as real_plan
 from swarm_autoscaler_lab.sim import cli
 from swarm_autoscaler_lab.sim.baselines import AdaptiveLike, QueueRule, Static

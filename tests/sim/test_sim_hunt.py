@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from swarm_autoscaler.core.model import DrainNode, Plan, Policy, Snapshot
+from swarm_autoscaler.core.actions import DrainNode, Plan
+from swarm_autoscaler.core.model import Policy, Snapshot
 from swarm_autoscaler.core.plan import plan as real_plan
 from swarm_autoscaler_lab.sim import hunt
 

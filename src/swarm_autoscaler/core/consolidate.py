@@ -35,8 +35,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from swarm_autoscaler.core.actions import Check, Cordon, NodeOurs, NothingWaits
 from swarm_autoscaler.core.cluster import Member
-from swarm_autoscaler.core.model import Check, Cordon, NodeOurs, NothingWaits
 from swarm_autoscaler.core.vectors import Space, Vec, fits, minus, plus
 
 Rooms = dict[str, Vec]  # worker address -> free room

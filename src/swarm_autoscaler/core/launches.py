@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from swarm_autoscaler.core.actions import Launch
 from swarm_autoscaler.core.cluster import Bucket, Fleet
-from swarm_autoscaler.core.model import Launch, Policy, Snapshot
+from swarm_autoscaler.core.model import Policy, Snapshot
 from swarm_autoscaler.core.placement import NewBins, TypeOption
 
 # Members that count towards min_instances: alive and expected to be useful.

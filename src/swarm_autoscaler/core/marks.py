@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
+from swarm_autoscaler.core.actions import LabelNode, Uncordon
 from swarm_autoscaler.core.cluster import Bucket, Fleet, Member
-from swarm_autoscaler.core.model import LabelNode, NodeStatus, Uncordon
+from swarm_autoscaler.core.model import NodeStatus
 from swarm_autoscaler.core.scaleup import uncordon_action
 from swarm_autoscaler.core.steps import Facts, Mark, mark
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from swarm_autoscaler.core.actions import Unplaceable
 from swarm_autoscaler.core.backoff import refused_types
 from swarm_autoscaler.core.demand import Group
-from swarm_autoscaler.core.model import Policy, Snapshot, Unplaceable
+from swarm_autoscaler.core.model import Policy, Snapshot
 from swarm_autoscaler.core.vectors import EPS, Space, Vec, fit_count_nz, fits, minus
 
 # ------------------------------------------------------------------------------------------ types

@@ -51,13 +51,14 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from swarm_autoscaler.core.actions import Action, Cordon, DrainNode, Launch, Plan
 from swarm_autoscaler.core.clockmarks import future_marks
 from swarm_autoscaler.core.cluster import classify
 from swarm_autoscaler.core.consolidate import choose_cordons
 from swarm_autoscaler.core.demand import Group, estimate_demand
 from swarm_autoscaler.core.launches import LaunchBook, plan_launches
 from swarm_autoscaler.core.marks import keep_cordons, keep_marks, label_nodes
-from swarm_autoscaler.core.model import Action, Cordon, DrainNode, Launch, Plan, Policy, Snapshot
+from swarm_autoscaler.core.model import Policy, Snapshot
 from swarm_autoscaler.core.placement import NewBins, Unplaced, rank_types, type_capacity
 from swarm_autoscaler.core.pool import into_pool, refill, repair_pool, started
 from swarm_autoscaler.core.scaleup import NEW, OWN_WORKER, TIERS, Placement, scale_up

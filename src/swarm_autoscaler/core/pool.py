@@ -30,23 +30,22 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 
-from swarm_autoscaler.core.backoff import refused_types
-from swarm_autoscaler.core.cluster import Member
-from swarm_autoscaler.core.launches import useful_of
-from swarm_autoscaler.core.model import (
+from swarm_autoscaler.core.actions import (
     Action,
     Check,
     HostIdle,
-    InstanceState,
     Launch,
     NodeDown,
     NodeOurs,
-    NodeStatus,
     RemoveNode,
     Start,
     Stop,
     Terminate,
 )
+from swarm_autoscaler.core.backoff import refused_types
+from swarm_autoscaler.core.cluster import Member
+from swarm_autoscaler.core.launches import useful_of
+from swarm_autoscaler.core.model import InstanceState, NodeStatus
 from swarm_autoscaler.core.steps import Facts, Step
 from swarm_autoscaler.core.vectors import Vec
 

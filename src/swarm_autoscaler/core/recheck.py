@@ -17,21 +17,19 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from swarm_autoscaler.core.model import (
+from swarm_autoscaler.core.actions import (
     Action,
     Check,
     HostIdle,
-    Node,
     NodeDown,
     NodeOurs,
-    NodeStatus,
     NoTasks,
     NothingWaits,
     NotJoined,
     NoWorker,
     Retired,
-    Worker,
 )
+from swarm_autoscaler.core.model import Node, NodeStatus, Worker
 
 
 @dataclass(frozen=True)

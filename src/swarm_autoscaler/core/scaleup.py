@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from swarm_autoscaler.core.actions import ActivateNode, Start, Uncordon
 from swarm_autoscaler.core.cluster import Bucket, Member
-from swarm_autoscaler.core.model import ActivateNode, Start, Uncordon
 from swarm_autoscaler.core.placement import NewBins, TypeOption, Unplaced
 from swarm_autoscaler.core.pool import POOLED, start_actions, start_bins
 from swarm_autoscaler.core.steps import Facts, Mark, mark

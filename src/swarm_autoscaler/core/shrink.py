@@ -18,16 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
-from swarm_autoscaler.core.cluster import Member, broken_reason
-from swarm_autoscaler.core.launches import useful, useful_of
-from swarm_autoscaler.core.model import (
+from swarm_autoscaler.core.actions import (
     Action,
     Check,
     DrainNode,
     HostIdle,
     NodeDown,
     NodeOurs,
-    NodeStatus,
     NoTasks,
     NotJoined,
     NoWorker,
@@ -36,6 +33,9 @@ from swarm_autoscaler.core.model import (
     RetireWorkers,
     Terminate,
 )
+from swarm_autoscaler.core.cluster import Member, broken_reason
+from swarm_autoscaler.core.launches import useful, useful_of
+from swarm_autoscaler.core.model import NodeStatus
 from swarm_autoscaler.core.steps import Facts, Mark, Step, mark
 
 

@@ -11,9 +11,10 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from swarm_autoscaler.core.actions import Action, MarkNode
 from swarm_autoscaler.core.cluster import Fleet, Member
 from swarm_autoscaler.core.demand import Demand
-from swarm_autoscaler.core.model import Action, MarkNode, NodeMarks, Policy, Snapshot
+from swarm_autoscaler.core.model import NodeMarks, Policy, Snapshot
 
 MarkValue = float | bool | None
 

@@ -39,7 +39,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from swarm_autoscaler.core.model import (
+from swarm_autoscaler.core.actions import (
     Action,
     Cordon,
     DrainNode,
@@ -48,10 +48,10 @@ from swarm_autoscaler.core.model import (
     Plan,
     RemoveNode,
     RetireWorkers,
-    Snapshot,
     Stop,
     Terminate,
 )
+from swarm_autoscaler.core.model import Snapshot
 from swarm_autoscaler.core.recheck import Fresh, violations
 from swarm_autoscaler.daemon.fencing import fence_terminations, lifted, unfence
 from swarm_autoscaler.daemon.jobs import ActionRefused, Age, Job, Outcome, Runner, StillLeader, left

@@ -12,7 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from swarm_autoscaler.config.settings import Settings
-from swarm_autoscaler.core.model import NodeMarks, fields_of
+from swarm_autoscaler.core.actions import fields_of
+from swarm_autoscaler.core.model import NodeMarks
 from swarm_autoscaler.daemon.loop import run_clusters
 from swarm_autoscaler.daemon.tick import TickResult, run_tick
 from swarm_autoscaler.errors import AutoscalerError, ConfigurationError, EndpointError

@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Iterable, Sequence
 
-from swarm_autoscaler.core.model import Action, Stop, Terminate
+from swarm_autoscaler.core.actions import Action, Stop, Terminate
 from swarm_autoscaler.core.ports import Workload
 from swarm_autoscaler.core.recheck import Fresh, violations
 

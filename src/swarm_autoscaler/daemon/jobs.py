@@ -34,7 +34,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from swarm_autoscaler.core.model import Action
+from swarm_autoscaler.core.actions import Action
 from swarm_autoscaler.errors import AutoscalerError, LockLostError
 
 SAFETY = "safety"

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from swarm_autoscaler.core.model import Instance, InstanceState, InstanceType, Policy, Unavailable, fields_of
+from swarm_autoscaler.core.actions import fields_of
+from swarm_autoscaler.core.model import Instance, InstanceState, InstanceType, Policy, Unavailable
 from swarm_autoscaler.core.ports import Cloud, LaunchResult, Lock
 from swarm_autoscaler.daemon.tick import ActConfig, ObserveError, Outcome, Ports, TickResult, run_tick
 from swarm_autoscaler.daemon.waiting import Waiting

@@ -11,26 +11,23 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from swarm_autoscaler.core.cluster import TYPE_LABEL
-from swarm_autoscaler.core.model import (
-    OWNERSHIP_LABEL,
+from swarm_autoscaler.core.actions import (
     Action,
     ActivateNode,
-    Availability,
     Cordon,
     DrainNode,
     LabelNode,
     Launch,
     MarkNode,
-    NodeMarks,
     RemoveNode,
     RetireWorkers,
-    Snapshot,
     Start,
     Stop,
     Terminate,
     Uncordon,
 )
+from swarm_autoscaler.core.cluster import TYPE_LABEL
+from swarm_autoscaler.core.model import OWNERSHIP_LABEL, Availability, NodeMarks, Snapshot
 from swarm_autoscaler.core.ports import Cloud, Orchestrator, Workload
 from swarm_autoscaler.core.recheck import Fresh
 from swarm_autoscaler.daemon.jobs import BOOKKEEPING, SAFETY, ActionRefused, Job, Outcome

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from swarm_autoscaler.core.actions import Launch, Start
 from swarm_autoscaler.core.cluster import Fleet
-from swarm_autoscaler.core.model import InstanceState, Launch, PoolPhase, Start
+from swarm_autoscaler.core.model import InstanceState, PoolPhase
 from swarm_autoscaler.daemon.tick import TickResult
 
 # Start latencies (seconds): a pool start takes tens of seconds, a launch minutes.

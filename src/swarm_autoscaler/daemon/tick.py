@@ -15,8 +15,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from swarm_autoscaler.core.actions import Plan
 from swarm_autoscaler.core.cluster import Fleet, classify
-from swarm_autoscaler.core.model import InstanceType, Plan, Policy, Snapshot
+from swarm_autoscaler.core.model import InstanceType, Policy, Snapshot
 from swarm_autoscaler.core.plan import plan as make_plan
 from swarm_autoscaler.daemon.act import (
     DEFAULT_ACT,

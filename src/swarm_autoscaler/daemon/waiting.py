@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from swarm_autoscaler.core.model import Action, Plan
+from swarm_autoscaler.core.actions import Action, Plan
 from swarm_autoscaler.daemon.jobs import Outcome
 
 # An action that waited more than this many ticks gets the warning line.

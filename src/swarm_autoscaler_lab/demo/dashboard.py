@@ -10,7 +10,7 @@ from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
 
-from swarm_autoscaler.core.model import Launch, Start
+from swarm_autoscaler.core.actions import Launch, Start
 from swarm_autoscaler.daemon.tick import TickResult
 from swarm_autoscaler_lab.demo.live import LiveDashboard
 

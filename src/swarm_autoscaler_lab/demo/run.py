@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swarm_autoscaler.core.model import GIB, Terminate
+from swarm_autoscaler.core.actions import Terminate
+from swarm_autoscaler.core.model import GIB
 from swarm_autoscaler.daemon.commands import pool_lines
 from swarm_autoscaler.daemon.tick import TickResult
 from swarm_autoscaler_lab.demo.dashboard import Dashboard, View

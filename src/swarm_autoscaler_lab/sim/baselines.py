@@ -18,20 +18,15 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from swarm_autoscaler.core.actions import Action, Launch, Plan, RemoveNode, RetireWorkers, Terminate
 from swarm_autoscaler.core.model import (
-    Action,
     Instance,
     InstanceType,
-    Launch,
     Node,
-    Plan,
     Policy,
-    RemoveNode,
     Resources,
-    RetireWorkers,
     Snapshot,
     Task,
-    Terminate,
     Worker,
 )
 from swarm_autoscaler_lab.sim.scheduler import UNKNOWN_TASK_DURATION

@@ -18,7 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from swarm_autoscaler.core.model import InstanceState, InstanceType, Plan, Policy, Snapshot
+from swarm_autoscaler.core.actions import Plan
+from swarm_autoscaler.core.model import InstanceState, InstanceType, Policy, Snapshot
 from swarm_autoscaler.daemon.loop import InFlightCloud
 from swarm_autoscaler.daemon.tick import ActConfig, Ports, TickResult, run_tick
 from swarm_autoscaler_lab.sim.trace import Job

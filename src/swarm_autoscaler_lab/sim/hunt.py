@@ -29,19 +29,8 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from swarm_autoscaler.core.model import (
-    DrainNode,
-    InstanceState,
-    Policy,
-    RemoveNode,
-    Resources,
-    Retired,
-    RetireWorkers,
-    Snapshot,
-    Stop,
-    Terminate,
-    TypePolicy,
-)
+from swarm_autoscaler.core.actions import DrainNode, RemoveNode, Retired, RetireWorkers, Stop, Terminate
+from swarm_autoscaler.core.model import InstanceState, Policy, Resources, Snapshot, TypePolicy
 from swarm_autoscaler.daemon.tick import TickResult
 from swarm_autoscaler_lab.sim.config import priced_catalogue
 from swarm_autoscaler_lab.sim.engine import Options, Ours, Run, Strategy, settled_fleet, simulate

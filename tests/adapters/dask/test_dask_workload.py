@@ -375,15 +375,8 @@ async def test_a_retirement_the_scheduler_refuses_cancels_the_drain_in_the_same_
     """act with the real scheduler: right after a refused retirement dask still reports the kept worker as
     closing_gracefully (its status goes back to running only after a round trip through the worker), so
     the Retired check on that read may pass; act cancels the drain on the refusal itself."""
-    from swarm_autoscaler.core.model import (
-        OWNERSHIP_LABEL,
-        DrainNode,
-        NodeOurs,
-        Plan,
-        Retired,
-        RetireWorkers,
-        Snapshot,
-    )
+    from swarm_autoscaler.core.actions import DrainNode, NodeOurs, Plan, Retired, RetireWorkers
+    from swarm_autoscaler.core.model import OWNERSHIP_LABEL, Snapshot
     from swarm_autoscaler.core.recheck import Fresh, violated
     from swarm_autoscaler.daemon.act import ActConfig, Ports, act
     from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm

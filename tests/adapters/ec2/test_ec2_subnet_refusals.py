@@ -11,8 +11,9 @@ from tests.builders import make_policy, make_snapshot, make_tasks
 from tests.fakes import SteppedClock
 
 from swarm_autoscaler.adapters.ec2 import Ec2Cloud
+from swarm_autoscaler.core.actions import Launch, Plan
 from swarm_autoscaler.core.catalogue import CATALOGUE
-from swarm_autoscaler.core.model import Launch, Plan, Unavailable
+from swarm_autoscaler.core.model import Unavailable
 from swarm_autoscaler.core.plan import plan
 from swarm_autoscaler_lab.localcloud import FaultInjector, LocalNetwork
 

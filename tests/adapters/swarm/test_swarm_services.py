@@ -19,20 +19,8 @@ from tests.fakes import FakeCloud, SteppedClock
 
 from swarm_autoscaler.adapters.swarm import SwarmOrchestrator
 from swarm_autoscaler.adapters.swarm_services import OWN_SERVICE_LABEL, SwarmServicesWorkload
-from swarm_autoscaler.core.model import (
-    GIB,
-    OWNERSHIP_LABEL,
-    Availability,
-    DrainNode,
-    HostIdle,
-    NodeOurs,
-    Plan,
-    Resources,
-    Retired,
-    RetireWorkers,
-    Snapshot,
-    TypePolicy,
-)
+from swarm_autoscaler.core.actions import DrainNode, HostIdle, NodeOurs, Plan, Retired, RetireWorkers
+from swarm_autoscaler.core.model import GIB, OWNERSHIP_LABEL, Availability, Resources, Snapshot, TypePolicy
 from swarm_autoscaler.core.ports import WorkloadView
 from swarm_autoscaler.core.services import ServiceTask
 from swarm_autoscaler.daemon.act import ActConfig, Ports, act
