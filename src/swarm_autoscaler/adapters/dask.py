@@ -52,6 +52,9 @@ Tasks the scheduler keeps in its own queue (`queued`: unrestricted root tasks he
 worker is saturated) are neither unrunnable nor processing; `observe()` returns them in
 `WorkloadView.queued`; the planner counts them as pending. A task with no `CPU` restriction needs
 one CPU (it occupies one of a worker's threads), and a worker that advertises no `CPU` has `nthreads` CPUs.
+
+Why one file of this size: the scheduler-side functions shipped by value and the client code that reads
+their output are the two halves of one wire format, kept together so that they change together.
 """
 
 from __future__ import annotations

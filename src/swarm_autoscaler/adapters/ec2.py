@@ -24,6 +24,10 @@ so ages measured from LaunchTime and the back-off's deadlines share EC2's time b
 host's wall clock says. The daemon uses it as its only clock.
 
 Counters in `stats` let a benchmark check the API calls each tick costs.
+
+Why one file of this size: launching, listing, terminating and tagging share the ownership checks
+above; the transport, clock, records and warm pool are in `ec2_transport`, `ec2_clock`, `ec2_support`
+and `ec2_pool`.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ template `AUTOSCALER_KEEPER_PRIMARY_BOOT_TEMPLATE`, whose `{{placeholder}}`s are
 (`cluster_env`): one `NAME=value` line each, verbatim (docker's env-file format). AWS credentials are
 never put there (user data is readable by anyone allowed DescribeInstanceAttribute): the primary's
 autoscaler uses the primary's instance profile.
+
+Why one file of this size: the keeper's settings and the default primary boot script are one thing (the
+script is a setting's default, and `render_boot` fills it from the settings beside it).
 """
 
 from __future__ import annotations

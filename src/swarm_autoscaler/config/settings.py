@@ -8,6 +8,10 @@ variable, naming the variable and what it expects, never echoing a secret.
 
 Complex values (allowed types, tags) are written as JSON; id lists as JSON or comma separated.
 Durations are seconds as floats and accept `30`, `30s`, `5m`, `1h30m` or `250ms` (see `durations`).
+
+Why one file of this size: it is the daemon's whole configuration surface, one model per `AUTOSCALER_`
+group in the order the generated reference shows them; value types are in `types`, durations in
+`durations`, and the loader stays beside the models whose errors it words.
 """
 
 from __future__ import annotations

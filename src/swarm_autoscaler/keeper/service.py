@@ -20,6 +20,9 @@ state when it changes; the heartbeat (a use: a request, or work in the scheduler
 newer than the stored one, so the idle decision waits that much longer (`KeeperTiming.heartbeat_lag`) and
 no replica reading a lagging tag ends a cluster early; the last answer time when the scheduler goes
 silent, whose silence a replica counts from no earlier than when it began to hold the cluster.
+
+Why one file of this size: one class, whose per-cluster tasks, leases and caches share the invariants
+above; its pure rules are in `lifecycle`, its limits in `limits`, its shares in `shares`.
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ scheduler keeps it, as dask does when it cannot move a unique result. The user h
 
 The process around it, with its control API, is `cloudhost_main` (`python -m
 swarm_autoscaler_lab.localcloud.cloudhost_main --ready FILE`).
+
+Why one file of this size: the guards must see the whole world at the moment of an action, so the world
+and its guards live in one process and one module.
 """
 
 from __future__ import annotations

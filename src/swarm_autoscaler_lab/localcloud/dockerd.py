@@ -14,6 +14,9 @@ Contract:
   --force on each node, stop each dockerd by the pid in its pidfile (checked to be ours), delete
   `docker_gwbridge`, unmount what is left under the node folders, remove the folder.
 - Blocking work (the docker CLI, waiting for processes) runs in threads; the API is async.
+
+Why one file of this size: the teardown contract above covers every process, mount and interface that
+the start creates, so both live in one place; the joining of nodes is in `dockerd_joiner`.
 """
 
 from __future__ import annotations

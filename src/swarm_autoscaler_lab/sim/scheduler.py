@@ -50,6 +50,9 @@ It follows distributed's rules closely enough for the planner to face the same s
   mover's wrong guesses (a refused move costs it a round) are not modelled.
 - A cordoned worker (dask's `closing_gracefully` status) gets no new task, steals none and starts none
   of those waiting on it; its running tasks finish. Uncordoned, it is like a worker that joined.
+
+Why one file of this size: the rules above are one state machine over the same task and worker tables;
+work stealing, the one part that stands apart, is in `sim.stealing`.
 """
 
 from __future__ import annotations

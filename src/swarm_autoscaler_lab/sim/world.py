@@ -15,6 +15,9 @@ by swarm after `worker_start_s` while its node stays active (docker's default re
 Safety accounting: draining, terminating, removing or retiring a machine whose worker holds tasks (or
 the only copy of a result: retiring moves results first) is a
 *busy termination*; each one is recorded with its time and reason in `violations`.
+
+Why one file of this size: the truth and the daemon's ports onto it share the same tables; the port
+classes are thin views, and the scheduler's rules are in `sim.scheduler`.
 """
 
 from __future__ import annotations
