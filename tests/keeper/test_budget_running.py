@@ -171,3 +171,72 @@ async def test_a_budget_raised_since_the_last_read_does_not_end_the_cluster(worl
         assert world.hosts.clusters[cid].state == ClusterState.RUNNING and not world.hosts.terminate_calls
     finally:
         await a.stop()
+
+
+async def test_a_replica_taking_over_a_held_cluster_lifts_the_hold_once_the_budget_is_raised(
+    world: World,
+) -> None:
+    """The hold is in the cluster's tags (its reason), not only in the memory of the replica that held
+    it: a replica that takes the cluster over after the budget was raised lifts it."""
+    a = world.keeper("a")
+    try:
+        cid = await running(world, a)
+        await world.spend(600)
+        await a.read_budgets()
+        await a.check(cid)
+        assert "no new workers" in world.hosts.clusters[cid].reason
+    finally:
+        await a.stop()
+    await world.budgets.set("w1", 5.0)
+    b = world.keeper("b")
+    try:
+        b._known[cid] = world.hosts.clusters[cid]
+        await b.read_budgets()
+        assert b.over_budget == {}
+        await b.check(cid)
+        assert world.clients.holds[-1] == (cid, "")
+        assert world.hosts.clusters[cid].reason == ""
+    finally:
+        await b.stop()
+
+
+async def test_the_held_clusters_and_the_wallets_over_budget_are_metrics(world: World) -> None:
+    """`keeper_clusters_budget_held` counts the clusters this replica holds the launches of (until the
+    hold is lifted), `keeper_wallets_over_budget` the wallets over their budget; a cluster of a wallet
+    within its budget counts in neither."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from swarm_autoscaler.keeper.metrics import KeeperMetrics
+
+    def gauges(keeper: Keeper) -> dict[str, float]:
+        body, _ = KeeperMetrics().exposition(
+            keeper.clusters,
+            budget_held=keeper.budget_held,
+            wallets_over_budget=len(keeper.over_budget),
+        )
+        wanted = ("keeper_clusters_budget_held", "keeper_wallets_over_budget")
+        return {
+            s.name: s.value
+            for f in text_string_to_metric_families(body.decode())
+            for s in f.samples
+            if s.name in wanted
+        }
+
+    a = world.keeper("a")
+    try:
+        cid = await running(world, a)
+        other, _ = await a.get_or_create(ClusterKey("bob", "w2"))  # w2 spends nothing
+        world.probe.answers[other.dashboard_url] = Probe(answered=True)
+        await a.check(other.cluster_id)
+        assert gauges(a) == {"keeper_clusters_budget_held": 0, "keeper_wallets_over_budget": 0}
+        await world.spend(600)  # w1 only
+        await a.read_budgets()
+        await a.check(cid)
+        await a.check(other.cluster_id)
+        assert gauges(a) == {"keeper_clusters_budget_held": 1, "keeper_wallets_over_budget": 1}
+        await world.budgets.set("w1", 5.0)
+        await a.read_budgets()
+        await a.check(cid)
+        assert gauges(a) == {"keeper_clusters_budget_held": 0, "keeper_wallets_over_budget": 0}
+    finally:
+        await a.stop()

@@ -291,7 +291,13 @@ class _Routes:
 
     async def metrics_text(self, _: web.Request) -> web.Response:
         keeper = self.keeper
-        body, content_type = self.metrics.exposition(keeper.clusters, keeper.held, keeper.replica_count)
+        body, content_type = self.metrics.exposition(
+            keeper.clusters,
+            keeper.held,
+            keeper.replica_count,
+            budget_held=keeper.budget_held,
+            wallets_over_budget=len(keeper.over_budget),
+        )
         return web.Response(body=body, headers={"Content-Type": content_type})
 
 

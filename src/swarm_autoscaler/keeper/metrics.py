@@ -1,6 +1,7 @@
 """The keeper's Prometheus metrics: clusters by state, requests by route and status, lifecycle actions,
-and usage per wallet (instance-seconds and USD counted by this replica's readings; add them up across
-replicas). Each keeper owns its registry (no global state).
+usage per wallet (instance-seconds and USD counted by this replica's readings; add them up across
+replicas), and the clusters held for a spent budget (label-free gauges: a count, whichever wallets;
+`GET /v1/clusters` names them). Each keeper owns its registry (no global state).
 
 Usage's label cardinality is bounded: the first `wallet_limit` (user, wallet) pairs this replica counts
 get their own `user` and `wallet` label values; every later one is added to `user="_other",
@@ -50,6 +51,17 @@ class KeeperMetrics:
             "Live replicas of this keeper, at this replica's last count.",
             registry=self.registry,
         )
+        self.budget_held = Gauge(
+            "keeper_clusters_budget_held",
+            "Running clusters this replica holds whose launches it holds: their wallet spent its budget "
+            "(they end after the budget grace unless it is raised).",
+            registry=self.registry,
+        )
+        self.wallets_over_budget = Gauge(
+            "keeper_wallets_over_budget",
+            "Wallets of the live clusters this replica knows that were over their budget at its last read.",
+            registry=self.registry,
+        )
         self.requests = Counter(
             "keeper_requests_total",
             "API requests by method, route and status.",
@@ -79,9 +91,19 @@ class KeeperMetrics:
     def action(self, name: str) -> None:
         self.actions.labels(name).inc()
 
-    def exposition(self, clusters: Iterable[Cluster], held: int = 0, replicas: int = 1) -> tuple[bytes, str]:
+    def exposition(
+        self,
+        clusters: Iterable[Cluster],
+        held: int = 0,
+        replicas: int = 1,
+        *,
+        budget_held: int = 0,
+        wallets_over_budget: int = 0,
+    ) -> tuple[bytes, str]:
         self.leases.set(held)
         self.replicas.set(replicas)
+        self.budget_held.set(budget_held)
+        self.wallets_over_budget.set(wallets_over_budget)
         counts = Tally(str(c.state) for c in clusters)
         for state in ClusterState:
             self.clusters.labels(str(state)).set(counts.get(str(state), 0))

@@ -49,6 +49,7 @@ log = structlog.get_logger("swarm_autoscaler.keeper")
 LISTING_GRACE = 60.0  # seconds after its creation during which a cluster missing from a listing is kept
 
 LifecycleHook = Callable[[str], None]
+HOLD_REASON = "spent its budget: no new workers"  # in the reason of a cluster whose launches are held
 
 
 class KeeperBusyError(AutoscalerError):
@@ -267,6 +268,11 @@ class Keeper:
         """How many clusters' leases this replica holds now."""
         return len(self._held)
 
+    @property
+    def budget_held(self) -> int:
+        """How many live clusters this replica holds the launches of: their wallet spent its budget."""
+        return sum(1 for cid in self._holding if cid in self._known)
+
     async def discover(self) -> None:
         try:
             listed = await self.hosts.list_clusters()
@@ -367,8 +373,9 @@ class Keeper:
                     break  # gone from the listing
                 try:
                     if not await self._take(cid):
-                        self._held_since.pop(cid, None)  # another replica holds it
+                        self._held_since.pop(cid, None)  # another replica holds it (and its hold)
                         self._present.pop(cid, None)
+                        self._holding.discard(cid)
                     elif await self.check(cid):
                         break
                 except AutoscalerError as exc:
@@ -485,14 +492,16 @@ class Keeper:
         if self.clients is None or cluster.state != ClusterState.RUNNING:
             return
         if ends_at is None:
-            if cid in self._holding and await self.clients.hold_launches(cluster, ""):
+            # Held by this replica, or (the reason in its tags says) by one it took the cluster over from.
+            held = cid in self._holding or HOLD_REASON in cluster.reason
+            if held and await self.clients.hold_launches(cluster, ""):
                 self._holding.discard(cid)
                 await self.hosts.update(cid, reason="")
                 self._known[cid] = dataclasses.replace(cluster, reason="")
                 log.info("launches resumed: the wallet is within its budget again", cluster=cid)
             return
         ends = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ends_at))
-        reason = f"its wallet {cluster.key.wallet_id} spent its budget: no new workers; ends at {ends}"
+        reason = f"its wallet {cluster.key.wallet_id} {HOLD_REASON}; ends at {ends}"
         if not await self.clients.hold_launches(cluster, reason):
             return
         if cid not in self._holding or cluster.reason != reason:
