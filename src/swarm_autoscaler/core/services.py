@@ -23,6 +23,7 @@ unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -177,3 +178,9 @@ def service_view(
 def busy_hosts(view: WorkloadView) -> tuple[str, ...]:
     """The hosts of the workers that hold a task (for a fence's refusals)."""
     return tuple(sorted({w.hostname for w in view.workers if w.processing}))
+
+
+def dynamic_policy(policy: Policy) -> Policy:
+    """The policy as the dynamic mode runs it: consolidation off, since no service task can be cordoned
+    away from a node the way a dask worker is (the daemon and the simulator both apply it)."""
+    return dataclasses.replace(policy, consolidate_below=0.0)

@@ -27,6 +27,7 @@ from swarm_autoscaler.config.worker import with_worker_env
 from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.model import InstanceType, Policy
 from swarm_autoscaler.core.ports import Lock, Orchestrator, Workload
+from swarm_autoscaler.core.services import dynamic_policy
 from swarm_autoscaler.daemon.loop import Daemon, InFlightCloud
 from swarm_autoscaler.daemon.metrics import Metrics, build_app
 from swarm_autoscaler.daemon.tick import Ports
@@ -246,7 +247,7 @@ async def _dynamic(
     stack.push_async_callback(workload.close)
     await _checked("AUTOSCALER_DOCKER_URL", workload.check())
     log.info("dynamic mode: pending swarm service tasks drive the fleet; consolidation is off")
-    return workload, dataclasses.replace(policy, consolidate_below=0.0)
+    return workload, dynamic_policy(policy)
 
 
 def _without_consolidation(policy: Policy, check: SchedulerCheck, scheduler: str) -> Policy:

@@ -9,6 +9,10 @@ are read or required.
 
 `--sweep KNOB=v1,v2,...` (`sim.sweep`) runs "ours" once per value of a setting and every baseline once,
 prints one row per run (or, with `--json`, one object) and with `--plot` draws cost against p95 wait.
+
+`--services FILE` instead of `--trace` simulates the dynamic mode (`sim.dynamic`): swarm services with
+reservations and placement constraints, scaled over time (`sim.servicetrace`), through the same planner
+and the same task-to-demand conversion the daemon's swarm services adapter uses.
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ from swarm_autoscaler.config.settings import InvalidSettingsError
 from swarm_autoscaler.extras import require_extras
 from swarm_autoscaler_lab.sim import sweep
 from swarm_autoscaler_lab.sim.config import SimSettings, load_sim_settings
+from swarm_autoscaler_lab.sim.dynamic import render_services, run_services
 from swarm_autoscaler_lab.sim.engine import Options, start_time_warnings
 from swarm_autoscaler_lab.sim.faults import RandomFaults
 from swarm_autoscaler_lab.sim.runner import POLICIES, default_options, run_trace
+from swarm_autoscaler_lab.sim.servicetrace import read_service_trace
 from swarm_autoscaler_lab.sim.sweep import parse_sweep
 from swarm_autoscaler_lab.sim.trace import Job, TraceError, read_trace
 
@@ -37,7 +43,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = subparsers.add_parser(
         "simulate", help="replay a workload trace against a policy on a virtual clock"
     )
-    p.add_argument("--trace", required=True, help="CSV: submit_s,duration_s,cpus,ram_gib,gpus,instance_type")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--trace", help="dask jobs, CSV: submit_s,duration_s,cpus,ram_gib,gpus,instance_type")
+    source.add_argument(
+        "--services",
+        metavar="SERVICES.csv",
+        help="dynamic mode: swarm services, CSV: at_s,service,replicas,cpus,ram_gib,gpus,constraints,"
+        "duration_s (each row sets a service's replicas from at_s; constraints like "
+        "node.labels.instance-type==g4dn.xlarge, ';'-separated; e.g. scenarios/services/interactive.csv)",
+    )
     p.add_argument("--policy", choices=POLICIES, default="ours", help="the scaling policy (default: ours)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument(
@@ -97,8 +111,9 @@ def _settings(args: argparse.Namespace) -> SimSettings:
 
 
 def _env_file(args: argparse.Namespace) -> str | None:
-    if args.env_file is None and Path(args.trace).with_suffix(".env").is_file():
-        return str(Path(args.trace).with_suffix(".env"))
+    sibling = Path(args.trace or args.services).with_suffix(".env")
+    if args.env_file is None and sibling.is_file():
+        return str(sibling)
     return str(args.env_file) if args.env_file is not None else None
 
 
@@ -119,6 +134,8 @@ def _options(args: argparse.Namespace, settings: SimSettings) -> Options:
 def main(args: argparse.Namespace) -> int:
     if args.plot:
         require_extras("simulate --plot", "sim")
+    if args.services is not None:
+        return _services(args)
     if args.sweep is not None and args.policy != "ours":
         print("simulate: --sweep runs ours (and every baseline once); leave --policy out", file=sys.stderr)
         return EXIT_INPUT
@@ -153,6 +170,46 @@ def main(args: argparse.Namespace) -> int:
         from swarm_autoscaler_lab.sim.report import render_table
 
         Console().print(render_table([summary], title=Path(args.trace).name))
+    return 0
+
+
+def _services(args: argparse.Namespace) -> int:
+    """The dynamic mode: a service trace through the same planner (`sim.dynamic`)."""
+    unsupported = [
+        flag
+        for flag, used in (
+            ("--policy", args.policy != "ours"),
+            ("--sweep", args.sweep is not None),
+            ("--plot", bool(args.plot)),
+            ("--dask-packing", args.dask_packing),
+        )
+        if used
+    ]
+    if unsupported:
+        print(f"simulate: --services runs ours only, without {', '.join(unsupported)}", file=sys.stderr)
+        return EXIT_INPUT
+    try:
+        changes = read_service_trace(args.services)
+        settings = _settings(args)
+        default, per_type = _rates(args.refusal_rate)
+    except (TraceError, ValueError) as exc:
+        print(f"simulate: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except InvalidSettingsError as exc:
+        for problem in exc.problems:
+            print(f"configuration error: {problem}", file=sys.stderr)
+        return EXIT_INPUT
+    options = _options(args, settings)
+    for warning in start_time_warnings(options.knobs, settings.policy):
+        print(f"simulate: warning: {warning}", file=sys.stderr)
+    faults = RandomFaults(args.seed, default, per_type, args.never_join_rate)
+    _, summary = run_services(changes, settings, options, faults)
+    if args.json:
+        print(json.dumps(summary, sort_keys=True))
+    else:
+        from rich.console import Console
+
+        Console().print(render_services(summary, Path(args.services).name))
     return 0
 
 
