@@ -49,7 +49,7 @@ def moto() -> Iterator[MotoServer]:
 
 @pytest.fixture(scope="module")
 def network(moto: MotoServer) -> LocalNetwork:
-    return provision_network(moto.endpoint)
+    return provision_network(moto.endpoint, prefix="127.201")  # private IPs on loopback: probes stay local
 
 
 @pytest.fixture(scope="module")

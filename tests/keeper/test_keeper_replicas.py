@@ -52,7 +52,7 @@ def moto() -> Iterator[MotoServer]:
 
 @pytest.fixture(scope="module")
 def network(moto: MotoServer) -> LocalNetwork:
-    return provision_network(moto.endpoint)
+    return provision_network(moto.endpoint, prefix="127.202")  # private IPs on loopback: probes stay local
 
 
 @pytest.fixture(scope="module")

@@ -37,7 +37,7 @@ def moto() -> Iterator[MotoServer]:
 
 @pytest.fixture(scope="module")
 def network(moto: MotoServer) -> LocalNetwork:
-    return provision_network(moto.endpoint)
+    return provision_network(moto.endpoint, prefix="127.203")  # private IPs on loopback: probes stay local
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,9 @@ the order they should run: marks, labels, repairs, uncordons, activations, start
 then scale-down (retirements before drains, then terminations and stops).
 
 Each step is a function of the frozen `Facts` and of what earlier steps decided, passed explicitly
-(`received`, the launched types); none sees another's side effects.
+(`received`, the launched types); each only adds actions: none rewrites another's output or sees its
+side effects (a type's queue threshold is applied inside scale-up, the warm pool's stops inside
+scale-down). The load is decided once, as `idle`, `short` and `settled`.
 """
 
 from __future__ import annotations
@@ -60,11 +62,11 @@ from swarm_autoscaler.core.launches import LaunchBook, plan_launches
 from swarm_autoscaler.core.marks import keep_cordons, keep_marks, label_nodes
 from swarm_autoscaler.core.model import Policy, Snapshot
 from swarm_autoscaler.core.placement import NewBins, Unplaced, rank_types, type_capacity
-from swarm_autoscaler.core.pool import into_pool, refill, repair_pool, started
+from swarm_autoscaler.core.pool import refill, repair_pool, started
 from swarm_autoscaler.core.scaleup import NEW, OWN_WORKER, TIERS, Placement, scale_up
 from swarm_autoscaler.core.shrink import repair, scale_down
 from swarm_autoscaler.core.steps import Facts, Step, mark, mark_actions
-from swarm_autoscaler.core.surge import BELOW_SURGE, below_threshold, hold_back
+from swarm_autoscaler.core.surge import BELOW_SURGE
 from swarm_autoscaler.core.vectors import Space, Vec
 
 __all__ = ["BELOW_SURGE", "NEW", "OWN_WORKER", "TIERS", "Trace", "plan", "plan_traced"]
@@ -120,11 +122,10 @@ def _decide(
     options = rank_types(snapshot, policy, space)
     unplaced = Unplaced(demand.groups, ledger)
     unplaceable = unplaced.drop_unplaceable(options, policy)
-    nothing_pending = unplaced.left == 0
+    idle = unplaced.left == 0  # no placeable task pending
     capacity = type_capacity(snapshot, options, space)
     budget = LaunchBook.of(snapshot, policy).budget
     up = scale_up(facts, unplaced, options, capacity, budget, tracing=ledger is not None)
-    up = hold_back(up, below_threshold(up.new_bins, facts.cluster, policy, unplaced.left))
     starting = started(up.start)
     launches = plan_launches(
         snapshot,
@@ -133,37 +134,38 @@ def _decide(
         up.new_bins,
         up.received,
         options,
-        fill_reserve=nothing_pending,
+        fill_reserve=idle,
         started=starting,
     )
-    # Idle machines are scaled down when nothing is pending, and also when pending work could not get
-    # capacity (max_instances reached, or its types refused): placement put nothing on them, so they
-    # cannot serve it, and keeping them would block the launches it needs forever.
+    # The load, decided once: `idle` (nothing pending), `short` (pending work left without capacity:
+    # max_instances reached, or its types refused) or neither (every pending task placed). Idle
+    # machines are scaled down when idle, and when short too: placement put nothing on them, so they
+    # cannot serve that work, and keeping them would block the launches it needs forever. With every
+    # pending task placed, only cordoned workers (which take no new task) are drained, and only under
+    # `consolidate_under_load`: consolidation under load empties them. Consolidation itself runs when
+    # `settled`.
+    short = unplaced.left > 0
+    settled = idle or (not short and policy.consolidate_under_load)
     shrink = Step()
-    # Under load with every pending task placed on capacity that exists, only cordoned workers (which
-    # take no new task) are drained: consolidation under load empties them.
-    placed_all = not nothing_pending and unplaced.left == 0
-    if nothing_pending or unplaced.left > 0 or (placed_all and policy.consolidate_under_load):
+    if short or settled:
         launching = set(launches.by_type) | set(starting)
         shrink = scale_down(
             facts,
             up.received,
             launching,
             launches.total + starting.total(),
-            cordoned_only=placed_all,
+            cordoned_only=not idle and not short,
         )
-    shrink = into_pool(facts, shrink)
-    refills = refill(facts, shrink, launches.left) if nothing_pending else ()
+    refills = refill(facts, shrink, launches.left) if idle else ()
     # The cost-aware pass runs only when nothing is pending: under load it took room the arriving tasks
     # needed while the expensive machine's long tasks ran on (measured: dearer and slower on a
     # heavy-tailed mix). Prices: the policy's of each allowed type, the catalogue's of a type no longer
     # allowed.
     prices: dict[str, float | None] = {}
-    if nothing_pending:
+    if idle:
         prices = {t.name: t.price_per_hour for t in snapshot.instance_types} | {
             o.name: o.price for o in options
         }
-    settled = nothing_pending or (placed_all and policy.consolidate_under_load)
     actions = _assemble(facts, up, (launches, refills), shrink, settled, (capacity, space, prices))
     result = Plan(actions, unplaceable, demand.pending, up.placed)
     if ledger is None:

@@ -16,7 +16,7 @@ where a launch takes minutes, and a stopped machine pays only for its EBS volume
   the same budget as a launch (the machine is live again), and so does a machine preparing for the pool.
 - **Refill** (`refill`, only when nothing is pending): a type whose pool (stopped plus preparing) is
   short gets the missing machines launched into it, within the budget.
-- **Stop into the pool** (`into_pool`): scale-down's termination of a drained surplus machine becomes a
+- **Stop into the pool** (`PoolRoom`): scale-down's termination of a drained surplus machine becomes a
   `Stop` when its type's pool is short, with the same expectations (HostIdle + NodeOurs); `act` fences
   and re-checks it as a termination and removes its node, so no down node lingers.
 - **Base** (`TypePolicy.minimum`): launches.py tops each type up to its base; shrink.py never scales
@@ -113,33 +113,31 @@ def _in_pool(facts: Facts) -> Counter[str]:
     return Counter(m.type_name for m in (*facts.cluster.stopped, *facts.cluster.preparing))
 
 
-def into_pool(facts: Facts, shrink: Step) -> Step:
-    """Scale-down's terminations of drained machines (shrink.py keeps each type's base), turned into a
-    Stop into the pool while the type's pool is short (same expectations; no termination mark)."""
-    members = {m.key: m for m in facts.cluster.drained}
-    pools = {tp.name: tp.warm_pool for tp in facts.policy.allowed_types}
-    pooled = _in_pool(facts)
-    actions: list[Action] = []
-    unmarked: set[str] = set()
-    for action in shrink.actions:
-        member = members.get(action.instance_ids[0]) if isinstance(action, Terminate) else None
-        if (
-            member is None
-            or not isinstance(action, Terminate)
-            or pooled[member.type_name] >= pools.get(member.type_name, 0)
-            or (member.instance is not None and member.instance.spot)  # EC2 cannot stop a spot one
-        ):
-            actions.append(action)
-            continue
+class PoolRoom:
+    """Where scale-down's terminations of drained machines go instead (shrink.py asks, machine by
+    machine, before it plans each termination): a Stop into the type's warm pool while that pool is short
+    (same expectations; no termination mark). EC2 cannot stop a one-time spot machine: it is terminated."""
+
+    def __init__(self, facts: Facts) -> None:
+        self._drained = {m.key for m in facts.cluster.drained}
+        self._pools = {tp.name: tp.warm_pool for tp in facts.policy.allowed_types}
+        self._pooled = _in_pool(facts)
+
+    def stop(self, member: Member, reason: str, expect: tuple[Check, ...]) -> Step | None:
+        """A Stop of `member` into its type's pool, counted against the pool's room, or None."""
         kind = member.type_name
-        pooled[kind] += 1
-        why = f"{action.reason}; stopped into the warm pool of {kind} ({pooled[kind]}/{pools[kind]})"
-        actions.append(Stop(action.instance_ids, why, action.node_ids, action.expect))
-        unmarked.update(action.node_ids)
-    marks = tuple(
-        m for m in shrink.marks if not (m.node_id in unmarked and dict(m.changes).get("termination_started"))
-    )
-    return Step(tuple(actions), marks, shrink.removed)
+        inst = member.instance
+        if (
+            inst is None
+            or member.key not in self._drained
+            or self._pooled[kind] >= self._pools.get(kind, 0)
+            or inst.spot
+        ):
+            return None
+        self._pooled[kind] += 1
+        why = f"{reason}; stopped into the warm pool of {kind} ({self._pooled[kind]}/{self._pools[kind]})"
+        node_ids = (member.node.id,) if member.node is not None else ()
+        return Step((Stop((inst.id,), why, node_ids, expect),))
 
 
 def refill(facts: Facts, shrink: Step, budget: int) -> tuple[Launch, ...]:

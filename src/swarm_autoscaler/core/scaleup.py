@@ -18,6 +18,7 @@ from swarm_autoscaler.core.cluster import Bucket, Member
 from swarm_autoscaler.core.placement import NewBins, TypeOption, Unplaced
 from swarm_autoscaler.core.pool import POOLED, start_actions, start_bins
 from swarm_autoscaler.core.steps import Facts, Mark, mark
+from swarm_autoscaler.core.surge import BELOW_SURGE, below_threshold
 from swarm_autoscaler.core.vectors import Vec
 
 # Buckets that receive pending tasks, in order, and where their capacity comes from.
@@ -101,8 +102,15 @@ def scale_up(
         start = start_actions(starting, fill.received)
         budget -= len(starting)
     new_bins = tuple(unplaced.pack_new(options, budget))
-    if new_bins:
-        fill.placed[NEW] = sum(b.count * b.tasks_each for b in new_bins)
+    # A type with a queue threshold launches only for a longer queue while a worker of it is up
+    # (surge.py): its tasks wait for that worker and count under BELOW_SURGE.
+    below = below_threshold(new_bins, facts.cluster, facts.policy, unplaced.left)
+    waiting = sum(below.values())
+    if new := sum(b.count * b.tasks_each for b in new_bins) - waiting:
+        fill.placed[NEW] = new
+    if below:
+        fill.placed[BELOW_SURGE] = waiting
+        new_bins = tuple(b for b in new_bins if b.type_name not in below)
     actions, marks = _activations(activate, fill.received)
     return Placement(
         received=fill.received,

@@ -36,6 +36,7 @@ from swarm_autoscaler.core.actions import (
 from swarm_autoscaler.core.cluster import Member, broken_reason
 from swarm_autoscaler.core.launches import useful, useful_of
 from swarm_autoscaler.core.model import NodeStatus
+from swarm_autoscaler.core.pool import PoolRoom
 from swarm_autoscaler.core.steps import Facts, Mark, Step, mark
 
 
@@ -141,7 +142,11 @@ def scale_down(
     drain = _drain(facts, received, cordoned_only)
     chosen = _beyond_reserve(facts, received, launching, launched)
     reason = f"drained for at least termination_delay={facts.policy.termination_delay:g}s, beyond the reserve"
-    ends = [terminate(m, reason, _idle_and_ours(m), facts.now) for m in chosen]
+    room = PoolRoom(facts)
+    ends = [
+        room.stop(m, reason, _idle_and_ours(m)) or terminate(m, reason, _idle_and_ours(m), facts.now)
+        for m in chosen
+    ]
     return Step(
         (*drain.actions, *(a for s in ends for a in s.actions)),
         (*drain.marks, *(m for s in ends for m in s.marks)),

@@ -1,4 +1,4 @@
-"""Per-type queue thresholds: "surge only when more than N tasks wait". Pure; used by plan().
+"""Per-type queue thresholds: "surge only when more than N tasks wait". Pure; used by scale-up.
 
 A type may carry `TypePolicy.surge_above` = N > 0: while a worker of that type is up and takes tasks
 (an active, uncordoned member with a connected worker), new machines of the type are launched only when
@@ -13,13 +13,11 @@ the estimates say.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Sequence
 
 from swarm_autoscaler.core.cluster import Fleet
 from swarm_autoscaler.core.model import Policy
 from swarm_autoscaler.core.placement import NewBins
-from swarm_autoscaler.core.scaleup import NEW, Placement
 
 BELOW_SURGE = "below-surge"  # `Plan.placed`: tasks left to the workers of a type, at or below its threshold
 
@@ -41,14 +39,3 @@ def below_threshold(
         if tp is not None and tp.surge_above > 0 and n + unplaced <= tp.surge_above and type_name in up:
             held[type_name] = n
     return held
-
-
-def hold_back(up: Placement, held: Mapping[str, int]) -> Placement:
-    """`up` without the new machines of the `held` types; their tasks count under `BELOW_SURGE`."""
-    if not held:
-        return up
-    new_bins = tuple(b for b in up.new_bins if b.type_name not in held)
-    waiting = sum(held.values())
-    placed = [(name, n - waiting if name == NEW else n) for name, n in up.placed]
-    placed = [(name, n) for name, n in placed if n] + [(BELOW_SURGE, waiting)]
-    return replace(up, new_bins=new_bins, placed=tuple(placed))
