@@ -27,6 +27,12 @@ def add_demo(subparsers: Any) -> None:
     demo.add_argument("--out-dir", default="demo-out", help="where the timeline PNG goes (default demo-out)")
     demo.add_argument("--verbose", action="store_true", help="show the daemon's log lines")
     demo.add_argument(
+        "--mode",
+        choices=("computational", "dynamic"),
+        default="computational",
+        help="computational (default): dask tasks; dynamic: swarm services placed on the machines it launches",
+    )
+    demo.add_argument(
         "--clusters",
         type=int,
         default=0,
@@ -47,6 +53,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     if args.clusters and (args.swarm or args.clusters < 0):  # checked before logging is configured
         print("demo: --clusters N needs N >= 1 and runs on the in-memory swarm (no --swarm)", file=sys.stderr)
         return EXIT_CONFIGURATION
+    if args.mode == "dynamic" and (args.swarm or args.clusters):
+        print(
+            "demo: --mode dynamic runs on the in-memory swarm, without --swarm or --clusters", file=sys.stderr
+        )
+        return EXIT_CONFIGURATION
     require_extras("demo", "local", "sim")
     from swarm_autoscaler.runtime.logs import configure_logging
     from swarm_autoscaler_lab.demo import run as demo
@@ -59,6 +70,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
         for name in ("distributed", "werkzeug", "tornado"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
+    if args.mode == "dynamic":
+        from swarm_autoscaler_lab.demo import dynamic
+
+        return dynamic.main(dynamic.DynamicDemoOptions(fast=args.fast, json=args.json))
     if args.clusters:
         from swarm_autoscaler_lab.demo import clusters
 

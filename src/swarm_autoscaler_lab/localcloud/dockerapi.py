@@ -11,7 +11,9 @@ machine, where a real dockerd per node (about 130 MB each) cannot. Used by the c
 - `POST /v*/nodes/{id}/update?version=N` with a node spec: the version must be the node's current
   `Version.Index`, or docker's "update out of sequence" error (HTTP 500) comes back;
 - `DELETE /v*/nodes/{id}?force=...`;
-- `GET /v*/swarm` (the join tokens).
+- `GET /v*/swarm` (the join tokens);
+- `GET /v*/services` and `GET /v*/tasks` (filters ignored): the `services` source's, empty without one
+  (the dynamic mode's demo), which also gives each node's `Description.Resources`.
 
 The swarm's nodes keep their lifecycle marks apart from their labels (`model.Node.marks`); here they are
 one set of labels, as on a real engine, written and read with the adapter's own label names. A node's
@@ -39,7 +41,7 @@ import itertools
 import json
 import random
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -50,6 +52,16 @@ from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
 API_VERSION = "1.45"
 MANAGER_ID = "manager0001"
 Guard = Callable[[str, Node], Awaitable[None]]
+
+
+class ServicesSource(Protocol):
+    """Swarm services and their tasks, in docker's JSON (`demo.services.MemoryServices`)."""
+
+    def services_json(self) -> list[dict[str, Any]]: ...
+    def tasks_json(self) -> list[dict[str, Any]]: ...
+    def node_resources(self, hostname: str) -> dict[str, Any] | None:
+        """What the engine on this host reports (`Description.Resources`); None: unknown."""
+        ...
 
 
 class DockerApi:
@@ -66,8 +78,10 @@ class DockerApi:
         seed: int = 0,
         prefix: str = DEFAULT_PREFIX,
         manager_hostname: str = "ip-10-0-255-1",
+        services: ServicesSource | None = None,
     ) -> None:
         self.swarm = swarm
+        self.services = services
         self._guard = guard
         self._latency = latency if callable(latency) else (lambda: float(latency))
         self.write_latency = write_latency
@@ -97,6 +111,8 @@ class DockerApi:
         app.router.add_post("/{api}/nodes/{id}/update", self._update)
         app.router.add_delete("/{api}/nodes/{id}", self._remove)
         app.router.add_get("/{api}/swarm", self._swarm)
+        app.router.add_get("/{api}/services", self._services)
+        app.router.add_get("/{api}/tasks", self._tasks)
         # Hung requests (write_latency) must not hold the shutdown for aiohttp's default 60 s.
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
@@ -141,9 +157,13 @@ class DockerApi:
                 "Role": "manager" if node.is_manager else "worker",
                 "Availability": str(node.availability),
             },
-            "Description": {"Hostname": node.hostname},
+            "Description": self._description(node.hostname),
             "Status": {"State": str(node.status), "Addr": "127.0.0.1"},
         }
+
+    def _description(self, hostname: str) -> dict[str, Any]:
+        resources = self.services.node_resources(hostname) if self.services is not None else None
+        return {"Hostname": hostname} | ({"Resources": resources} if resources is not None else {})
 
     def _manager_json(self) -> dict[str, Any]:
         return {
@@ -232,6 +252,14 @@ class DockerApi:
             await self._guard("remove", node)
         await self.swarm.remove(node_id)
         return web.Response(status=200)
+
+    async def _services(self, _: web.Request) -> web.Response:
+        await self._answer_later()
+        return web.json_response(self.services.services_json() if self.services is not None else [])
+
+    async def _tasks(self, _: web.Request) -> web.Response:
+        await self._answer_later()
+        return web.json_response(self.services.tasks_json() if self.services is not None else [])
 
     async def _swarm(self, _: web.Request) -> web.Response:
         await self._answer_later()

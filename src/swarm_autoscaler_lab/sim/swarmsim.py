@@ -28,7 +28,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from swarm_autoscaler.core.model import (
     Availability,
@@ -40,7 +40,7 @@ from swarm_autoscaler.core.model import (
 from swarm_autoscaler.core.ports import Fence, WorkloadView
 from swarm_autoscaler.core.services import ServiceTask, SwarmNode, busy_hosts, service_view
 from swarm_autoscaler_lab.sim.servicetrace import Scale, ServiceSpec
-from swarm_autoscaler_lab.sim.world import EPOCH, SIM_CLUSTER, SimNode, World
+from swarm_autoscaler_lab.sim.world import EPOCH, SIM_CLUSTER, World
 
 ON_NODE = ("assigned", "running")
 
@@ -75,7 +75,18 @@ class SimTask:
         )
 
 
-def meets(constraints: Iterable[str], node: SimNode) -> bool:
+class NodeLike(Protocol):
+    """A swarm worker node as placement sees it (`SimNode`, or `model.Node` in the demo)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def hostname(self) -> str: ...
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+
+
+def meets(constraints: Iterable[str], node: NodeLike) -> bool:
     """Whether swarm would place a task with these constraints on `node` (a worker)."""
     facts = {"node.role": "worker", "node.hostname": node.hostname, "node.id": node.id}
     for raw in constraints:
