@@ -4,7 +4,7 @@ dynamic_policy`: consolidation off, as the daemon runs it) and `SimServicesWorkl
 
 Ticks fall every `tick_s` on the virtual clock, as in `sim.engine`. The run ends at the first tick after
 the trace's last change where no task waits for a node except the ones the plan reports unplaceable, no
-machine is booting, and no more machines are live than the ones holding tasks plus the policy's floor
+machine is booting or has yet to join, and no more machines are live than the ones holding tasks plus the policy's floor
 (`settled_fleet`); or `deadline_s` after the last change.
 """
 
@@ -15,13 +15,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from swarm_autoscaler.core.model import InstanceState, InstanceType, Policy
+from swarm_autoscaler.core.model import InstanceState, InstanceType, NodeStatus, Policy
 from swarm_autoscaler.core.plan import plan
 from swarm_autoscaler.core.services import dynamic_policy
 from swarm_autoscaler.daemon.loop import InFlightCloud
 from swarm_autoscaler.daemon.tick import Ports, TickResult, run_tick
 from swarm_autoscaler_lab.sim.config import SimSettings
-from swarm_autoscaler_lab.sim.engine import SIM_ACT, Options, settled_fleet
+from swarm_autoscaler_lab.sim.engine import SIM_ACT, Options, Planner, settled_fleet
 from swarm_autoscaler_lab.sim.servicetrace import Scale
 from swarm_autoscaler_lab.sim.swarmsim import ServiceKnobs, ServiceWorld, SimServicesWorkload
 from swarm_autoscaler_lab.sim.world import EPOCH, Faults, SimCloud, SimOrchestrator, Violation
@@ -65,8 +65,10 @@ async def simulate_services(
     faults: Faults | None = None,
     on_tick: ServiceTickHook | None = None,
     service_knobs: ServiceKnobs | None = None,
+    planner: Planner = plan,
 ) -> ServiceRun:
-    """Run the service trace in dynamic mode until settled or past the deadline."""
+    """Run the service trace in dynamic mode until settled or past the deadline (`planner`: the real
+    one, or a planted bug for the hunt's own test)."""
     options = options or Options()
     policy = dynamic_policy(policy)
     overhead = {tp.name: tp.overhead for tp in policy.allowed_types}
@@ -88,7 +90,7 @@ async def simulate_services(
         world.advance(now)
         if tick_no and _restart_due(options, world.faults, tick_no):
             ports, run.restarts = daemon_ports(world, policy, catalogue), run.restarts + 1
-        result = await run_tick(ports, policy, catalogue, now, planner=plan, config=SIM_ACT)
+        result = await run_tick(ports, policy, catalogue, now, planner=planner, config=SIM_ACT)
         _record(run, result)
         if on_tick is not None:
             on_tick(run, result)
@@ -118,15 +120,21 @@ def _record(run: ServiceRun, result: TickResult) -> None:
 
 
 def settled(run: ServiceRun, result: TickResult) -> bool:
-    """Nothing waits but unplaceable tasks, nothing boots, no idle machine above the floor."""
+    """Nothing waits but unplaceable tasks, nothing boots (every live machine has a ready node), no idle
+    machine above the floor."""
     world = run.world
     unplaceable = {u.task_key for u in result.plan.unplaceable}
     if any(t.state == "pending" and t.id not in unplaceable for t in world.tasks.values()):
         return False
     if any(i.state is InstanceState.PENDING for i in world.instances.values()):
         return False
+    ready = {n.id for n in world.nodes.values() if n.status is NodeStatus.READY}
+    if any(i.node_id not in ready for i in world.alive()):
+        return False  # a machine that never joined: the planner has yet to replace it
     held = {t.node_id for t in world.tasks.values() if t.node_id and t.desired == "running"}
     busy = sum(1 for i in world.alive() if i.node_id in held)
+    if not busy:  # nothing runs: exactly the floor (below it, the planner is still launching)
+        return len(world.alive()) == settled_fleet(run.policy)
     return len(world.alive()) <= busy + settled_fleet(run.policy)
 
 

@@ -15,6 +15,10 @@ run against the strategy (the real planner by default) and checked:
 000: "scale down drained nodes until we reach the reserve") and launches what a type's reserve lacks once
 nothing is pending, so a type the workload never used ends with its reserve too.
 
+About a quarter of the seeds `hunt` and the command run (`is_dynamic`) draw a dynamic-mode world instead:
+swarm services with reservations and constraints, the same faults, the same invariants and 0 busy
+disruptions (`sim.hunt_services`); the command prints how many it ran.
+
 A failing case is shrunk (delta debugging over its list of events: jobs and faults) to the shortest list
 that still fails, and printed with its seed:
 
@@ -28,10 +32,12 @@ import random
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol, Self, TypeVar
 
 from swarm_autoscaler.core.actions import DrainNode, RemoveNode, Retired, RetireWorkers, Stop, Terminate
 from swarm_autoscaler.core.model import InstanceState, Policy, Resources, Snapshot, TypePolicy
 from swarm_autoscaler.daemon.tick import TickResult
+from swarm_autoscaler_lab.sim import hunt_services
 from swarm_autoscaler_lab.sim.config import priced_catalogue
 from swarm_autoscaler_lab.sim.engine import Options, Ours, Run, Strategy, settled_fleet, simulate
 from swarm_autoscaler_lab.sim.faults import ScriptedFaults
@@ -39,6 +45,7 @@ from swarm_autoscaler_lab.sim.trace import Job
 from swarm_autoscaler_lab.sim.world import EPOCH, Knobs
 
 TICK_S = 10.0
+DYNAMIC_SHARE = 0.25  # of the seeds `hunt` and `main` run: dynamic-mode worlds (`is_dynamic`)
 KNOBS = Knobs(join_s=60.0, join_jitter_s=40.0, worker_start_s=10.0, shutdown_s=20.0, backoff_initial_s=20.0)
 SHAPES = (  # (cpus, ram_gib, gpus, pinned type)
     (1.0, 2.0, 0, None),
@@ -261,7 +268,17 @@ def _pool_problems(run: Run) -> list[str]:
     return out
 
 
-def shrink(case: Case, fails: Callable[[Case], bool]) -> Case:
+class Shrinkable(Protocol):
+    """A case as `shrink` sees it: a list of events, and the case made of some of them."""
+
+    def events(self) -> list[tuple[str, object]]: ...
+    def with_events(self, events: Sequence[tuple[str, object]]) -> Self: ...
+
+
+C = TypeVar("C", bound=Shrinkable)
+
+
+def shrink(case: C, fails: Callable[[C], bool]) -> C:
     """The smallest case (by events) found by delta debugging that still `fails`."""
     events = case.events()
     chunk = max(1, len(events) // 2)
@@ -296,10 +313,20 @@ def describe(case: Case, problems: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def is_dynamic(seed: int) -> bool:
+    """Whether the seed draws a dynamic-mode world (`sim.hunt_services`): about a quarter do, drawn from
+    a generator of its own so that the dask cases of the other seeds stay what they were."""
+    return random.Random(f"mode:{seed}").random() < DYNAMIC_SHARE
+
+
 def hunt(seeds: Sequence[int], strategy: Strategy | None = None) -> list[str]:
-    """Check every seed; for each failure return the description of its shrunk case."""
+    """Check every seed; for each failure return the description of its shrunk case. With the real
+    planner (no `strategy`), the seeds of `is_dynamic` run dynamic-mode worlds instead."""
     reports = []
     for seed in seeds:
+        if strategy is None and is_dynamic(seed):
+            reports += hunt_services.hunt_one(seed)
+            continue
         case = generate(seed)
         if check(case, strategy):
             small = shrink(case, lambda c: bool(check(c, strategy)))
@@ -310,10 +337,12 @@ def hunt(seeds: Sequence[int], strategy: Strategy | None = None) -> list[str]:
 def main(argv: Sequence[str]) -> int:
     count = int(argv[0]) if argv else 200
     first = int(argv[1]) if len(argv) > 1 else 0
-    reports = hunt(range(first, first + count))
+    seeds = range(first, first + count)
+    reports = hunt(seeds)
     for report in reports:
         print(report)
-    print(f"{count} seeds, {len(reports)} failing")
+    dynamic = sum(is_dynamic(s) for s in seeds)
+    print(f"{count} seeds ({dynamic} of them dynamic-mode worlds), {len(reports)} failing")
     return 1 if reports else 0
 
 
