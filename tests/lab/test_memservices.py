@@ -8,7 +8,7 @@ import asyncio
 from swarm_autoscaler.adapters.swarm_services import resources_of, task_from_api
 from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.model import GIB, Availability, NodeStatus, Resources
-from swarm_autoscaler_lab.demo.services import MemoryServices
+from swarm_autoscaler_lab.localcloud.memservices import MemoryServices
 from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
 from swarm_autoscaler_lab.sim.servicetrace import ServiceSpec
 

@@ -3,7 +3,7 @@ scaling for swarm services instead of dask tasks.
 
 The daemon is built from settings as `swarm-autoscaler run` builds it, with `AUTOSCALER_MODE=dynamic`:
 EC2 is a moto server, machines are emulated and join the in-memory swarm, and the swarm's services and
-tasks (`demo.services.MemoryServices`, placed by swarm's rules) are served by the Docker Engine API
+tasks (`localcloud.memservices.MemoryServices`, placed by swarm's rules) are served by the Docker Engine API
 imitation, which the daemon's own swarm services adapter reads. Three phases, each waiting for the
 fleet to settle, not for a time:
 
@@ -32,9 +32,9 @@ from swarm_autoscaler.core.actions import Launch, Terminate
 from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.model import Availability
 from swarm_autoscaler.daemon.tick import TickResult
-from swarm_autoscaler_lab.demo.services import MemoryServices
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud, LocalCloudOptions
 from swarm_autoscaler_lab.localcloud.dockerapi import DockerApi
+from swarm_autoscaler_lab.localcloud.memservices import MemoryServices
 from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
 from swarm_autoscaler_lab.sim.servicetrace import ServiceSpec
 

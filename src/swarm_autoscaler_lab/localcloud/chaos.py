@@ -9,7 +9,9 @@ second and the world's state every two; tick durations come from the daemon's JS
 
 Every wait is bounded in time, every process is stopped by its pid (SIGTERM, then SIGKILL), and all
 traffic stays on 127.0.0.1. `python -m swarm_autoscaler_lab.localcloud.chaos --runs N` runs N seeds and prints
-the share of runs in which each fault fired and the hits of each run.
+the share of runs in which each fault fired and the hits of each run. About a third of the seeds
+(`is_dynamic`; `CHAOS_MODE=dynamic` forces it) run the daemon's dynamic mode: swarm services in the world
+(`cloudhost_services`), a node holding a service task counted busy.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -87,6 +90,7 @@ class ChaosReport:
     ec2_calls: dict[str, int] = field(default_factory=dict)  # EC2 calls moto served, by action
     busy_at_cancel: int = 0  # workers processing a task just before the cancellation
     cancel_seconds: float = 0.0  # how long the world took to cancel the backlog
+    mode: str = "computational"  # the daemon's mode: "dynamic" when the world runs swarm services
 
     def fired(self) -> dict[str, bool]:
         return {name: count > 0 for name, count in self.faults.items()}
@@ -104,7 +108,7 @@ class ChaosReport:
         p95 = ticks[min(len(ticks) - 1, int(0.95 * len(ticks)))]
         healthy = self.health.get(200, 0)
         lines = [
-            f"chaos run seed={self.seed}: {self.seconds:.0f}s, settled={self.settled}",
+            f"chaos run seed={self.seed} ({self.mode} mode): {self.seconds:.0f}s, settled={self.settled}",
             f"  guard hits: {len(self.hits)}  "
             + ", ".join(f"{h['kind']} {h['hostname']}" for h in self.hits),
             f"  disruptions seen by the world: {self.disruptions}",
@@ -190,6 +194,7 @@ def run_chaos(config: ChaosConfig, workdir: Path) -> ChaosReport:
         ec2_calls=report.get("ec2_calls", {}),
         busy_at_cancel=measured.get("busy_at_cancel", 0),
         cancel_seconds=measured.get("cancel_ms", 0) / 1000,
+        mode="dynamic" if config.world.dynamic else "computational",
     )
 
 
@@ -254,8 +259,20 @@ def _leak(state: dict[str, Any]) -> dict[str, Any]:
     return {k: state.get(k) for k in keys}
 
 
+DYNAMIC_SHARE = 0.3  # of the seeds: a dynamic-mode world (`is_dynamic`)
+
+
+def is_dynamic(seed: int) -> bool:
+    """Whether the seed's world runs the daemon's dynamic mode (swarm services, `cloudhost_services`):
+    about a third do; `CHAOS_MODE=dynamic` or `computational` forces it."""
+    forced = os.environ.get("CHAOS_MODE", "")
+    if forced in ("dynamic", "computational"):
+        return forced == "dynamic"
+    return random.Random(f"mode:{seed}").random() < DYNAMIC_SHARE
+
+
 def default_config(seed: int) -> ChaosConfig:
-    return ChaosConfig(seed=seed, world=WorldOptions(seed=seed))
+    return ChaosConfig(seed=seed, world=WorldOptions(seed=seed, dynamic=is_dynamic(seed)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -265,15 +282,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     first = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
     fired: Counter[str] = Counter()
-    hits = 0
+    hits = dynamic = 0
     for seed in range(first, first + max(1, args.runs)):
         with tempfile.TemporaryDirectory(prefix=f"chaos-{seed}-") as tmp:
             report = run_chaos(default_config(seed), Path(tmp))
         print(report.summary(), flush=True)
         fired.update(name for name, yes in report.fired().items() if yes)
         hits += len(report.hits)
+        dynamic += report.mode == "dynamic"
     runs = max(1, args.runs)
-    print(f"over {runs} run(s) from seed {first}: {hits} guard hit(s)")
+    print(f"over {runs} run(s) from seed {first} ({dynamic} in the dynamic mode): {hits} guard hit(s)")
     for name in sorted(fired):
         print(f"  {name}: fired in {fired[name]}/{runs} runs ({fired[name] / runs:.0%})")
     return 1 if hits else 0

@@ -56,6 +56,7 @@ from swarm_autoscaler.adapters.ec2 import owner_tags
 from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.model import Node, NodeStatus
 from swarm_autoscaler_lab.localcloud.chaos_procs import stop_process
+from swarm_autoscaler_lab.localcloud.cloudhost_services import ServiceLoad
 from swarm_autoscaler_lab.localcloud.dockerapi import DockerApi
 from swarm_autoscaler_lab.localcloud.machines import MachineEmulator, MemoryJoiner
 from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
@@ -94,6 +95,7 @@ class WorldOptions:
     slow_ec2_rate: float = 0.25
     slow_ec2_max: float = 2.0
     moto_process: bool = False  # moto in a process of its own (`moto_proc`), off this process's GIL
+    dynamic: bool = False  # the daemon's dynamic mode: swarm services, not dask tasks (`cloudhost_services`)
 
     @property
     def min_plus_reserve(self) -> int:
@@ -157,6 +159,7 @@ class CloudHost:
         self.ec2_endpoint = ""
         self._moto_control = ""  # the moto process's control URL (`moto_process`)
         self.loop_lags: list[tuple[float, float]] = []  # (when, how late) each probe's short sleep woke
+        self.services = ServiceLoad(self.swarm, lambda: self.emulator) if options.dynamic else None
 
     async def __aenter__(self) -> CloudHost:
         try:
@@ -193,6 +196,7 @@ class CloudHost:
             latency=lambda: self._rng.uniform(low, high),
             conflict_rate=self.options.conflict_rate,
             seed=self.options.seed,
+            services=self.services.services if self.services is not None else None,
         )
         self.docker_url = await api.start()
         self._api = api
@@ -215,6 +219,8 @@ class CloudHost:
         self._machines = asyncio.create_task(self.emulator.run(self.options.emulator_interval))
         self._tasks.append(asyncio.create_task(self._watch_world()))
         self._tasks.append(asyncio.create_task(self._probe_lag()))
+        if self.services is not None:
+            self._tasks.append(asyncio.create_task(self.services.run()))
 
     async def _start_moto_process(self) -> None:
         """moto in its own process (`moto_proc`): its TerminateInstances guard calls back here, over
@@ -275,13 +281,16 @@ class CloudHost:
             "AUTOSCALER_DASK_SCHEDULER_URL": str(self.scheduler.address),
             "AUTOSCALER_DOCKER_URL": self.docker_url,
             "AUTOSCALER_MAX_START_TIME": f"{self.options.max_start_time:g}s",
-        }
+        } | ({"AUTOSCALER_MODE": "dynamic"} if self.options.dynamic else {})
 
     # --- guards --------------------------------------------------------------------------------
 
     def worker_load(self, hostname: str) -> tuple[int, int] | None:
         """(tasks processing, results held by no other worker) of the worker on `hostname`, read from the
-        scheduler now; None when no worker of that name is connected."""
+        scheduler now; None when no worker of that name is connected. Dynamic mode: the service tasks on
+        its node instead (`cloudhost_services`)."""
+        if self.services is not None:
+            return self.services.load(hostname)
         for ws in self.scheduler.workers.values():
             if str(ws.name) == hostname:
                 unique = sum(1 for ts in ws.has_what if len(ts.who_has or ()) <= 1)
@@ -388,6 +397,8 @@ class CloudHost:
     # --- the user --------------------------------------------------------------------------------
 
     async def submit_backlog(self, n: int, low: float, high: float) -> int:
+        if self.services is not None:
+            return self.services.submit(n)
         seconds = [round(self._rng.uniform(low, high), 3) for _ in range(n)]
         futures = self.client.map(_work, seconds, pure=False)
         self._backlog.extend(futures)
@@ -406,6 +417,8 @@ class CloudHost:
 
     async def cancel(self) -> int:
         """Cancel the whole backlog; returns how many workers were busy just before."""
+        if self.services is not None:
+            return self.services.cancel()
         busy = sum(1 for ws in self.scheduler.workers.values() if ws.processing)
         futures, self._backlog = self._backlog, []
         await self.client.cancel(futures)
@@ -430,8 +443,10 @@ class CloudHost:
             "nodes": len(nodes),
             "nodes_down": sum(1 for n in nodes if n.status != NodeStatus.READY),
             "workers": len(workers),
-            "busy_workers": sum(1 for ws in workers if ws.processing),
-            "backlog": len(self._backlog),
+            "busy_workers": self.services.busy_nodes()
+            if self.services is not None
+            else sum(1 for ws in workers if ws.processing),
+            "backlog": self.services.backlog() if self.services is not None else len(self._backlog),
             "done": self.done,
             "min_plus_reserve": self.options.min_plus_reserve,
             "loop_lag_max_5s": round(

@@ -55,7 +55,7 @@ Guard = Callable[[str, Node], Awaitable[None]]
 
 
 class ServicesSource(Protocol):
-    """Swarm services and their tasks, in docker's JSON (`demo.services.MemoryServices`)."""
+    """Swarm services and their tasks, in docker's JSON (`localcloud.memservices.MemoryServices`)."""
 
     def services_json(self) -> list[dict[str, Any]]: ...
     def tasks_json(self) -> list[dict[str, Any]]: ...

@@ -1,4 +1,4 @@
-"""Swarm services on the demo's in-memory swarm: what `demo --mode dynamic` runs for the daemon to scale.
+"""Swarm services on an in-memory swarm: what the dynamic mode's demo and chaos world run for the daemon to scale.
 
 `MemoryServices` keeps replicated services and their tasks beside a `MemorySwarm` and plays swarm's
 orchestrator and scheduler on the wall clock, as `sim.swarmsim.ServiceWorld` does on the virtual one
