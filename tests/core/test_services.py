@@ -28,7 +28,7 @@ from swarm_autoscaler.core.model import (
 )
 from swarm_autoscaler.core.plan import plan
 from swarm_autoscaler.core.ports import WorkloadView
-from swarm_autoscaler.core.services import ServiceTask, SwarmNode, busy_hosts, fenceable, pin_of, service_view
+from swarm_autoscaler.core.services import ServiceTask, SwarmNode, busy_hosts, pin_of, service_view
 
 CLUSTER = "c1"
 
@@ -231,11 +231,3 @@ def test_activation_picks_the_drained_node_of_the_type_a_constraint_needs_and_re
     labelled = result.of_kind(LabelNode)
     assert [(a.node_id, a.labels) for a in labelled] == [("node-2", ((TYPE_LABEL, "c5.2xlarge"),))]  # type: ignore[attr-defined]
     assert result.of_kind(Launch) == ()
-
-
-def test_a_fence_may_pause_our_nodes_and_nodes_not_labelled_yet_never_another_clusters() -> None:
-    assert fenceable(make_node(1, labels={OWNERSHIP_LABEL: "c"}, ours=True))
-    assert fenceable(make_node(2, labels={}, ours=False))  # joined since the plan: not labelled yet
-    assert fenceable(make_node(3, labels={TYPE_LABEL: "m5.large"}, ours=False))
-    assert not fenceable(make_node(4, labels={OWNERSHIP_LABEL: "other"}, ours=False))
-    assert not fenceable(make_node(5, labels={}, manager=True, ours=False))

@@ -13,8 +13,7 @@ processing tasks are the service tasks on it; tasks waiting for a node are unrun
   to `pause` (swarm places nothing new there; what runs stays), after which the planner drains it.
   `cordon` does nothing (the daemon turns consolidation off in this mode). `unfence` sets back to active
   only the nodes this adapter paused for a fence and that are still paused.
-- A fence pauses the nodes of its hosts that are ours or carry no ownership label yet (a machine that just
-  joined), then re-reads the tasks: a host with a task on it is refused.
+- A fence re-reads the tasks after pausing: a host with a task on it is refused.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ import aiohttp
 from swarm_autoscaler.adapters.swarm import DEFAULT_PREFIX, node_from_api
 from swarm_autoscaler.core.model import Availability, InstanceType, Policy, Resources, Worker
 from swarm_autoscaler.core.ports import Fence, WorkloadView
-from swarm_autoscaler.core.services import ServiceTask, SwarmNode, busy_hosts, fenceable, service_view
+from swarm_autoscaler.core.services import ServiceTask, SwarmNode, busy_hosts, service_view
 from swarm_autoscaler.errors import EndpointError, NotFoundError
 
 OWN_SERVICE_LABEL = "swarm-autoscaler.daemon"
@@ -209,13 +208,12 @@ class SwarmServicesWorkload:
         return ()
 
     async def fence(self, hostnames: Sequence[str]) -> Fence:
-        """Pause the active nodes of these hosts (`fenceable`), then read the tasks: hosts with a task
-        are refused."""
+        """Pause the active nodes of these hosts, then read the tasks: hosts with a task are refused."""
         wanted = set(hostnames)
         _, nodes = await self._view(with_pending=False)
         for seat in nodes:
             node = seat.node
-            if node.hostname in wanted and fenceable(node) and node.availability == Availability.ACTIVE:
+            if node.hostname in wanted and node.ours and node.availability == Availability.ACTIVE:
                 await self._set(node.id, Availability.PAUSE)
                 self._fenced.add(node.id)
         view, _ = await self._view(with_pending=False)

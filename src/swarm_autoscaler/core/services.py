@@ -184,12 +184,3 @@ def dynamic_policy(policy: Policy) -> Policy:
     """The policy as the dynamic mode runs it: consolidation off, since no service task can be cordoned
     away from a node the way a dask worker is (the daemon and the simulator both apply it)."""
     return dataclasses.replace(policy, consolidate_below=0.0)
-
-
-def fenceable(node: Node) -> bool:
-    """A node a fence may pause: ours, or one that carries no cluster's ownership label yet. The hosts
-    fenced are those of our own machines about to be terminated; a machine that joined since the plan has
-    not been labelled by the daemon yet, and swarm would place tasks there until the EC2 call lands (the
-    chaos world's dynamic runs found three such machines terminated with tasks on them). A node that
-    another cluster owns is never touched."""
-    return node.ours or (not node.is_manager and OWNERSHIP_LABEL not in node.labels)

@@ -38,7 +38,7 @@ from swarm_autoscaler.core.model import (
     Worker,
 )
 from swarm_autoscaler.core.ports import Fence, WorkloadView
-from swarm_autoscaler.core.services import ServiceTask, SwarmNode, busy_hosts, fenceable, service_view
+from swarm_autoscaler.core.services import ServiceTask, SwarmNode, busy_hosts, service_view
 from swarm_autoscaler_lab.sim.servicetrace import Scale, ServiceSpec
 from swarm_autoscaler_lab.sim.world import EPOCH, SIM_CLUSTER, World
 
@@ -294,8 +294,8 @@ class SimServicesWorkload:
     async def fence(self, hostnames: Sequence[str]) -> Fence:
         wanted = set(hostnames)
         for node in list(self.world.nodes.values()):
-            fenced = fenceable(node.as_model())  # the adapter's own rule
-            if node.hostname in wanted and fenced and node.availability is Availability.ACTIVE:
+            ours = node.as_model().ours
+            if node.hostname in wanted and ours and node.availability is Availability.ACTIVE:
                 self.world.set_availability(node.id, Availability.PAUSE)
                 self._fenced.add(node.id)
         view = self._view(with_pending=False)
