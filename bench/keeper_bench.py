@@ -5,6 +5,9 @@ checked it once (claimed its lease, probed its scheduler, decided), and the proc
 with the 1,000 tasks alive. Targets: all checked within 5 s, under 300 MB. Each cluster's
 scheduler answers (half of them with work), so every check takes the full path.
 
+Then the same 1,000 clusters as deployed (`bench/keeper_replicas.py`): usage accounting on, real redis
+for the leases, the ledger and the budgets, in 1 and in 3 replica processes, side by side.
+
 Run: `python -m bench keeper` (or `make bench`). `--quick` runs fewer repetitions.
 """
 
@@ -60,3 +63,6 @@ def main(flags: list[str]) -> None:
         f"  median {statistics.median(times):.3f} s (min {min(times):.3f}, max {max(times):.3f}); target < 5 s"
     )
     print(f"  peak resident memory {peak:.0f} MB (whole process); target < 300 MB")
+    from bench import keeper_replicas
+
+    keeper_replicas.report(keeper_replicas.measure(3 if "--quick" in flags else 5))

@@ -26,6 +26,7 @@ from swarm_autoscaler.errors import ConfigurationError, EndpointError
 from swarm_autoscaler.runtime.logs import REDACTED, redact_text
 
 KEY_PREFIX = "swarm-autoscaler:leader:"
+MAX_CONNECTIONS = 50  # per client; more calls at once wait for a free connection
 
 # KEYS[1] = lock key, ARGV[1] = token, ARGV[2] = ttl in ms. Returns 1 when the TTL was refreshed.
 _COMPARE_AND_PEXPIRE = """
@@ -62,14 +63,22 @@ def _password_of(url: str) -> str | None:
 def open_client(url: str, timeout: float) -> aioredis.Redis:
     """A redis client for `url` that connects lazily, bounds every call by `timeout` and retries once,
     quickly (a leader must learn fast that it cannot reach redis). A malformed URL raises
-    `ConfigurationError` without the password."""
+    `ConfigurationError` without the password.
+
+    Its pool holds at most `MAX_CONNECTIONS`, and a call beyond them waits (up to `timeout`) for one to
+    be free: redis-py's default pool refuses it at once (`MaxConnectionsError` past 100), so a keeper
+    whose 1,000 cluster tasks claim their leases together failed most claims and checked those clusters
+    only an interval later."""
     try:
-        client: aioredis.Redis = aioredis.Redis.from_url(
+        pool = aioredis.BlockingConnectionPool.from_url(
             url,
+            max_connections=MAX_CONNECTIONS,
+            timeout=timeout,
             socket_connect_timeout=timeout,
             socket_timeout=timeout,
             retry=Retry(ExponentialBackoff(cap=0.2, base=0.05), 1),
         )
+        client: aioredis.Redis = aioredis.Redis.from_pool(pool)
     except (ValueError, RedisError) as exc:
         detail = f"{type(exc).__name__}: {exc}"
         password = _password_of(url)

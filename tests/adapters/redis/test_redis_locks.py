@@ -65,3 +65,21 @@ async def test_a_wrong_password_is_an_endpoint_error_without_the_password(redis_
         await locks.claim("x", 1)
     assert "not-the-password" not in str(info.value) and PASSWORD not in str(info.value)
     await locks.close()
+
+
+async def test_a_thousand_claims_at_once_all_get_an_answer(redis_server: RedisServer) -> None:
+    """1,000 cluster tasks claim their leases together: every claim waits for one of the client's
+    connections (at most `MAX_CONNECTIONS`) instead of failing with redis-py's `MaxConnectionsError`."""
+    from swarm_autoscaler.adapters.redis_lock import MAX_CONNECTIONS
+
+    a, b = RedisLocks(redis_server.url, "k-many"), RedisLocks(redis_server.url, "k-many")
+    try:
+        names = [f"cluster:c{n}" for n in range(1000)]
+        won_a = await asyncio.gather(*(a.claim(n, ttl=30) for n in names))
+        won_b = await asyncio.gather(*(b.claim(n, ttl=30) for n in names))
+        assert all(won_a) and not any(won_b)  # every claim answered: a holds them all, b none
+        pool = a._redis.connection_pool
+        assert pool.max_connections == MAX_CONNECTIONS
+    finally:
+        await a.close()
+        await b.close()
