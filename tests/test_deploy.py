@@ -1,4 +1,5 @@
-"""The deployment files' shape: docker/stack.yml (the stack test in tests/e2e deploys it for real)."""
+"""The deployment files' shape: docker/stack.yml (the stack test in tests/e2e deploys it for real), the
+keeper's and the scheduler's stack files."""
 
 from __future__ import annotations
 
@@ -51,3 +52,17 @@ def test_local_keeper_stack_file_uses_the_host_network_and_overrides_the_ingress
     ((port,), (base_port,)) = service["ports"], base["services"]["keeper"]["ports"]
     assert port["published"] == base_port["published"] and port["mode"] == "host"
     assert service["environment"]["AUTOSCALER_HTTP_HOST"] == "127.0.2.{{.Task.Slot}}"
+
+
+def test_scheduler_stack_file_runs_the_scheduler_with_the_packing_preload_from_the_pinned_image() -> None:
+    stack: dict[str, Any] = yaml.safe_load((ROOT / "docker" / "scheduler-stack.yml").read_text())
+    service = stack["services"]["scheduler"]
+    assert service["image"].startswith("${SCHEDULER_IMAGE:?")  # no default, so never :latest
+    assert service["entrypoint"] == ["dask", "scheduler"]
+    command = service["command"]
+    assert command[command.index("--preload") + 1] == "swarm_autoscaler.adapters.dask_packing"
+    # the preload is a module of this package, so the image that ships the package runs it
+    assert (ROOT / "src" / "swarm_autoscaler" / "adapters" / "dask_packing.py").is_file()
+    assert service["deploy"]["replicas"] == 1
+    assert "node.role == manager" in service["deploy"]["placement"]["constraints"]
+    assert stack["networks"][service["networks"][0]] == {"external": True, "name": "host"}

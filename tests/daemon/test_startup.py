@@ -1,5 +1,6 @@
-"""The daemon's start-up check of the dask scheduler's version: a scheduler that cannot cordon workers turns
-consolidation off, said in one warning line, and the daemon runs on; one that can keeps it.
+"""The daemon's start-up check of the dask scheduler: a scheduler that cannot cordon workers turns
+consolidation off, said in one warning line, and the daemon runs on; one that can keeps it. A scheduler
+without the packing preload is named in one warning line of its own; one with it in none.
 
 The real daemon is built by `open_daemon` (as `swarm-autoscaler run` does) on the local cloud, pointed at
 a real scheduler whose class lacks `handle_worker_status_change` (see tests/adapters/dask).
@@ -36,9 +37,25 @@ async def old_scheduler() -> AsyncIterator[Scheduler]:
         yield sched
 
 
-def warnings_of_ours(out: io.StringIO) -> list[dict[str, object]]:
+PRELOAD = "swarm_autoscaler.adapters.dask_packing"
+NO_PACKING = "runs without the packing preload"
+
+
+def warnings_of_ours(out: io.StringIO, packing: bool = False) -> list[dict[str, object]]:
+    """The daemon's warnings and errors; the packing preload's warning only with `packing`."""
     lines = [json.loads(line) for line in out.getvalue().splitlines() if line.startswith("{")]
-    return [e for e in lines if "logger" not in e and e["level"] in ("warning", "error")]
+    found = [e for e in lines if "logger" not in e and e["level"] in ("warning", "error")]
+    return [e for e in found if packing or NO_PACKING not in str(e["event"])]
+
+
+@pytest.fixture
+async def packing_scheduler() -> AsyncIterator[Scheduler]:
+    """A scheduler started as docs/packing.md deploys it: with the packing preload."""
+    sched = Scheduler(
+        host="127.0.0.1", port=0, dashboard=False, dashboard_address="127.0.0.1:0", preload=[PRELOAD]
+    )
+    async with sched:
+        yield sched
 
 
 async def test_a_scheduler_that_cannot_cordon_turns_consolidation_off_in_one_warning_line(
@@ -76,3 +93,26 @@ async def test_a_scheduler_that_can_cordon_keeps_consolidation(lc: LocalCloud) -
     async with lc.daemon() as daemon:
         assert daemon.policy.consolidate_below == 0.5
     assert warnings_of_ours(out) == []
+
+
+async def test_a_scheduler_without_the_packing_preload_is_named_in_one_warning_line(lc: LocalCloud) -> None:
+    out = io.StringIO()
+    configure_logging("INFO", "json", stream=out)
+    assert lc.scheduler is not None and not lc.options.scheduler_preload
+    async with lc.daemon() as daemon:
+        assert await daemon.tick_once() is not None  # and the daemon runs on
+    [warning] = warnings_of_ours(out, packing=True)
+    event = str(warning["event"])
+    assert event.startswith(f"the dask scheduler {lc.scheduler.address} {NO_PACKING}: ")
+    assert f"--preload {PRELOAD}" in event
+
+
+async def test_a_scheduler_with_the_packing_preload_gets_no_warning(
+    lc: LocalCloud, packing_scheduler: Scheduler
+) -> None:
+    out = io.StringIO()
+    configure_logging("INFO", "json", stream=out)
+    async with lc.daemon({"AUTOSCALER_DASK_SCHEDULER_URL": packing_scheduler.address}) as daemon:
+        assert daemon.policy.consolidate_below == 0.5
+        assert await daemon.tick_once() is not None
+    assert warnings_of_ours(out, packing=True) == []

@@ -240,6 +240,10 @@ async def _life(
                 assert time.monotonic() < deadline, "the work did not complete"
                 await asyncio.sleep(1.0)
             assert await gathered == [2 ** (10 + i) for i in range(TASKS)]
+            # the default script starts the scheduler with the packing preload (its plugin, by name)
+            assert await client.run_on_scheduler(
+                lambda dask_scheduler: "dask-packing-queued" in dask_scheduler.plugins
+            )
             ran_on = {a for addrs in (await client.who_has(futures)).values() for a in addrs}
             # each worker's name, as the worker service set it ({{.Node.Hostname}}), read on the worker
             named = await client.run(os.getenv, "DASK_WORKER_NAME")

@@ -458,7 +458,7 @@ class DaskWorkload:
         except Exception as exc:  # raised on the scheduler
             raise self._unreadable(exc, "unknown") from None
         problem = cordon_problem(found["version"], found["status_change"], found["streams"])
-        self.checked = SchedulerCheck(found["version"], problem)
+        self.checked = SchedulerCheck(found["version"], problem, bool(found.get("packing")))
         try:
             await self.observe()
         except EndpointError:

@@ -1,5 +1,5 @@
-"""The start-up check of a dask scheduler: its distributed version, and whether it has the internals that
-cordoning calls (see `dask.py`). `PROBE` runs on the scheduler (built in a factory, so cloudpickle ships it
+"""The start-up check of a dask scheduler: its distributed version, whether it has the internals that
+cordoning calls (see `dask.py`), and whether it runs the packing preload (`dask_packing.py`). `PROBE` runs on the scheduler (built in a factory, so cloudpickle ships it
 by value); `cordon_problem` decides, purely, from what it found.
 """
 
@@ -27,6 +27,8 @@ def _make_probe() -> Callable[..., dict[str, Any]]:
             "version": str(getattr(distributed, "__version__", "")),
             "status_change": params,
             "streams": isinstance(getattr(dask_scheduler, "stream_comms", None), dict),
+            # the preload's plugin (`dask_packing._PLUGIN`), by name: the probe cannot import it
+            "packing": "dask-packing-queued" in getattr(dask_scheduler, "plugins", {}),
         }
 
     return probe
@@ -59,8 +61,9 @@ def cordon_problem(version: str, status_change_params: Sequence[str], has_stream
 
 @dataclass(frozen=True, slots=True)
 class SchedulerCheck:
-    """What `check_scheduler()` found: the scheduler's distributed version, and None or why it cannot
-    cordon."""
+    """What `check_scheduler()` found: the scheduler's distributed version, None or why it cannot
+    cordon, and whether the packing preload runs in it."""
 
     version: str
     cordon: str | None
+    packing: bool = False

@@ -103,11 +103,13 @@ TLS_WORKER="--tls-ca-file $S/dask-ca --tls-cert $S/dask-worker --tls-key $S/dask
 # 3. The scheduler: tls:// on {{scheduler_port}} (mutual TLS: only holders of this cluster's certificates
 # connect); its HTTP port {{dashboard_port}} (health, metrics, dashboard) is for the keeper's probe: open
 # it to the keeper's security group only (docs/keeper-security.md).
+# It runs the packing preload from the image (docs/packing.md): small tasks fill a machine before the
+# next, and waiting GPU or instance-type work moves to the workers launched for it.
 # (--no-healthcheck: the image's check is the autoscaler's /healthz, which a scheduler does not serve)
 docker service create --detach --name dask-scheduler --network host --constraint node.role==manager --no-healthcheck \\
   --secret dask-ca --secret dask-scheduler --secret dask-scheduler-key \\
   --entrypoint dask {{image}} scheduler --protocol tls --host "$ADDR" --port {{scheduler_port}} \\
-  --dashboard-address "$ADDR:{{dashboard_port}}" $TLS_SCHEDULER
+  --dashboard-address "$ADDR:{{dashboard_port}}" --preload swarm_autoscaler.adapters.dask_packing $TLS_SCHEDULER
 # 4. The cluster's autoscaler: this swarm, this cluster's name and EC2 tags, the scheduler over TLS; its
 # own HTTP (health, metrics) on the private address, port 8000 (closed unless a rule opens it).
 cat > "$D/cluster.env" <<'SWARM_AUTOSCALER_ENV'

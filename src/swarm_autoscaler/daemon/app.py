@@ -79,6 +79,7 @@ async def open_daemon(
         await _checked("AUTOSCALER_REDIS_URL", lock.check())
         await _checked("AUTOSCALER_DOCKER_URL", swarm.list_nodes())
         _log_clock(ec2)  # after every check: a failed start says one line and nothing else
+        _warn_without_packing(workload)
         daemon = Daemon(
             cluster_name=settings.cluster_name,
             ports=Ports(InFlightCloud(ec2), swarm, workload),
@@ -222,7 +223,8 @@ async def _with_spot_prices(
 async def _computational(
     stack: contextlib.AsyncExitStack, settings: Settings, clock: Callable[[], float], policy: Policy
 ) -> tuple[Workload, Policy]:
-    """The dask scheduler's workload, checked (consolidation off when it cannot cordon workers)."""
+    """The dask scheduler's workload, checked (consolidation off when it cannot cordon workers; one
+    warning when the scheduler runs without the packing preload)."""
     url = settings.dask.scheduler_url
     assert url is not None  # load_settings requires it in this mode
     workload = DaskWorkload(
@@ -231,6 +233,20 @@ async def _computational(
     stack.push_async_callback(workload.close)
     check = await _checked("AUTOSCALER_DASK_SCHEDULER_URL", workload.check_scheduler())
     return workload, _without_consolidation(policy, check, workload.address)
+
+
+def _warn_without_packing(workload: Workload) -> None:
+    """One warning when the dask scheduler runs without the packing preload (docs/packing.md)."""
+    if not isinstance(workload, DaskWorkload) or workload.checked is None or workload.checked.packing:
+        return
+    check = workload.checked
+    log.warning(
+        f"the dask scheduler {workload.address} runs without the packing preload: small tasks spread "
+        "over every machine, so fewer can be scaled down, and restricted work (GPU, instance type) "
+        "queued on a busy worker does not move to the machines launched for it; start the scheduler "
+        "with --preload swarm_autoscaler.adapters.dask_packing (docs/packing.md)",
+        distributed=check.version,
+    )
 
 
 async def _dynamic(

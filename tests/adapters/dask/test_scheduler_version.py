@@ -50,7 +50,21 @@ async def test_the_real_scheduler_passes_the_check(scheduler: Scheduler, workloa
     check = await workload.check_scheduler()
     assert check.version == distributed.__version__
     assert check.cordon is None
+    assert check.packing is False  # the fixture's scheduler runs no preload
     assert await workload.cordon(["tcp://127.0.0.1:1"]) == ()  # not a worker: nothing done, no refusal
+
+
+async def test_the_check_sees_the_packing_preload() -> None:
+    sched = Scheduler(
+        host="127.0.0.1",
+        port=0,
+        dashboard=False,
+        dashboard_address="127.0.0.1:0",
+        preload=["swarm_autoscaler.adapters.dask_packing"],
+    )
+    async with sched, DaskWorkload(sched.address, timeout=5.0) as workload:
+        check = await workload.check_scheduler()
+    assert check.packing is True and check.cordon is None
 
 
 class SchedulerWithoutStatusChange(Scheduler):  # type: ignore[misc]  # distributed is untyped
