@@ -1,12 +1,17 @@
-"""Helpers for the e2e tests: direct looks at moto (never through the daemon), polling, and a recorder
-of what a daemon did."""
+"""Helpers for the e2e tests: direct looks at moto (never through the daemon), polling, a recorder
+of what a daemon did, and the demo run as a real subprocess."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -122,3 +127,26 @@ async def start(daemon: Daemon) -> Running:
     rec = record(daemon)
     stop = asyncio.Event()
     return Running(daemon, rec, stop, asyncio.create_task(daemon.run(stop)))
+
+
+CLI = Path(sys.executable).with_name("swarm-autoscaler")
+
+
+def run_demo(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], str]:
+    """`swarm-autoscaler demo ARGS --json` as a real subprocess in `cwd`, without the caller's
+    `AUTOSCALER_*` variables: what it printed, its closing JSON line, and a context for assertions."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOSCALER_")}
+    done = subprocess.run(
+        [str(CLI), "demo", *args, "--json"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        env=env,
+        cwd=cwd,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    assert lines, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(lines[-1])
+    context = f"{result}\nstdout:\n{done.stdout[-3000:]}\nstderr tail:\n{done.stderr[-2000:]}"
+    return done, result, context

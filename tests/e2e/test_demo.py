@@ -3,35 +3,18 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.e2e.helpers import run_demo
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-CLI = Path(sys.executable).with_name("swarm-autoscaler")
 TASKS = 30
 
 
 def test_fast_demo_scales_up_runs_everything_placeable_and_settles(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOSCALER_")}
-    done = subprocess.run(
-        [str(CLI), "demo", "--fast", "--tasks", str(TASKS), "--json", "--out-dir", str(tmp_path)],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=280,
-        env=env,
-        cwd=tmp_path,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.strip()]
-    assert lines, done.stderr[-3000:]
-    result = json.loads(lines[-1])
-    context = f"{result}\nstderr tail:\n{done.stderr[-2000:]}"
+    done, result, context = run_demo(["--fast", "--tasks", str(TASKS), "--out-dir", str(tmp_path)], tmp_path)
 
     assert result["submitted_tasks"] == TASKS + 1, context  # the workload plus the impossible task
     assert result["peak_instances"] > 1, context

@@ -5,34 +5,17 @@ settle, not for a time; the outcome is asserted, not how long it took."""
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.e2e.helpers import CLI, run_demo
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-CLI = Path(sys.executable).with_name("swarm-autoscaler")
-
 
 def test_dynamic_demo_places_services_on_launched_machines_and_settles(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOSCALER_")}
-    done = subprocess.run(
-        [str(CLI), "demo", "--mode", "dynamic", "--fast", "--json"],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=280,
-        env=env,
-        cwd=tmp_path,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.strip()]
-    assert lines, done.stderr[-3000:]
-    result = json.loads(lines[-1])
-    context = f"{result}\nstdout:\n{done.stdout[-3000:]}\nstderr tail:\n{done.stderr[-2000:]}"
+    done, result, context = run_demo(["--mode", "dynamic", "--fast"], tmp_path)
 
     assert result["mode"] == "dynamic" and result["phases_settled"] == ["up", "down", "end"], context
     # 3 notebooks + 2 solvers placed, the solvers on the type their constraint names

@@ -4,34 +4,16 @@ booted by the keeper's local cloud, each with a real dask scheduler and its own 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.e2e.helpers import run_demo
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-CLI = Path(sys.executable).with_name("swarm-autoscaler")
-
 
 def test_three_users_clusters_are_created_scale_and_all_end(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOSCALER_")}
-    done = subprocess.run(
-        [str(CLI), "demo", "--clusters", "3", "--fast", "--json"],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=280,
-        env=env,
-        cwd=tmp_path,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.strip()]
-    assert lines, done.stderr[-3000:]
-    result = json.loads(lines[-1])
-    context = f"{result}\nstdout:\n{done.stdout[-3000:]}\nstderr tail:\n{done.stderr[-2000:]}"
+    done, result, context = run_demo(["--clusters", "3", "--fast"], tmp_path)
 
     assert result["clusters_created"] == 3 and result["clusters_ended"] == 3, context
     assert result["errors"] == {}, context
