@@ -201,6 +201,9 @@ POOL_TAG = "swarm-autoscaler/pool"
 STARTED_AT_TAG = "swarm-autoscaler/started-at"
 # "spot" on a machine launched as spot: EC2 reports InstanceLifecycle too, but not every endpoint does
 CAPACITY_TAG = "swarm-autoscaler/capacity"
+# When EC2 gave notice that it takes the machine back (epoch seconds; see `ec2_interruptions`): a notice
+# is read from the queue once, so it is kept where the daemon's restart finds it.
+INTERRUPTED_TAG = "swarm-autoscaler/interrupted-at"
 
 
 def node_labels(tags: Mapping[str, str]) -> dict[str, str]:
@@ -226,6 +229,7 @@ def to_instance(raw: Mapping[str, Any]) -> Instance | None:
         labels=node_labels(tags),
         pool=_pool_phase(tags.get(POOL_TAG)),
         spot=raw.get("InstanceLifecycle") == "spot" or tags.get(CAPACITY_TAG) == "spot",
+        interrupted_at=_number(tags.get(INTERRUPTED_TAG)) or None,
     )
 
 

@@ -265,6 +265,14 @@ class Ec2Settings(Ec2AccessSettings):
     max_launch_per_tick: int = Field(
         default=0, ge=0, le=MAX_FLEET, description="Most machines launched per tick; 0 = no cap."
     )
+    interruption_queue_url: str = Field(
+        default="",
+        pattern=r"^(https?://\S+)?$",
+        description="URL of the SQS queue EventBridge feeds with EC2's spot interruption warnings, "
+        "rebalance recommendations and scheduled changes (see the spot page); the daemon tags each "
+        "machine of ours named there with the notice's time. Empty = notices are not read.",
+        json_schema_extra={"example": "https://sqs.us-east-1.amazonaws.com/123456789012/swarm-interruptions"},
+    )
 
     @field_validator("max_instances")
     @classmethod

@@ -136,6 +136,8 @@ class Instance:
     LaunchTime is after a start). `labels` are the node labels it was launched with (kept in its tags):
     its node gets them once it joins. `pool`: its warm pool phase, None for a machine launched to work.
     `spot`: a spot instance (EC2 may interrupt it, and it cannot be stopped into the warm pool).
+    `interrupted_at`: when EC2 gave notice that it takes the machine back (a spot interruption warning,
+    a rebalance recommendation or a scheduled retirement; kept in a tag), None without a notice.
     """
 
     id: str
@@ -149,6 +151,7 @@ class Instance:
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     pool: PoolPhase | None = None
     spot: bool = False
+    interrupted_at: float | None = None
 
     @property
     def alive(self) -> bool:

@@ -6,6 +6,7 @@ drives the same adapters, loop and planner.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import errno
@@ -17,6 +18,7 @@ import structlog
 from swarm_autoscaler.adapters.dask import DaskWorkload
 from swarm_autoscaler.adapters.dask_check import SchedulerCheck
 from swarm_autoscaler.adapters.ec2 import Ec2Cloud
+from swarm_autoscaler.adapters.ec2_interruptions import SqsInterruptions
 from swarm_autoscaler.adapters.redis_lock import RedisLock, SingleReplicaLock
 from swarm_autoscaler.adapters.swarm import SwarmOrchestrator
 from swarm_autoscaler.adapters.swarm_services import SwarmServicesWorkload
@@ -68,6 +70,7 @@ async def open_daemon(
         # Unset, the endpoint is AWS's in the region: the region is then what points at it.
         where = "AUTOSCALER_EC2_ENDPOINT" if settings.ec2.endpoint else "AUTOSCALER_EC2_REGION"
         catalogue = await _checked(where, _start_ec2(stack, ec2, settings))  # also syncs EC2's clock
+        await _read_interruptions(stack, ec2, settings, metrics)
         lock = _lock(settings)
         stack.push_async_callback(_close, lock)
         policy = policy_from_settings(settings, catalogue)
@@ -176,6 +179,36 @@ def _ec2(settings: Settings, swarm: Orchestrator) -> Ec2Cloud:
         capacity_backoff_max=settings.timing.capacity_backoff_max,
         join_command=swarm.join_command,
     )
+
+
+async def _read_interruptions(
+    stack: contextlib.AsyncExitStack, ec2: Ec2Cloud, settings: Settings, metrics: Metrics
+) -> None:
+    """With an interruption queue set, long-poll it in the background for as long as the daemon runs:
+    each notice for a machine of ours becomes a tag on it, which every tick's listing reads (see
+    `adapters.ec2_interruptions`). Every replica polls: the tag, not the poller, carries the notice."""
+    url = settings.ec2.interruption_queue_url
+    if not url:
+        return
+    reader = SqsInterruptions(
+        queue_url=url,
+        cloud=ec2,
+        region=settings.ec2.region,
+        access_key_id=_secret(settings.ec2.access_key_id),
+        secret_access_key=_secret(settings.ec2.secret_access_key),
+        on_message=metrics.count_notice,
+    )
+    await stack.enter_async_context(reader)
+    await _checked("AUTOSCALER_EC2_INTERRUPTION_QUEUE_URL", reader.check())
+    task = asyncio.create_task(reader.run(), name="interruption-queue")
+
+    async def _stop() -> None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    stack.push_async_callback(_stop)
+    log.info("reading EC2's interruption notices", queue=url)
 
 
 async def _start_ec2(

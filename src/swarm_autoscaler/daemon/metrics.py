@@ -127,7 +127,18 @@ class Metrics:
             ["cluster"],
             registry=r,
         )
+        self.interruption_notices = Counter(
+            "autoscaler_interruption_notices",
+            "Messages read from the interruption queue, by kind: spot-interruption, rebalance, "
+            "scheduled-change (for machines of ours), not-ours, ignored (another event), malformed (deleted)",
+            ["cluster", "kind"],
+            registry=r,
+        )
         self.pool = PoolMetrics(cluster, r)
+
+    def count_notice(self, kind: str) -> None:
+        """One message of the interruption queue, of `kind` (see `adapters.ec2_interruptions.KINDS`)."""
+        self.interruption_notices.labels(self.cluster, kind).inc()
 
     def follow(self, daemon: DaemonState) -> None:
         """Read leadership and staleness from `daemon` at every scrape: they stay true while a tick hangs."""

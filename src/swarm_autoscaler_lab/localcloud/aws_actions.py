@@ -3,6 +3,7 @@
 The IAM policy in `docker/iam-policy.json` must list exactly the actions the daemon and the keeper call.
 Reading the code for them would miss a path; so every moto server of the lab (through `FaultInjector`)
 records, when `AWS_ACTION_LOG_ENV` names a file, each action that arrives from the product's own EC2
+(or SQS: `sqs:<Action>`, from the interruption queue's JSON requests)
 client (its user agent carries `PRODUCT_USER_AGENT`; the lab's helper clients, which provision networks
 or read user data, do not) as one line `ec2:<Action>`. A RunInstances that passes an instance profile
 also records `iam:PassRole`, the permission EC2 checks for it. Each process writes a name once; lines are
@@ -40,10 +41,14 @@ class ActionLog:
         self._lock = threading.Lock()
 
     def record(self, environ: Mapping[str, Any], action: str, params: Mapping[str, str]) -> None:
+        self.record_names(environ, actions_of(action, params))
+
+    def record_names(self, environ: Mapping[str, Any], names: set[str]) -> None:
+        """Record these IAM action names (an SQS request's, say) if the product sent the request."""
         if PRODUCT_USER_AGENT not in str(environ.get("HTTP_USER_AGENT", "")):
             return
         with self._lock:
-            new = sorted(actions_of(action, params) - self._seen)
+            new = sorted(names - self._seen)
             self._seen.update(new)
         if new:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

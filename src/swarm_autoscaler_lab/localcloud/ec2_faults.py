@@ -100,6 +100,7 @@ def ec2_error_document(code: str, message: str) -> bytes:
     ).encode()
 
 
+SQS_TARGET_PREFIX = "AmazonSQS."  # the X-Amz-Target of SQS's JSON protocol
 GARBLED = "<garbled>"  # an injected answer's code that stands for a cut-short body
 GARBLED_BODY = b'<?xml version="1.0" encoding="UTF-8"?>\n<DescribeInstancesResponse><reservationSet><item'
 
@@ -200,6 +201,11 @@ class FaultInjector:
     # ----------------------------------------------------------------------------------- WSGI
 
     def __call__(self, environ: WsgiEnviron, start_response: StartResponse) -> Iterable[bytes]:
+        target = str(environ.get("HTTP_X_AMZ_TARGET", ""))
+        if target.startswith(SQS_TARGET_PREFIX):  # SQS speaks JSON: its action is in a header
+            if self._audit is not None:
+                self._audit.record_names(environ, {f"sqs:{target[len(SQS_TARGET_PREFIX) :]}"})
+            return self._app(environ, start_response)
         params = _query_params(environ)
         action = params.get("Action")
         if action is None:
