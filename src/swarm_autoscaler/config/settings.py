@@ -269,8 +269,9 @@ class Ec2Settings(Ec2AccessSettings):
         default="",
         pattern=r"^(https?://\S+)?$",
         description="URL of the SQS queue EventBridge feeds with EC2's spot interruption warnings, "
-        "rebalance recommendations and scheduled changes (see the spot page); the daemon tags each "
-        "machine of ours named there with the notice's time. Empty = notices are not read.",
+        "rebalance recommendations and scheduled changes (see the spot page); the daemon retires the "
+        "worker of each machine of ours named there (dask moves its results), replaces the machine at "
+        "once and terminates it. Empty = notices are not read.",
         json_schema_extra={"example": "https://sqs.us-east-1.amazonaws.com/123456789012/swarm-interruptions"},
     )
 

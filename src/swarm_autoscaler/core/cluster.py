@@ -41,6 +41,8 @@ removed once down (rule 4); otherwise it is left out.
    it carries this cluster's namespaced ownership label), else unowned. The plain `instance-type`
    label and the lifecycle marks prove nothing: a node without the ownership label that matches no
    owned instance is never touched, even when it goes down
+2b. instance alive with an interruption notice
+   (`interrupted_at`, see core/interrupt.py)           -> interrupted
 3. instance stopped, or stopping with a pool for its
    type (its node not marked `termination_started`)    -> stopped for the first `warm_pool` of its type
    (newest instance first, then id); beyond that -> broken ("stopped outside the warm pool")
@@ -62,6 +64,9 @@ removed once down (rule 4); otherwise it is left out.
    restarting; the planner drains it once it stayed
    empty for `drain_delay`)                            -> active
 10. otherwise (node present, no worker yet)            -> joining if age < max_start_time, else broken
+
+Why one file of this size: the buckets, their transition table and the classification rules are one
+state machine, read together; splitting them would put the table away from the rules it draws.
 """
 
 from __future__ import annotations
@@ -108,6 +113,7 @@ class Bucket(enum.StrEnum):
     PREPARING = "preparing"
     STOPPED = "stopped"
     STARTING = "starting"
+    INTERRUPTED = "interrupted"
     GONE = "gone"
 
 
@@ -117,7 +123,9 @@ class Bucket(enum.StrEnum):
 _TERMINAL = frozenset({Bucket.TERMINATING, Bucket.GONE})
 _NODE_STATES = frozenset({Bucket.ACTIVE, Bucket.DRAINED, Bucket.RESERVE, Bucket.RETIRING})
 _POOL_OUT = frozenset({Bucket.STOPPED, Bucket.BROKEN})  # Stop into the pool / stopped outside it
-TRANSITIONS: Mapping[Bucket, frozenset[Bucket]] = {
+# EC2 gives notice it takes a live machine back (interrupted), from any bucket of a live machine.
+_NOTICE = frozenset({Bucket.INTERRUPTED})
+_TRANSITIONS: Mapping[Bucket, frozenset[Bucket]] = {
     # Launch creates an instance; EC2 lists it as pending/running (preparing: launched into the pool).
     Bucket.NEW: frozenset({Bucket.LAUNCHED, Bucket.PREPARING}),
     # The machine stops itself once prepared (stopped; broken beyond a pool that shrank meanwhile); the
@@ -163,7 +171,28 @@ TRANSITIONS: Mapping[Bucket, frozenset[Bucket]] = {
     # Never touched by the planner; an operator may remove them.
     Bucket.MANAGER: frozenset({Bucket.GONE}),
     Bucket.UNOWNED: frozenset({Bucket.GONE}),
+    # Retire, drain, Terminate (terminating once EC2 shuts it down); EC2 takes it (gone, or its node
+    # lingers: disconnected).
+    Bucket.INTERRUPTED: frozenset({Bucket.DISCONNECTED}) | _TERMINAL,
     Bucket.GONE: frozenset(),
+}
+_LIVE = frozenset(
+    {
+        Bucket.LAUNCHED,
+        Bucket.JOINING,
+        Bucket.ACTIVE,
+        Bucket.RETIRING,
+        Bucket.DRAINED,
+        Bucket.RESERVE,
+        Bucket.DISCONNECTED,
+        Bucket.BROKEN,
+        Bucket.PREPARING,
+        Bucket.STARTING,
+        Bucket.STOPPED,  # started from the pool and given notice within one tick
+    }
+)
+TRANSITIONS: Mapping[Bucket, frozenset[Bucket]] = {
+    b: targets | (_NOTICE if b in _LIVE else frozenset()) for b, targets in _TRANSITIONS.items()
 }
 
 
@@ -236,6 +265,7 @@ class Fleet:
     preparing: tuple[Member, ...] = ()
     stopped: tuple[Member, ...] = ()
     starting: tuple[Member, ...] = ()
+    interrupted: tuple[Member, ...] = ()
 
     def bucket(self, name: Bucket) -> tuple[Member, ...]:
         members: tuple[Member, ...] = getattr(self, name.value)
@@ -320,6 +350,8 @@ def _instance_bucket(member: Member, now: float, policy: Policy) -> Bucket:
     young = now - inst.launched_at < policy.max_start_time
     if node is not None and node.is_manager:
         return Bucket.MANAGER
+    if inst.alive and inst.interrupted_at is not None:
+        return Bucket.INTERRUPTED  # until EC2 lists it as shutting down (core/interrupt.py)
     ending = node is not None and node.marks.termination_started is not None
     if _stopped_for_pool(inst, policy) and not ending:
         return Bucket.STOPPED  # within the pool, or broken beyond it (`_split_pool`)

@@ -85,7 +85,8 @@ class LaunchBook:
 
     @staticmethod
     def of(snapshot: Snapshot, policy: Policy) -> LaunchBook:
-        alive = sum(1 for i in snapshot.instances if i.alive)
+        # A machine EC2 gave notice it takes back does not count: its replacement may launch at once.
+        alive = sum(1 for i in snapshot.instances if i.alive and i.interrupted_at is None)
         budget = max(0, policy.max_instances - alive)
         if policy.max_launch_per_tick > 0:
             budget = min(budget, policy.max_launch_per_tick)

@@ -19,6 +19,8 @@ maximum is the machines alive now. The recipe:
    in-flight capacity (started: `Start`), each type is topped up to its base, scale-down stops a
    drained surplus machine into a short pool instead of terminating it, and a short pool is refilled
    (`Launch(pool=True)`) when nothing is pending;
+3c. machines EC2 gave notice it takes back (interrupt.py): no capacity, their tasks pending (so their
+   replacement launches now), their workers retired whatever they hold, then drained and terminated;
 4. repair, even while work is pending: terminate broken instances, remove our nodes whose instance is
    gone or being terminated once they are down, terminate (with its node) a machine whose node stayed
    down past `node_down_timeout`, retry terminations that did not take;
@@ -36,7 +38,8 @@ maximum is the machines alive now. The recipe:
    stamped in the future (by a clock ahead of the cloud's) is restamped now (clockmarks.py).
 
 A machine whose worker runs or queues a task, or holds unique data, is never drained, retired or
-terminated. Every disruptive action targets one machine and carries in `expect` what it was planned on
+terminated, unless EC2 gave notice it takes it back (interrupt.py: its worker is retired whatever it
+holds, so that dask moves its results and runs its tasks elsewhere before EC2 comes). Every disruptive action targets one machine and carries in `expect` what it was planned on
 (shrink.py and consolidate.py list them), for `act` to re-check right before it runs. Actions come in
 the order they should run: marks, labels, repairs, uncordons, activations, starts, launches, cordons,
 then scale-down (retirements before drains, then terminations and stops).
@@ -58,6 +61,7 @@ from swarm_autoscaler.core.clockmarks import future_marks
 from swarm_autoscaler.core.cluster import classify
 from swarm_autoscaler.core.consolidate import choose_cordons
 from swarm_autoscaler.core.demand import Group, estimate_demand
+from swarm_autoscaler.core.interrupt import let_go, pending_view
 from swarm_autoscaler.core.launches import LaunchBook, plan_launches
 from swarm_autoscaler.core.marks import keep_cordons, keep_marks, label_nodes
 from swarm_autoscaler.core.model import Policy, Snapshot
@@ -117,7 +121,7 @@ def _decide(
     snapshot: Snapshot, policy: Policy, ledger: list[tuple[str, int, int]] | None
 ) -> tuple[Plan, Trace | None]:
     policy = held(snapshot, policy)
-    space, demand = estimate_demand(snapshot, policy)
+    space, demand = estimate_demand(pending_view(snapshot), policy)
     facts = Facts(snapshot, policy, classify(snapshot, policy), demand)
     options = rank_types(snapshot, policy, space)
     unplaced = Unplaced(demand.groups, ledger)
@@ -187,6 +191,7 @@ def _assemble(
     fixed = repair(facts)
     pooled = repair_pool(facts)
     fixed = Step((*fixed.actions, *pooled.actions), fixed.marks, fixed.removed | pooled.removed)
+    leaving = let_go(facts)
     marks = keep_marks(facts, up.received)
     stale, uncordon = keep_cordons(facts.cluster, {u.node_id for u in up.uncordon})
     cordons: tuple[Cordon, ...] = ()
@@ -198,7 +203,7 @@ def _assemble(
     # First: any later decision on the same node overrides a restamp.
     why = "mark stamped in the future (a clock ahead): delay restarts now"
     restamped = tuple(mark(node_id, why, **ahead) for node_id, ahead in future_marks(facts.snapshot))
-    changes = (*restamped, *up.marks, *fixed.marks, *marks, *stale, *shrink.marks)
+    changes = (*restamped, *up.marks, *fixed.marks, *marks, *stale, *shrink.marks, *leaving.marks)
     return (
         *mark_actions(facts.snapshot, changes, fixed.removed),
         *label_nodes(facts.cluster),
@@ -210,6 +215,7 @@ def _assemble(
         *launches.actions(),
         *refills,
         *cordons,
+        *leaving.actions,
         *shrink.actions,
     )
 

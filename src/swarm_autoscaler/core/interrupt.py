@@ -1,0 +1,95 @@
+"""Machines EC2 gave notice it takes back (`Instance.interrupted_at`): the `interrupted` bucket. Pure.
+
+A notice (a spot interruption warning, two minutes before EC2 takes the machine; a rebalance
+recommendation; a scheduled change) overrides the rule that a busy machine is kept: EC2 takes it anyway.
+What the planner does, in the same plan, for each interrupted machine:
+
+1. its replacement: an interrupted machine is no capacity (no placement tier holds the bucket, and it
+   does not count against `max_instances`), and the tasks its workers run or queue count as pending
+   (`pending_view`), so scale-up launches for them at once;
+2. `RetireWorkers` of every worker on it, busy or not: dask's `retire_workers` moves the results it
+   holds to workers that stay, and the scheduler gives its running and queued tasks to other workers
+   (they run again there), so no task is lost; the only check is that the node is still ours;
+3. `DrainNode` (expect `Retired`, on the read taken after the retirement, and `NodeOurs`), so that no
+   swarm task lands there;
+4. `Terminate` once no worker holds work there (expect `HostIdle`, re-checked after the retirement and by
+   the fence, and `NodeOurs`): no worker on it, or all of them retired this tick. While the scheduler
+   still moves results, the termination is skipped and planned again next tick; for a spot warning
+   EC2 may come first, which loses nothing dask has not moved already.
+
+The machine stays in the bucket (its node marked terminating) until EC2 lists it as shutting down, so
+each tick plans the steps still to do again. It is never stopped into the warm pool (the pool's steps
+never see the bucket).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from swarm_autoscaler.core.actions import (
+    Action,
+    Check,
+    DrainNode,
+    HostIdle,
+    NodeOurs,
+    NotJoined,
+    NoWorker,
+    Retired,
+    RetireWorkers,
+)
+from swarm_autoscaler.core.cluster import Member
+from swarm_autoscaler.core.model import Availability, Snapshot, Task
+from swarm_autoscaler.core.shrink import terminate
+from swarm_autoscaler.core.steps import Facts, Mark, Step
+
+
+def interrupted_hosts(snapshot: Snapshot) -> frozenset[str]:
+    """Hostnames of live instances with a notice."""
+    return frozenset(i.hostname for i in snapshot.instances if i.alive and i.interrupted_at is not None)
+
+
+def pending_view(snapshot: Snapshot) -> Snapshot:
+    """`snapshot` as demand sees it: the workers on interrupted machines left out, and every task they
+    run or queue counted as unrunnable (pending), since it must run elsewhere."""
+    hosts = interrupted_hosts(snapshot)
+    if not hosts:
+        return snapshot
+    leaving = [w for w in snapshot.workers if w.hostname in hosts]
+    moved: tuple[Task, ...] = tuple(
+        dataclasses.replace(t, executing=False, started=None) for w in leaving for t in w.processing
+    )
+    return dataclasses.replace(
+        snapshot,
+        workers=tuple(w for w in snapshot.workers if w.hostname not in hosts),
+        unrunnable=(*snapshot.unrunnable, *moved),
+    )
+
+
+def let_go(facts: Facts) -> Step:
+    """Retire, drain and terminate every interrupted machine (see the module docstring)."""
+    actions: list[Action] = []
+    marks: list[Mark] = []
+    for member in facts.cluster.interrupted:
+        step = _let_go(member, facts.now)
+        actions += step.actions
+        marks += step.marks
+    return Step(tuple(actions), tuple(marks))
+
+
+def _let_go(member: Member, now: float) -> Step:
+    inst, node = member.instance, member.node
+    assert inst is not None and inst.interrupted_at is not None
+    why = f"EC2 gave notice at {inst.interrupted_at:.0f} that it takes {inst.id} back"
+    actions: list[Action] = []
+    ours: tuple[Check, ...] = (NodeOurs(node.id),) if node is not None else ()
+    if member.workers:
+        addresses = tuple(w.address for w in member.workers)
+        actions.append(RetireWorkers(addresses, f"{why}: its results move to workers that stay", ours))
+    if node is not None and node.availability == Availability.ACTIVE:
+        actions.append(DrainNode(node.id, node.hostname, why, (Retired(member.hostname), *ours)))
+    if node is None:
+        expect: tuple[Check, ...] = (NoWorker(member.hostname), NotJoined(member.hostname))
+    else:
+        expect = (HostIdle(member.hostname), Retired(member.hostname), *ours)
+    ended = terminate(member, f"{why}: let go", expect, now)
+    return Step((*actions, *ended.actions), ended.marks)

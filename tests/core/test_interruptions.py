@@ -1,0 +1,118 @@
+"""A machine EC2 gave notice it takes back (`Instance.interrupted_at`): the planner retires its worker
+whatever it holds, drains and terminates it, launches its replacement in the same plan (also at the
+maximum), never counts it as capacity and never stops it into the warm pool. Whole plans compared."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+from tests.builders import NOW, assemble, hostname, machine, make_instance, make_policy, make_task, make_tasks
+from tests.builders import worker_address as addr
+from tests.core.randomized import apply
+
+from swarm_autoscaler.core.actions import (
+    DrainNode,
+    HostIdle,
+    Launch,
+    MarkNode,
+    NodeOurs,
+    NotJoined,
+    NoWorker,
+    Retired,
+    RetireWorkers,
+    Stop,
+    Terminate,
+)
+from swarm_autoscaler.core.cluster import Bucket, allowed, classify
+from swarm_autoscaler.core.model import (
+    Availability,
+    Instance,
+    NodeMarks,
+    TypePolicy,
+)
+from swarm_autoscaler.core.plan import plan
+
+NOTICE = NOW - 10
+WHY = f"EC2 gave notice at {NOTICE:.0f} that it takes i-0001 back"
+
+
+def interrupted(inst: Instance) -> Instance:
+    return replace(inst, interrupted_at=NOTICE, spot=True)
+
+
+def test_a_busy_interrupted_machine_is_retired_drained_terminated_and_replaced_at_once() -> None:
+    tasks = make_tasks(2, cpus=1)
+    inst, node, worker = machine(1, processing=tasks, unique=True)
+    snap = assemble((interrupted(inst), node, worker))
+    policy = make_policy(types=["m5.large"])
+
+    got = plan(snap, policy)
+
+    assert classify(snap, policy).interrupted[0].key == "i-0001"
+    assert got.actions == (
+        MarkNode(node.id, NodeMarks(ready=True, termination_started=NOW), "terminating"),
+        Launch("m5.large", 1, "2 pending task(s) need new capacity; cheapest fitting type: m5.large"),
+        RetireWorkers((addr(1),), f"{WHY}: its results move to workers that stay", (NodeOurs(node.id),)),
+        DrainNode(node.id, node.hostname, WHY, (Retired(hostname(1)), NodeOurs(node.id))),
+        Terminate(
+            ("i-0001",),
+            f"{WHY}: let go",
+            (node.id,),
+            (HostIdle(hostname(1)), Retired(hostname(1)), NodeOurs(node.id)),
+        ),
+    )
+    assert got.pending == 2
+
+
+def test_the_replacement_launches_at_the_maximum_and_the_machine_is_no_capacity() -> None:
+    inst, node, worker = machine(1, processing=[make_task("a", cpus=1)])
+    other = machine(2)  # an idle m5.large with room: the task goes there, nothing launched
+    at_max = make_policy(types=["m5.large"], max_instances=1)
+
+    alone = plan(assemble((interrupted(inst), node, worker)), at_max)
+    assert alone.of_kind(Launch) == (Launch("m5.large", 1, alone.of_kind(Launch)[0].reason),)  # type: ignore[union-attr]
+
+    with_room = plan(assemble((interrupted(inst), node, worker), other), make_policy(types=["m5.large"]))
+    assert with_room.of_kind(Launch) == ()
+    assert dict(with_room.placed).get("active") == 1
+
+
+def test_an_interrupted_machine_that_never_joined_is_terminated_only_while_it_has_no_worker() -> None:
+    inst = interrupted(make_instance(1, age=30))
+    got = plan(assemble((inst, None, None)), make_policy(types=["m5.large"]))
+    assert got.actions == (
+        Terminate(("i-0001",), f"{WHY}: let go", (), (NoWorker(hostname(1)), NotJoined(hostname(1)))),
+    )
+
+
+def test_a_drained_interrupted_machine_is_terminated_never_stopped_into_the_pool() -> None:
+    inst, node, _ = machine(1, worker=False, availability=Availability.DRAIN)
+    pooled = make_policy(types=[TypePolicy("m5.large", warm_pool=2)])
+    got = plan(assemble((replace(inst, interrupted_at=NOTICE), node, None)), pooled)
+    assert got.of_kind(Stop) == ()
+    assert [a.instance_ids for a in got.of_kind(Terminate)] == [("i-0001",)]  # type: ignore[union-attr]
+    assert got.of_kind(DrainNode) == ()  # already drained
+
+
+def test_it_stays_interrupted_until_ec2_shuts_it_down_and_every_step_is_an_allowed_transition() -> None:
+    inst, node, worker = machine(1, processing=make_tasks(1))
+    policy = make_policy(types=["m5.large"])
+    before = assemble((inst, node, worker))
+    noticed = assemble((interrupted(inst), node, worker))
+    after = apply(noticed, plan(noticed, policy))
+    buckets = [classify(s, policy).bucket_of()["i-0001"] for s in (before, noticed, after)]
+    assert buckets == [Bucket.ACTIVE, Bucket.INTERRUPTED, Bucket.TERMINATING]
+    assert all(allowed(a, b) for a, b in itertools.pairwise(buckets))
+    # The termination was skipped (results still moving): marked terminating, still alive, so each
+    # tick plans the steps again.
+    marked = replace(node, marks=NodeMarks(ready=True, termination_started=NOW))
+    again = assemble((interrupted(inst), marked, replace(worker, retiring=True)))
+    assert classify(again, policy).bucket_of()["i-0001"] == Bucket.INTERRUPTED
+    assert len(plan(again, policy).of_kind(Terminate)) == 1
+
+
+def test_without_a_notice_nothing_changes() -> None:
+    inst, node, worker = machine(1, processing=make_tasks(1))
+    got = plan(assemble((inst, node, worker)), make_policy(types=["m5.large"]))
+    assert got.of_kind(RetireWorkers) == () and got.of_kind(Terminate) == ()
