@@ -18,6 +18,7 @@ and the same task-to-demand conversion the daemon's swarm services adapter uses.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -86,6 +87,18 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="the dask scheduler runs the packing preload (swarm_autoscaler.adapters.dask_packing)",
     )
     knobs.add_argument(
+        "--spot-price-factor",
+        type=float,
+        default=0.0,
+        help="launch every working machine as spot, billed at this fraction of on-demand (default 0: none)",
+    )
+    knobs.add_argument(
+        "--interruptions-per-hour",
+        type=float,
+        default=0.0,
+        help="EC2's interruption notices per spot machine-hour; the machine is taken 120 s after",
+    )
+    knobs.add_argument(
         "--deadline-s", type=float, default=6 * 3600.0, help="give up this long after the trace's last job"
     )
     p.set_defaults(handler=main)
@@ -126,9 +139,8 @@ def _options(args: argparse.Namespace, settings: SimSettings) -> Options:
         dask_packing=args.dask_packing,
     )
     tick = args.tick_s if args.tick_s is not None else base.tick_s
-    return Options(
-        tick_s=tick, knobs=base.knobs, restart_every=args.restart_every, deadline_s=args.deadline_s
-    )
+    knobs = dataclasses.replace(base.knobs, spot_price_factor=args.spot_price_factor)
+    return Options(tick_s=tick, knobs=knobs, restart_every=args.restart_every, deadline_s=args.deadline_s)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -151,7 +163,9 @@ def main(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(f"configuration error: {problem}", file=sys.stderr)
         return EXIT_INPUT
-    faults = RandomFaults(args.seed, default, per_type, args.never_join_rate)
+    faults = RandomFaults(
+        args.seed, default, per_type, args.never_join_rate, interruptions_per_hour=args.interruptions_per_hour
+    )
     for _, s in runs or [("", settings)]:
         for warning in start_time_warnings(_options(args, s).knobs, s.policy):
             print(f"simulate: warning: {warning}", file=sys.stderr)  # before a run that may take a while
@@ -202,7 +216,9 @@ def _services(args: argparse.Namespace) -> int:
     options = _options(args, settings)
     for warning in start_time_warnings(options.knobs, settings.policy):
         print(f"simulate: warning: {warning}", file=sys.stderr)
-    faults = RandomFaults(args.seed, default, per_type, args.never_join_rate)
+    faults = RandomFaults(
+        args.seed, default, per_type, args.never_join_rate, interruptions_per_hour=args.interruptions_per_hour
+    )
     _, summary = run_services(changes, settings, options, faults)
     if args.json:
         print(json.dumps(summary, sort_keys=True))

@@ -6,6 +6,7 @@ decision for the n-th launch does not depend on how many other random draws happ
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ class RandomFaults(Faults):
     refusal_rates: Mapping[str, float] = field(default_factory=dict)
     never_join_rate: float = 0.0
     start_refusal_rate: float = 0.0  # a warm-pool machine's start refused for capacity
+    interruptions_per_hour: float = 0.0  # EC2's notices per spot machine-hour (a Poisson rate)
 
     def refuse(self, call_no: int, type_name: str, subnet_id: str = "") -> bool:
         rate = self.refusal_rates.get(type_name, self.refusal_rate)
@@ -48,6 +50,16 @@ class RandomFaults(Faults):
 
     def join_delay(self, instance_no: int, knobs: Knobs) -> float:
         return _jittered_join(self.seed, instance_no, knobs)
+
+    def interruption_after(self, instance_no: int) -> float | None:
+        """Seconds from a spot machine's launch to EC2's notice: exponential at `interruptions_per_hour`."""
+        if self.interruptions_per_hour <= 0:
+            return None
+        return (
+            -math.log(1.0 - _uniform(self.seed, "interrupt", instance_no))
+            * 3600.0
+            / self.interruptions_per_hour
+        )
 
 
 @dataclass(frozen=True)

@@ -109,6 +109,8 @@ def summarize(run: Run, catalogue: Mapping[str, InstanceType]) -> dict[str, Any]
         "ticks": run.ticks,
         "task_restarts": sched.restarts,
         "failed_actions": run.failed_actions,
+        "interruptions": run.world.notices,  # spot notices given (Knobs.spot_price_factor)
+        "reclaimed": run.world.reclaims,  # machines EC2 took before the daemon let them go
     }
     return out
 

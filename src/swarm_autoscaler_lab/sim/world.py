@@ -14,7 +14,9 @@ by swarm after `worker_start_s` while its node stays active (docker's default re
 
 Safety accounting: draining, terminating, removing or retiring a machine whose worker holds tasks (or
 the only copy of a result: retiring moves results first) is a
-*busy termination*; each one is recorded with its time and reason in `violations`.
+*busy termination*; each one is recorded with its time and reason in `violations`. A machine EC2 gave
+notice for is exempt: EC2 takes it anyway (spot, `Knobs.spot_price_factor`: a notice at the rate
+`Faults.interruption_after` draws, then EC2 takes the machine `notice_s` later, counted in `reclaims`).
 
 Why one file of this size: the truth and the daemon's ports onto it share the same tables; the port
 classes are thin views, and the scheduler's rules are in `sim.scheduler`.
@@ -74,6 +76,11 @@ class Knobs:
     hold_results: bool = False
     # The dask scheduler runs the packing preload (`adapters.dask_packing`; False: dask's own objective).
     dask_packing: bool = False
+    # Spot: above 0, every machine launched to work is spot, billed at this fraction of its on-demand
+    # price, and EC2 may interrupt it (`Faults.interruption_after`): a notice, then the machine is taken
+    # `notice_s` later (the daemon sees the notice as `Instance.interrupted_at`, as from the queue).
+    spot_price_factor: float = 0.0
+    notice_s: float = 120.0
 
 
 class Faults:
@@ -97,6 +104,10 @@ class Faults:
         """Whether the `call_no`-th start of a warm-pool machine is refused for capacity."""
         return False
 
+    def interruption_after(self, instance_no: int) -> float | None:
+        """Seconds from a spot machine's launch to EC2's interruption notice (None: never)."""
+        return None
+
 
 @dataclass(slots=True)
 class SimInstance:
@@ -114,6 +125,8 @@ class SimInstance:
     pool: PoolPhase | None = None
     billed_from: float = 0.0  # start of the stretch not billed yet (running, or stopped: disk only)
     joins: int = 0
+    spot: bool = False
+    interrupted_at: float | None = None
 
     def as_model(self) -> Instance:
         if self.view is None:
@@ -127,6 +140,8 @@ class SimInstance:
                 tags=self.tags,
                 labels=self.tags,  # the launch labels, kept as tags as the EC2 adapter does
                 pool=self.pool,
+                spot=self.spot,
+                interrupted_at=self.interrupted_at,
             )
         return self.view
 
@@ -184,6 +199,9 @@ class World:
     disk_usd: float = 0.0  # EBS volumes of stopped warm-pool machines (part of cost_usd)
     starts: int = 0  # warm-pool machines started
     start_calls: int = 0
+    notices: int = 0  # spot interruption notices given
+    reclaims: int = 0  # machines EC2 took at the end of a notice (the daemon had not let them go)
+    reclaimed_tasks: int = 0  # tasks running or queued on those machines, run again elsewhere
     violations: list[Violation] = field(default_factory=list)
     on_violation: Callable[[Violation], None] | None = None
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -231,6 +249,30 @@ class World:
             self.scheduler.move_waiting(self.now)
         elif kind == "fence-expired":
             self.fences.expire(payload, self.now)
+        elif kind in ("notice", "reclaim"):
+            (self._notice if kind == "notice" else self._reclaim)(payload)
+
+    def _notice(self, iid: str) -> None:
+        inst = self.instances.get(iid)
+        if inst is None or inst.ended_at is not None:
+            return
+        inst.interrupted_at = self.now
+        inst.view = None
+        self.notices += 1
+        self.events.push(self.now + self.knobs.notice_s, "reclaim", iid)
+
+    def _reclaim(self, iid: str) -> None:
+        """EC2 takes the machine: what its worker still held runs again elsewhere (not the daemon's
+        disruption, so no violation)."""
+        inst = self.instances.get(iid)
+        if inst is None or inst.ended_at is not None:
+            return
+        self.reclaims += 1
+        node = self.nodes.get(inst.node_id or "")
+        worker = self.scheduler.workers.get(node.worker) if node is not None and node.worker else None
+        if worker is not None:
+            self.reclaimed_tasks += len(worker.running) + len(worker.waiting)
+        self.terminate([iid])  # interrupted: `_stop_worker` counts no disruption
 
     # ------------------------------------------------------------------ EC2
 
@@ -263,9 +305,13 @@ class World:
             subnet_id=subnet_id or DEFAULT_SUBNET,  # an instance always lives in a subnet
             pool=PoolPhase.PREPARE if pool else None,
             billed_from=self.now,
+            spot=self.knobs.spot_price_factor > 0 and not pool,  # a pool machine is on-demand
         )
         self.instances[inst.id] = inst
         self.launches += 1
+        after = self.faults.interruption_after(no) if inst.spot else None
+        if after is not None:
+            self.events.push(self.now + after, "notice", inst.id)
         if pool:  # boots, runs its boot script and stops itself, never joining
             self.events.push(self.now + self.faults.join_delay(no, self.knobs), "prepared", inst.id)
         elif self.faults.never_joins(no):
@@ -301,6 +347,8 @@ class World:
             return
         self.instance_seconds += seconds
         price = self.catalogue[inst.type_name].price_per_hour or 0.0
+        if inst.spot:
+            price *= self.knobs.spot_price_factor
         self.cost_usd += seconds * price / 3600.0
 
     def stop(self, instance_ids: Sequence[str]) -> None:
@@ -398,6 +446,9 @@ class World:
         if node.worker is None:
             return
         worker = self.scheduler.workers.get(node.worker)
+        inst = self.instances.get(node.instance_id)
+        if inst is not None and inst.interrupted_at is not None:
+            worker = None  # EC2 takes (or gave notice it takes) the machine: not a busy disruption
         if worker is not None and worker.busy:
             held = len(worker.running) + len(worker.waiting)
             self._violate(f"{why}: node {node.hostname} held {held} task(s)")
