@@ -62,6 +62,24 @@ def gpu_pool(seed: int = 4) -> tuple[Job, ...]:
     return _sorted(raw)
 
 
+def gpu_whole_surge(seed: int = 4) -> tuple[Job, ...]:
+    """GPU jobs that each take a whole g4dn.xlarge (1 GPU, 4 CPUs, 14 GiB, 10 to 25 minutes) about every
+    12 minutes for five hours on an always-on base of two GPU machines, plus a surge of 4 jobs within two
+    minutes every hour from the first: each surge job needs a machine of its own at once, and the maximum
+    (40) never binds."""
+    rng = random.Random(seed)
+    raw: list[tuple[float, float, float, float, int, str | None]] = []
+    t = 0.0
+    while t < 5 * 3600:
+        t += rng.expovariate(1 / 720)
+        raw.append((t, rng.uniform(600, 1500), 4.0, 14.0, 1, None))
+    for hour in range(1, 5):
+        raw += [
+            (hour * 3600 + rng.uniform(0, 120), rng.uniform(600, 1500), 4.0, 14.0, 1, None) for _ in range(4)
+        ]
+    return _sorted(raw)
+
+
 def _job_mix(rng: random.Random) -> tuple[float, float, float, int, str | None]:
     """(duration, cpus, ram_gib, gpus, pinned type): small, medium and memory-heavy jobs."""
     kind = rng.random()
@@ -184,6 +202,12 @@ SCENARIOS: dict[str, tuple[Callable[[], tuple[Job, ...]], str]] = {
         ENV_COMMON
         + 'AUTOSCALER_EC2_ALLOWED_TYPES={"g4dn.xlarge": {"ami_id": "ami-00000000000000000"}}\n'
         + "AUTOSCALER_EC2_MIN_INSTANCES=2\nAUTOSCALER_EC2_MAX_INSTANCES=7\n",
+    ),
+    "gpu_whole_surge": (
+        gpu_whole_surge,
+        ENV_COMMON
+        + 'AUTOSCALER_EC2_ALLOWED_TYPES={"g4dn.xlarge": {"ami_id": "ami-00000000000000000", "min": 2}}\n'
+        + "AUTOSCALER_EC2_MIN_INSTANCES=0\nAUTOSCALER_EC2_MAX_INSTANCES=40\n",
     ),
     "day_cycle": (
         day_cycle,
