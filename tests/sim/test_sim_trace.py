@@ -84,7 +84,15 @@ def test_bundled_scenarios_parse_and_have_settings() -> None:
 
     root = Path(__file__).parents[2] / "scenarios"
     names = sorted(p.stem for p in root.glob("*.csv"))
-    assert names == ["burst500", "day_cycle", "gpu_surge", "gpu_whole_surge", "heavy_tailed", "pinned_mix", "short_stream"]
+    assert names == [
+        "burst500",
+        "day_cycle",
+        "gpu_surge",
+        "gpu_whole_surge",
+        "heavy_tailed",
+        "pinned_mix",
+        "short_stream",
+    ]
     for name in names:
         assert read_trace(root / f"{name}.csv")
         assert load_sim_settings(root / f"{name}.env").policy.allowed_types
