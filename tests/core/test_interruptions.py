@@ -28,6 +28,7 @@ from swarm_autoscaler.core.cluster import Bucket, allowed, classify
 from swarm_autoscaler.core.model import (
     Availability,
     Instance,
+    InstanceState,
     NodeMarks,
     TypePolicy,
 )
@@ -65,13 +66,17 @@ def test_a_busy_interrupted_machine_is_retired_drained_terminated_and_replaced_a
     assert got.pending == 2
 
 
-def test_the_replacement_launches_at_the_maximum_and_the_machine_is_no_capacity() -> None:
+def test_the_machine_is_no_capacity_but_counts_against_the_maximum_until_let_go() -> None:
     inst, node, worker = machine(1, processing=[make_task("a", cpus=1)])
     other = machine(2)  # an idle m5.large with room: the task goes there, nothing launched
     at_max = make_policy(types=["m5.large"], max_instances=1)
 
     alone = plan(assemble((interrupted(inst), node, worker)), at_max)
-    assert alone.of_kind(Launch) == (Launch("m5.large", 1, alone.of_kind(Launch)[0].reason),)  # type: ignore[union-attr]
+    assert alone.of_kind(Launch) == () and len(alone.of_kind(Terminate)) == 1
+    # The tick after: terminated (shutting down), its task back in the scheduler's unrunnable queue.
+    shut = replace(interrupted(inst), state=InstanceState.SHUTTING_DOWN)
+    after = assemble((shut, None, None), unrunnable=[make_task("a", cpus=1)])
+    assert len(plan(after, at_max).of_kind(Launch)) == 1
 
     with_room = plan(assemble((interrupted(inst), node, worker), other), make_policy(types=["m5.large"]))
     assert with_room.of_kind(Launch) == ()

@@ -1,5 +1,6 @@
 """Safety hunting over 200 random seeds with faults on (refusals, never-join, restarts, arrivals at any
-moment), invariants checked after every tick; and the shrinker on a planted bug."""
+moment, spot interruption notices), invariants checked after every tick; and the shrinker on a planted
+bug."""
 
 from __future__ import annotations
 
@@ -36,6 +37,11 @@ def test_generated_cases_inject_every_kind_of_fault() -> None:
     packed = sum(c.packing for c in cases)
     print(f"{packed} of {len(cases)} cases run dask with the packing preload")
     assert 60 < packed < 140
+    spot = [c for c in cases if c.spot]
+    print(
+        f"{len(spot)} cases run spot machines, {sum(len(c.faults.interrupted) for c in spot)} notices drawn"
+    )
+    assert 40 < len(spot) < 100 and sum(bool(c.faults.interrupted) for c in spot) > 0.8 * len(spot)
 
 
 @pytest.mark.timeout(300)

@@ -4,9 +4,10 @@ A notice (a spot interruption warning, two minutes before EC2 takes the machine;
 recommendation; a scheduled change) overrides the rule that a busy machine is kept: EC2 takes it anyway.
 What the planner does, in the same plan, for each interrupted machine:
 
-1. its replacement: an interrupted machine is no capacity (no placement tier holds the bucket, and it
-   does not count against `max_instances`), and the tasks its workers run or queue count as pending
-   (`pending_view`), so scale-up launches for them at once;
+1. its replacement: an interrupted machine is no capacity (no placement tier holds the bucket), and
+   the tasks its workers run or queue count as pending (`pending_view`), so scale-up launches for them
+   at once; it still counts against `max_instances` while it is alive (the maximum is a hard limit), so
+   at the maximum the replacement launches once it is terminated, the tick after at the earliest;
 2. `RetireWorkers` of every worker on it, busy or not: dask's `retire_workers` moves the results it
    holds to workers that stay, and the scheduler gives its running and queued tasks to other workers
    (they run again there), so no task is lost; the only check is that the node is still ours;

@@ -85,8 +85,7 @@ class LaunchBook:
 
     @staticmethod
     def of(snapshot: Snapshot, policy: Policy) -> LaunchBook:
-        # A machine EC2 gave notice it takes back does not count: its replacement may launch at once.
-        alive = sum(1 for i in snapshot.instances if i.alive and i.interrupted_at is None)
+        alive = sum(1 for i in snapshot.instances if i.alive)
         budget = max(0, policy.max_instances - alive)
         if policy.max_launch_per_tick > 0:
             budget = min(budget, policy.max_launch_per_tick)

@@ -74,6 +74,7 @@ class ScriptedFaults(Faults):
     restarts: frozenset[int] = frozenset()
     refused_in: frozenset[tuple[str, str]] = frozenset()
     refused_starts: frozenset[int] = frozenset()  # warm-pool starts refused for capacity (by call, from 1)
+    interrupted: frozenset[int] = frozenset()  # spot instances given a notice (by launch order, from 1)
 
     def refuse(self, call_no: int, type_name: str, subnet_id: str = "") -> bool:
         return call_no in self.refused_calls or (type_name, subnet_id) in self.refused_in
@@ -89,3 +90,9 @@ class ScriptedFaults(Faults):
 
     def join_delay(self, instance_no: int, knobs: Knobs) -> float:
         return _jittered_join(self.seed, instance_no, knobs)
+
+    def interruption_after(self, instance_no: int) -> float | None:
+        """A notice for the listed instances, 30 to 330 s after launch (about when it works)."""
+        if instance_no not in self.interrupted:
+            return None
+        return 30.0 + 300.0 * _uniform(self.seed, "interrupt", instance_no)

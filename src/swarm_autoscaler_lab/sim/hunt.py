@@ -66,6 +66,7 @@ class Case:
     faults: ScriptedFaults
     hold: bool = False  # the client keeps every result until the last job finished (`Knobs.hold_results`)
     packing: bool = False  # dask runs the packing preload (`Knobs.dask_packing`)
+    spot: bool = False  # machines launched to work are spot (`Knobs.spot_price_factor`)
 
     def events(self) -> list[tuple[str, object]]:
         f = self.faults
@@ -75,6 +76,7 @@ class Case:
             *(("never-joins-instance", n) for n in sorted(f.never_join)),
             *(("restart-at-tick", n) for n in sorted(f.restarts)),
             *(("refuse-start-call", n) for n in sorted(f.refused_starts)),
+            *(("interrupt-instance", n) for n in sorted(f.interrupted)),
         ]
 
     def with_events(self, events: Sequence[tuple[str, object]]) -> Case:
@@ -88,6 +90,7 @@ class Case:
             ints("never-joins-instance"),
             ints("restart-at-tick"),
             refused_starts=ints("refuse-start-call"),
+            interrupted=ints("interrupt-instance"),
         )
         return replace(self, jobs=jobs, faults=faults)
 
@@ -126,7 +129,18 @@ def generate(seed: int) -> Case:
     # results only once every job finished: with room for one working machine beside the reserves, a
     # held result there and a job needing another type wait on each other for ever, so not then.
     hold = rng.random() < 0.5 and policy.max_instances - sum(t.reserve for t in types) >= 2
-    return _with_packing(_with_pools(Case(seed, policy, tuple(jobs), faults, hold=hold)))
+    return _with_spot(_with_packing(_with_pools(Case(seed, policy, tuple(jobs), faults, hold=hold))))
+
+
+def _with_spot(case: Case) -> Case:
+    """Spot machines and EC2's interruption notices (a notice, then the machine taken 120 s later) on
+    about a third of the cases, drawn from a generator of their own so that the other draws of every
+    seed stay what they were."""
+    rng = random.Random(f"spot:{case.seed}")
+    if rng.random() >= 0.35:
+        return case
+    interrupted = frozenset(n for n in range(1, 40) if rng.random() < 0.25)
+    return replace(case, spot=True, faults=replace(case.faults, interrupted=interrupted))
 
 
 def _with_packing(case: Case) -> Case:
@@ -161,7 +175,9 @@ def _with_pools(case: Case) -> Case:
 def check(case: Case, strategy: Strategy | None = None) -> list[str]:
     """Run the case; return every violated invariant (empty when safe)."""
     policy = case.policy
-    knobs = replace(KNOBS, hold_results=case.hold, dask_packing=case.packing)
+    knobs = replace(
+        KNOBS, hold_results=case.hold, dask_packing=case.packing, spot_price_factor=0.35 if case.spot else 0.0
+    )
     options = Options(tick_s=TICK_S, knobs=knobs, deadline_s=3600.0, linger_s=policy.node_down_timeout + 120)
     problems: list[str] = []
 
@@ -191,7 +207,10 @@ def _tick_problems(run: Run, result: TickResult) -> list[str]:
     # when the drain expects it retired; a worker with tasks may not.
     working = {w.address for w in snap.workers if w.processing}
     retired = {h for a in result.plan.actions if isinstance(a, RetireWorkers) for h in _hosts(snap, a)}
-    busy_hosts = {w.hostname for w in snap.workers if w.busy}
+    # A machine EC2 gave notice for is let go busy or not (core/interrupt.py): EC2 takes it anyway.
+    noticed = {i.hostname for i in snap.instances if i.interrupted_at is not None}
+    working -= {w.address for w in snap.workers if w.hostname in noticed}
+    busy_hosts = {w.hostname for w in snap.workers if w.busy} - noticed
     host_of_node = {n.id: n.hostname for n in snap.nodes}
     host_of_instance = {i.id: i.hostname for i in snap.instances}
     for action in result.plan.actions:
@@ -299,7 +318,7 @@ def describe(case: Case, problems: Sequence[str]) -> str:
     lines = [
         f"seed {case.seed}: {len(problems)} violation(s), e.g. {problems[0]}",
         f"  policy: {case.policy}",
-        f"  client holds results: {case.hold}; dask packing preload: {case.packing}",
+        f"  client holds results: {case.hold}; dask packing preload: {case.packing}; spot: {case.spot}",
     ]
     for kind, value in case.events():
         if isinstance(value, Job):
