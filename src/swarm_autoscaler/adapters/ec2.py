@@ -140,6 +140,7 @@ class Ec2Cloud(Ec2Transport):
         retry_initial: float = 0.5,
         retry_max: float = 20.0,
         timeout: float = 30.0,
+        join_paused: bool = False,
     ) -> None:
         super().__init__(
             region=region,
@@ -158,6 +159,7 @@ class Ec2Cloud(Ec2Transport):
         self._subnets = launch_subnets(subnet_ids)  # ("",) = let EC2 pick (default VPC)
         self._groups = list(security_group_ids)
         self._join_command = join_command
+        self._join_paused = join_paused  # machines join paused (the dynamic mode: `Policy.join_paused`)
         self._key_name = key_name
         self._profile = iam_instance_profile
         self._custom_tags = dict(custom_tags or {})
@@ -335,7 +337,7 @@ class Ec2Cloud(Ec2Transport):
                 token, manager = await self._join_command()
             except AutoscalerError as exc:
                 return f"cannot read the swarm join command: {exc}"
-            user_data = render_user_data(boot_script, token, manager)
+            user_data = render_user_data(boot_script, token, manager, self._join_paused)
         if len(user_data.encode()) > USER_DATA_LIMIT:
             return f"user data for {type_name} exceeds EC2's {USER_DATA_LIMIT} bytes: shorten the boot script"
         params: dict[str, Any] = {

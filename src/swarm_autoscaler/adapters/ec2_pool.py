@@ -47,6 +47,7 @@ class PoolHost(Protocol):
     _cluster: str
     _backoff: CapacityBackoff
     _join_command: Callable[[], Awaitable[tuple[str, str]]]
+    _join_paused: bool
 
     def now(self) -> float: ...
 
@@ -101,7 +102,7 @@ async def start_instances(self: PoolHost, instance_ids: Sequence[str]) -> Launch
     for raw in found:
         if raw["State"]["Name"] == "stopped":
             groups.setdefault((raw["InstanceType"], raw.get("SubnetId", "")), []).append(raw)
-    user_data = render_start_user_data(token, manager)
+    user_data = render_start_user_data(token, manager, self._join_paused)
     started: list[Instance] = []
     refused: list[Unavailable] = []
     for (type_name, subnet), records in groups.items():

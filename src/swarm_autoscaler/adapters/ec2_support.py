@@ -168,21 +168,29 @@ def render_pool_user_data(boot_script: str) -> str:
     )
 
 
-def render_start_user_data(token: str, manager_address: str) -> str:
+def join_line(token: str, manager_address: str, paused: bool = False) -> str:
+    """The swarm join. `paused`: the node joins with availability pause, so swarm places nothing there
+    until the daemon takes it in and sets it active (the dynamic mode: `Policy.join_paused`)."""
+    flag = "--availability pause " if paused else ""
+    return f"docker swarm join {flag}--token {shlex.quote(token)} {shlex.quote(manager_address)}"
+
+
+def render_start_user_data(token: str, manager_address: str, paused: bool = False) -> str:
     """What a pool machine runs when started: leave the swarm it may have been in (its old node was
     removed when it was stopped), then join afresh. The boot script already ran on its first boot."""
-    join = f"docker swarm join --token {shlex.quote(token)} {shlex.quote(manager_address)}"
+    join = join_line(token, manager_address, paused)
     return _every_boot(
         "#!/bin/bash\nset -u\n# started from the warm pool: join the swarm (added by swarm-autoscaler)\n"
         f"docker swarm leave --force >/dev/null 2>&1 || true\n{join}\n"
     )
 
 
-def render_user_data(boot_script: str, token: str, manager_address: str) -> str:
-    """The configured boot script, then the swarm join. A script without a shebang runs under bash."""
+def render_user_data(boot_script: str, token: str, manager_address: str, paused: bool = False) -> str:
+    """The configured boot script, then the swarm join (`join_line`). A script without a shebang runs
+    under bash."""
     script = boot_script.strip("\n")
     head = "" if script.startswith("#!") else "#!/bin/bash\nset -eu\n"
-    join = f"docker swarm join --token {shlex.quote(token)} {shlex.quote(manager_address)}"
+    join = join_line(token, manager_address, paused)
     body = f"{script}\n\n" if script else ""
     return f"{head}{body}# join the swarm as a worker (added by swarm-autoscaler)\n{join}\n"
 

@@ -57,6 +57,14 @@ class NodeOurs:
 
 
 @dataclass(frozen=True, slots=True)
+class NodePaused:
+    """The swarm node `node_id` exists, is ready, is still paused and carries no `ready` and no
+    `termination_started` mark: nobody took it in, drained it or began terminating it since the plan."""
+
+    node_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class NodeDown:
     """The swarm node `node_id` is still not ready (down, disconnected or unknown), or is gone."""
 
@@ -80,7 +88,7 @@ class Retired:
     hostname: str
 
 
-Check = HostIdle | NoTasks | NoWorker | NotJoined | NodeOurs | NodeDown | NothingWaits | Retired
+Check = HostIdle | NoTasks | NoWorker | NotJoined | NodeOurs | NodePaused | NodeDown | NothingWaits | Retired
 
 
 # --------------------------------------------------------------------------------------------- plan
@@ -88,11 +96,14 @@ Check = HostIdle | NoTasks | NoWorker | NotJoined | NodeOurs | NodeDown | Nothin
 
 @dataclass(frozen=True, slots=True)
 class ActivateNode:
-    """Set a drained node's availability back to active, because tasks were assigned to it."""
+    """Set a drained node's availability back to active, because tasks were assigned to it; or take in
+    a node that joined paused (`Policy.join_paused`): that one carries `expect` and is re-checked on a
+    fresh read, after its labels are written, right before it runs."""
 
     node_id: str
     hostname: str
     reason: str
+    expect: tuple[Check, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

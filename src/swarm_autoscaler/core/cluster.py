@@ -55,6 +55,10 @@ removed once down (rule 4); otherwise it is left out.
 5. no node yet                                         -> launched if age < max_start_time, else broken
 6. node status not ready: accepted before (`ready`
    mark)                                               -> disconnected; never accepted -> rule 9
+6b. with `Policy.join_paused` (the dynamic mode: machines join paused), availability pause and no
+   `ready` mark                                        -> joining, whatever its age: the planner takes
+   it in (`marks.accept_joined`: its labels, then active on a fresh read). A machine with no node is
+   never active, so one planned broken that joins before its termination lands takes no task
 7. availability drain or pause                         -> drained; per type, the first `reserve` of them
    (newest instance first, then instance id) are reserve
 8. a worker is retiring (and the node carries no
@@ -163,8 +167,9 @@ _TRANSITIONS: Mapping[Bucket, frozenset[Bucket]] = {
     | _POOL_OUT,
     # The node comes back (its previous bucket); RemoveNode / Terminate after node_down_timeout.
     Bucket.DISCONNECTED: _NODE_STATES | {Bucket.JOINING, Bucket.BROKEN} | _TERMINAL,
-    # A late worker finally connects (active); Terminate.
-    Bucket.BROKEN: frozenset({Bucket.ACTIVE}) | _TERMINAL,
+    # A late worker finally connects (active), or a late node joins paused (joining: join_paused);
+    # Terminate.
+    Bucket.BROKEN: frozenset({Bucket.ACTIVE, Bucket.JOINING}) | _TERMINAL,
     # EC2 finishes terminating (gone); the instance vanishes first while its node lingers
     # (disconnected, then RemoveNode).
     Bucket.TERMINATING: frozenset({Bucket.GONE, Bucket.DISCONNECTED}),
@@ -361,7 +366,7 @@ def _instance_bucket(member: Member, now: float, policy: Policy) -> Bucket:
         return Bucket.STARTING if young else Bucket.BROKEN
     if not inst.alive or ending:
         return Bucket.TERMINATING
-    joined = _joined_bucket(member, node) if node is not None else None
+    joined = _joined_bucket(member, node, policy) if node is not None else None
     if joined is not None:
         return joined
     if node is None:
@@ -381,10 +386,17 @@ def _never_accepted(node: Node) -> bool:
     return node.status != NodeStatus.READY and not node.marks.ready
 
 
-def _joined_bucket(member: Member, node: Node) -> Bucket | None:
+def _joined_paused(node: Node) -> bool:
+    """A node that joined paused and that the daemon has not taken in yet (`Policy.join_paused`)."""
+    return node.availability == Availability.PAUSE and not node.marks.ready
+
+
+def _joined_bucket(member: Member, node: Node, policy: Policy) -> Bucket | None:
     """The bucket of a live machine whose node joined, or None while it is still joining."""
     if node.status != NodeStatus.READY:
         return Bucket.DISCONNECTED if node.marks.ready else None
+    if policy.join_paused and _joined_paused(node):
+        return Bucket.JOINING  # up, waiting to be taken in (`marks.accept_joined`), whatever its age
     if node.availability != Availability.ACTIVE:
         return Bucket.DRAINED
     if node.marks.cordoned_since is None and any(w.retiring for w in member.workers):

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from swarm_autoscaler.core.actions import LabelNode, Uncordon
+from swarm_autoscaler.core.actions import ActivateNode, LabelNode, NodeOurs, NodePaused, Uncordon
 from swarm_autoscaler.core.cluster import Bucket, Fleet, Member
-from swarm_autoscaler.core.model import NodeStatus
+from swarm_autoscaler.core.model import Availability, NodeStatus
 from swarm_autoscaler.core.scaleup import uncordon_action
 from swarm_autoscaler.core.steps import Facts, Mark, mark
 
@@ -125,4 +125,30 @@ def label_nodes(cluster: Fleet) -> tuple[LabelNode, ...]:
         missing = tuple(sorted((k, v) for k, v in inst.labels.items() if node.labels.get(k) != v))
         if missing:
             out.append(LabelNode(node.id, node.hostname, missing, "labels its instance was launched with"))
+    return tuple(out)
+
+
+# The reason of the ActivateNode that takes in a node that joined paused (see `accept_joined`).
+TAKEN_IN = "joined paused; taken in: labelled ours, now active"
+
+
+def accept_joined(cluster: Fleet, join_paused: bool) -> tuple[ActivateNode, ...]:
+    """With `Policy.join_paused` (machines join the swarm paused), the nodes that joined and that the
+    daemon has not taken in yet are set active: each one matched by hostname to one of our live
+    instances (the joining bucket), ready, paused and without a `ready` mark. Its labels (the ownership
+    label among them) come from `label_nodes` in the same plan and are written first; the activation is
+    re-checked on a fresh read after them (`NodeOurs`: the ownership label is there; `NodePaused`: still
+    paused, not taken in, no termination begun). Its `ready` mark follows once it is active
+    (`keep_marks`). A machine planned as broken has no node at all in the plan, so whatever joins before
+    its termination lands stays paused: swarm places no task there."""
+    if not join_paused:
+        return ()
+    out = []
+    for member in cluster.joining:
+        node = member.node
+        if member.instance is None or node is None or node.is_manager:
+            continue
+        if node.status != NodeStatus.READY or node.availability != Availability.PAUSE or node.marks.ready:
+            continue
+        out.append(ActivateNode(node.id, node.hostname, TAKEN_IN, (NodeOurs(node.id), NodePaused(node.id))))
     return tuple(out)

@@ -334,6 +334,9 @@ class Policy:
       there within this long buys no new instance (0 = every queued task may buy one).
     - `subnets`: the subnets a launch may use (empty: one, chosen by EC2). A type counts as refused for
       capacity only while it is refused in every one of them (see backoff.py).
+    - `join_paused`: machines join the swarm paused (the dynamic mode's boot script), and the planner
+      sets a node active once it takes it in (see `cluster` and `marks.accept_joined`): a paused node
+      never accepted is still joining, so a machine nobody accepted never takes a task.
     """
 
     allowed_types: tuple[TypePolicy, ...]
@@ -348,6 +351,7 @@ class Policy:
     consolidate_under_load: bool = True
     tolerated_wait: float = 120.0
     subnets: tuple[str, ...] = ()
+    join_paused: bool = False
 
     def type_policy(self, name: str) -> TypePolicy | None:
         for tp in self.allowed_types:

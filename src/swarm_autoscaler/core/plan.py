@@ -34,7 +34,8 @@ maximum is the machines alive now. The recipe:
    have room for their tasks, so that they empty and step 5 drains them (under load, step 5 drains only
    cordoned workers); a cordoned worker is uncordoned when pending work fits it or a task waits on it;
 7. keep the lifecycle marks (node labels) up to date so the timing survives a restart, and give every
-   node of ours the labels its instance was launched with (the ownership label among them); a mark
+   node of ours the labels its instance was launched with (the ownership label among them); with
+   `join_paused`, take in the nodes that joined paused (set them active, re-checked); a mark
    stamped in the future (by a clock ahead of the cloud's) is restamped now (clockmarks.py).
 
 A machine whose worker runs or queues a task, or holds unique data, is never drained, retired or
@@ -63,7 +64,7 @@ from swarm_autoscaler.core.consolidate import choose_cordons
 from swarm_autoscaler.core.demand import Group, estimate_demand
 from swarm_autoscaler.core.interrupt import let_go, pending_view
 from swarm_autoscaler.core.launches import LaunchBook, plan_launches
-from swarm_autoscaler.core.marks import keep_cordons, keep_marks, label_nodes
+from swarm_autoscaler.core.marks import accept_joined, keep_cordons, keep_marks, label_nodes
 from swarm_autoscaler.core.model import Policy, Snapshot
 from swarm_autoscaler.core.placement import NewBins, Unplaced, rank_types, type_capacity
 from swarm_autoscaler.core.pool import refill, repair_pool, started
@@ -207,6 +208,7 @@ def _assemble(
     return (
         *mark_actions(facts.snapshot, changes, fixed.removed),
         *label_nodes(facts.cluster),
+        *accept_joined(facts.cluster, facts.policy.join_paused),
         *fixed.actions,
         *up.uncordon,
         *uncordon,

@@ -23,13 +23,14 @@ from swarm_autoscaler.core.actions import (
     HostIdle,
     NodeDown,
     NodeOurs,
+    NodePaused,
     NoTasks,
     NothingWaits,
     NotJoined,
     NoWorker,
     Retired,
 )
-from swarm_autoscaler.core.model import Node, NodeStatus, Worker
+from swarm_autoscaler.core.model import Availability, Node, NodeStatus, Worker
 
 
 @dataclass(frozen=True)
@@ -71,12 +72,9 @@ def violated(check: Check, fresh: Fresh) -> str | None:
         case NotJoined(hostname=host):
             return f"{host} joined the swarm since the plan" if host in fresh.hostnames else None
         case NodeOurs(node_id=node_id):
-            node = fresh.nodes_by_id.get(node_id)
-            if node is None:
-                return f"node {node_id} is no longer in the swarm"
-            if node.is_manager or not node.ours:
-                return f"node {node_id} ({node.hostname}) does not carry our ownership label"
-            return None
+            return _not_ours(fresh.nodes_by_id.get(node_id), node_id)
+        case NodePaused(node_id=node_id):
+            return _not_paused(fresh.nodes_by_id.get(node_id), node_id)
         case NodeDown(node_id=node_id):
             node = fresh.nodes_by_id.get(node_id)
             if node is not None and node.status == NodeStatus.READY:
@@ -91,6 +89,28 @@ def violated(check: Check, fresh: Fresh) -> str | None:
             kept = [w.name for w in fresh.workers_by_host.get(host, ()) if not w.retiring]
             return f"the scheduler kept worker {', '.join(kept)} on {host}" if kept else None
     raise AssertionError(f"unknown check {check!r}")  # pragma: no cover - exhaustive above
+
+
+def _not_ours(node: Node | None, node_id: str) -> str | None:
+    """Why a node is not (or no longer) ours (`NodeOurs`), or None."""
+    if node is None:
+        return f"node {node_id} is no longer in the swarm"
+    if node.is_manager or not node.ours:
+        return f"node {node_id} ({node.hostname}) does not carry our ownership label"
+    return None
+
+
+def _not_paused(node: Node | None, node_id: str) -> str | None:
+    """Why a node to take in (`NodePaused`) is no longer one, or None."""
+    if node is None:
+        return f"node {node_id} is no longer in the swarm"
+    if node.status != NodeStatus.READY or node.availability != Availability.PAUSE:
+        return (
+            f"node {node_id} ({node.hostname}) is {node.status}/{node.availability} now, not ready and paused"
+        )
+    if node.marks.ready or node.marks.termination_started is not None:
+        return f"node {node_id} ({node.hostname}) was taken in or its termination began since the plan"
+    return None
 
 
 def violations(action: Action, fresh: Fresh) -> tuple[str, ...]:

@@ -182,5 +182,7 @@ def busy_hosts(view: WorkloadView) -> tuple[str, ...]:
 
 def dynamic_policy(policy: Policy) -> Policy:
     """The policy as the dynamic mode runs it: consolidation off, since no service task can be cordoned
-    away from a node the way a dask worker is (the daemon and the simulator both apply it)."""
-    return dataclasses.replace(policy, consolidate_below=0.0)
+    away from a node the way a dask worker is (the daemon and the simulator both apply it); and machines
+    join paused (`Policy.join_paused`), taken in by the planner, so that a machine planned as broken
+    that joins before its termination lands is never given a task by swarm."""
+    return dataclasses.replace(policy, consolidate_below=0.0, join_paused=True)

@@ -9,7 +9,8 @@ disruptive action against a fresh read right before it runs.
    fails on it (`core.recheck`) is skipped; the others run. A worker the scheduler kept (it holds the
    only copy of a result) cancels its node's drain and termination in this same act.
 3. **Read again if a retirement ran, then drains, cordons, terminations and removals**, each re-checked
-   on the latest read. A drain and its node's marks are one job. Terminations are batched into ONE
+   on the latest read; so is the activation of a node that joined paused (`Policy.join_paused`),
+   whose labels phase 1 wrote. A drain and its node's marks are one job. Terminations are batched into ONE
    `Cloud.terminate` call; node updates run concurrently (one node's actions always run one after
    another, in plan order).
 4. **Terminations are fenced first** (`fencing`): their hosts are fenced in one scheduler call (no
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 
 from swarm_autoscaler.core.actions import (
     Action,
+    ActivateNode,
     Cordon,
     DrainNode,
     LabelNode,
@@ -118,13 +120,19 @@ def _lanes(
     for a in actions:
         if isinstance(a, RetireWorkers):
             retires.append(a)
-        elif isinstance(a, DISRUPTIVE) or (isinstance(a, BOOK) and a.node_id in drained):
+        elif isinstance(a, DISRUPTIVE) or _rechecked(a) or (isinstance(a, BOOK) and a.node_id in drained):
             disruptive.append(a)
         elif isinstance(a, BOOK) and a.node_id not in busy:
             bookkeeping.setdefault(a.node_id, []).append(a)
         else:
             gentle.append(a)
     return list(bookkeeping.values()), gentle, retires, disruptive
+
+
+def _rechecked(action: Action) -> bool:
+    """An activation that takes in a node joined paused: re-checked on the fresh read of phase 2, after
+    phase 1 wrote its labels (its ownership label is what the re-check wants to see)."""
+    return isinstance(action, ActivateNode) and bool(action.expect)
 
 
 def _node_jobs(doer: Doer, actions: Sequence[Action]) -> list[Job]:

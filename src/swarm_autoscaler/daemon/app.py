@@ -178,6 +178,8 @@ def _ec2(settings: Settings, swarm: Orchestrator) -> Ec2Cloud:
         capacity_backoff_initial=settings.timing.capacity_backoff_initial,
         capacity_backoff_max=settings.timing.capacity_backoff_max,
         join_command=swarm.join_command,
+        # the dynamic mode's machines join paused; the planner sets each active once it takes it in
+        join_paused=settings.mode == "dynamic",
     )
 
 

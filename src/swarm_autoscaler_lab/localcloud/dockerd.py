@@ -169,10 +169,12 @@ class LocalNode:
     async def docker(self, *args: str, timeout: float = 60.0) -> str:
         return await asyncio.to_thread(self.docker_sync, *args, timeout=timeout)
 
-    async def join(self, token: str, manager_addr: str) -> None:
-        """Join the swarm whose manager listens on `manager_addr`, advertising this node's own address."""
+    async def join(self, token: str, manager_addr: str, *, paused: bool = False) -> None:
+        """Join the swarm whose manager listens on `manager_addr`, advertising this node's own address;
+        `paused`: with availability pause (`docker swarm join --availability pause`)."""
+        pause = ("--availability", "pause") if paused else ()
         await self.docker(
-            "swarm", "join", "--token", token, "--advertise-addr", self.address,
+            "swarm", "join", *pause, "--token", token, "--advertise-addr", self.address,
             "--listen-addr", self.swarm_addr, manager_addr,
         )  # fmt: skip
 

@@ -19,13 +19,13 @@ class DockerdJoiner:
         self.swarm = swarm
         self.preload = tuple(preload)
 
-    async def join(self, hostname: str, token: str, manager_address: str) -> None:
+    async def join(self, hostname: str, token: str, manager_address: str, paused: bool = False) -> None:
         node = self.swarm.nodes.get(hostname)
         if node is None:
             node = await self.swarm.add_node(hostname)
             for tarball in self.preload:
                 await node.docker("load", "-i", str(tarball), timeout=300)
-        await node.join(token, manager_address)
+        await node.join(token, manager_address, paused=paused)
 
     async def leave(self, hostname: str) -> None:
         if hostname in self.swarm.nodes:  # stop_node forgets the node before its first await

@@ -50,7 +50,7 @@ from swarm_autoscaler.core.ports import Orchestrator
 
 log = structlog.get_logger("swarm_autoscaler_lab.localcloud.machines")
 
-JOIN_RE = re.compile(r"docker\s+swarm\s+join\s+--token\s+(\S+)\s+(\S+)")
+JOIN_RE = re.compile(r"docker\s+swarm\s+join\s+(--availability\s+pause\s+)?--token\s+(\S+)\s+(\S+)")
 
 
 class UserDataRunLike(Protocol):
@@ -66,9 +66,10 @@ class UserDataBooter(Protocol):
 
 
 class Joiner(Protocol):
-    """How an emulated machine becomes (and stops being) a swarm node."""
+    """How an emulated machine becomes (and stops being) a swarm node. `paused`: the join line says
+    `--availability pause` (the dynamic mode's machines join paused)."""
 
-    async def join(self, hostname: str, token: str, manager_address: str) -> None: ...
+    async def join(self, hostname: str, token: str, manager_address: str, paused: bool = False) -> None: ...
 
     async def leave(self, hostname: str) -> None: ...
 
@@ -223,8 +224,11 @@ class MachineEmulator:
                 self.prepared_total += 1
                 log.info("machine prepared for the warm pool and stopped", hostname=machine.hostname)
                 return
-            token, address = line
-            await self.joiner.join(machine.hostname, token, address)
+            token, address, paused = line
+            if paused:
+                await self.joiner.join(machine.hostname, token, address, paused=True)
+            else:
+                await self.joiner.join(machine.hostname, token, address)
             machine.joined = True
             machine.joined_at = self.clock()
             self.joined_total += 1
@@ -327,9 +331,9 @@ class MachineEmulator:
         attr = self._ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
         return str(attr.get("UserData", {}).get("Value", ""))
 
-    def _join_line(self, instance_id: str) -> tuple[str, str] | None:
-        """(token, manager address) from the user data's join line; None for a warm-pool machine's first
-        boot (no join line, the pool's stop line)."""
+    def _join_line(self, instance_id: str) -> tuple[str, str, bool] | None:
+        """(token, manager address, joins paused) from the user data's join line; None for a warm-pool
+        machine's first boot (no join line, the pool's stop line)."""
         attr = self._ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
         raw = attr.get("UserData", {}).get("Value", "")
         text = base64.b64decode(raw).decode() if raw else ""
@@ -338,7 +342,7 @@ class MachineEmulator:
             if POOL_STOP_LINE in text:
                 return None
             raise RuntimeError(f"instance {instance_id}: no 'docker swarm join' line in its user data")
-        return match.group(1), match.group(2)
+        return match.group(2), match.group(3), match.group(1) is not None
 
 
 class MemoryJoiner:
@@ -347,12 +351,15 @@ class MemoryJoiner:
     def __init__(self, swarm: Any) -> None:
         self.swarm = swarm
 
-    async def join(self, hostname: str, token: str, manager_address: str) -> None:
+    async def join(self, hostname: str, token: str, manager_address: str, paused: bool = False) -> None:
         existing = self.swarm.by_hostname(hostname)
         if existing is not None:
             self.swarm.set_status(hostname, NodeStatus.READY)
             return
-        self.swarm.join(hostname, token)
+        if paused:
+            self.swarm.join(hostname, token, paused=True)
+        else:
+            self.swarm.join(hostname, token)
 
     async def leave(self, hostname: str) -> None:
         self.swarm.set_status(hostname, NodeStatus.DOWN)

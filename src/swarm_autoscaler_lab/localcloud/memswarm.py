@@ -34,14 +34,17 @@ class MemorySwarm:
 
     # --- the machine side -------------------------------------------------------------------------
 
-    def join(self, hostname: str, token: str, labels: Mapping[str, str] | None = None) -> Node:
-        """A machine joins with the worker token; a wrong token is refused as swarm would."""
+    def join(
+        self, hostname: str, token: str, labels: Mapping[str, str] | None = None, *, paused: bool = False
+    ) -> Node:
+        """A machine joins with the worker token; a wrong token is refused as swarm would. `paused`:
+        `docker swarm join --availability pause`."""
         if token != self.join_token:
             raise PermissionError("invalid join token")
         node = Node(
             id=f"node{next(self._ids):04d}",
             hostname=hostname,
-            availability=Availability.ACTIVE,
+            availability=Availability.PAUSE if paused else Availability.ACTIVE,
             status=NodeStatus.READY,
             labels=dict(labels or {}),
             ours=is_ours(labels or {}, self.cluster_name),
