@@ -12,8 +12,8 @@ removal that reached a machine whose worker was processing a task or held a resu
 worker. The test asserts there were none, and that the fleet came back to min + reserve with no instance
 that never joined and no swarm node without an instance. It needs no dockerd.
 
-`CHAOS_MODE=dynamic` runs the daemon in the dynamic mode instead (`chaos.is_dynamic`; no seed draws it by
-default yet: its runs find a known gap, docs/lab/chaos.md): the world's backlog is a swarm service of 800
+About a third of the seeds run the daemon in the dynamic mode instead (`chaos.is_dynamic`;
+`CHAOS_MODE=dynamic` or `computational` forces the mode): the world's backlog is a swarm service of 800
 one-CPU replicas read through the Docker Engine API imitation, its cancellation a scale to 0, and the guards
 count a node holding a service task as busy. The run prints its mode.
 
