@@ -3,6 +3,7 @@ keeper's and the scheduler's stack files."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -66,3 +67,19 @@ def test_scheduler_stack_file_runs_the_scheduler_with_the_packing_preload_from_t
     assert service["deploy"]["replicas"] == 1
     assert "node.role == manager" in service["deploy"]["placement"]["constraints"]
     assert stack["networks"][service["networks"][0]] == {"external": True, "name": "host"}
+
+
+def test_every_image_in_the_deployment_files_and_docs_is_pinned_never_latest() -> None:
+    """Each stack file's image comes from a variable with no default (so a deploy without a pinned image
+    fails with docker's own message), and no deployment file or page names a `:latest` image."""
+    for name in ("stack.yml", "keeper-stack.yml", "scheduler-stack.yml", "worker-stack.yml"):
+        stack: dict[str, Any] = yaml.safe_load((ROOT / "docker" / name).read_text())
+        for service in stack["services"].values():
+            assert service["image"].startswith("${") and ":?" in service["image"], (name, service["image"])
+    found = []
+    pages = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "docker").iterdir()]
+    for path in pages:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"[\w./-]:latest\b", line):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not found, "an image tagged :latest:\n" + "\n".join(found)
