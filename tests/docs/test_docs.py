@@ -19,7 +19,9 @@ COMMANDS = ROOT / "docs" / "reference" / "commands.md"
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 # An internal tracker's numbers mean nothing to a reader: say what the thing is.
-INTERNAL = re.compile(r"\b(issue|seed) #?[0-9]{1,3}\b", re.I)
+# a tracker's number: "issue 15", "issues 12", "seed 4", and the design seeds' zero-padded "seeds 001"
+# (plain "seeds 0-4" are random draws, not a tracker's)
+INTERNAL = re.compile(r"\b(issues?|seed) #?[0-9]{1,3}\b|\bseeds #?0[0-9]{2}\b", re.I)
 
 
 class _Ids(HTMLParser):

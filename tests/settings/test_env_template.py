@@ -62,3 +62,26 @@ def test_template_as_env_file_gives_valid_settings(clean_env: None) -> None:
     assert settings.cluster_name == "analytics"
     assert list(settings.ec2.allowed_types) == ["m5.large"]
     assert settings.timing.poll_interval == 5.0
+
+
+def test_every_variable_the_readme_and_the_manual_name_exists() -> None:
+    """A hand-written page may name a setting too: each `AUTOSCALER_*` it names is a setting of the models,
+    a group of them (`AUTOSCALER_EC2_*`), or a variable a stack file in docker/ reads at deploy time."""
+    import re
+
+    known = {name for name, _, _, _ in variables()}
+    deploy_time = {
+        m.group(1)
+        for path in (REPO / "docker").glob("*.yml")
+        for m in re.finditer(r"\$\{(AUTOSCALER_[A-Z0-9_]+)", path.read_text())
+    }
+    unknown = []
+    for path in [REPO / "README.md", *(REPO / "docs").rglob("*.md")]:
+        for m in re.finditer(r"\bAUTOSCALER_[A-Z0-9_]+\*?", path.read_text()):
+            name = m.group(0)
+            group = name.endswith(("*", "_")) and any(k.startswith(name.rstrip("*")) for k in known)
+            if name not in known and name not in deploy_time and not group:
+                unknown.append(f"{path.relative_to(REPO)}: {name}")
+    assert not unknown, "not a setting, a group of settings or a stack file's variable:\n" + "\n".join(
+        unknown
+    )
