@@ -136,6 +136,21 @@ def _writers(
     return out
 
 
+def _writer_runs(calls: list[Ec2Call], primaries: dict[str, str]) -> dict[str, list[str]]:
+    """Over the whole run, each cluster's mutating calls' writers in order, collapsed into runs (A, B, A
+    is two replicas driving it at once; A, B alone is a handover)."""
+    runs: dict[str, list[str]] = defaultdict(list)
+    for call in sorted(calls, key=lambda c: c.at):
+        if call.action not in MUTATING or call.access_key not in KEYS:
+            continue
+        for key, value in call.params.items():
+            if key.startswith(("ResourceId.", "InstanceId.")) and value in primaries:
+                order = runs[primaries[value]]
+                if not order or order[-1] != call.access_key:
+                    order.append(call.access_key)
+    return runs
+
+
 async def test_three_replicas_share_30_clusters_and_take_over_a_killed_ones_within_a_lease(
     moto: MotoServer,
     network: LocalNetwork,
@@ -253,6 +268,14 @@ async def test_three_replicas_share_30_clusters_and_take_over_a_killed_ones_with
         f"mutating EC2 calls by replica, steady: {dict(sorted(per_replica.items()))}; double actions: {doubles}"
     )
     assert doubles == 0, {c: w for c, w in {**during, **afterwards}.items() if len(w) > 1}
+    # and over the whole run, creation and settling included: no cluster went back to a replica that
+    # another had driven since
+    runs = _writer_runs(calls, primaries)
+    returned = {cid: order for cid, order in runs.items() if len(order) != len(set(order))}
+    handed = sum(1 for order in runs.values() if len(order) > 1)
+    print(f"whole run: {handed} clusters handed over, {len(returned)} driven again by an earlier driver")
+    assert handed >= before[victim]  # the check saw the takeover's handovers
+    assert not returned, returned
     assert len(during) == CLUSTERS and len(afterwards) == CLUSTERS  # every cluster was acted on, by one
     assert sorted(per_replica.values()) == sorted(s or 0 for s in before)
     assert all(KEYS[victim] not in w for w in afterwards.values())
