@@ -10,6 +10,10 @@ from __future__ import annotations
 import importlib
 import sys
 
+import dask
+
+from swarm_autoscaler.runtime.worker import profiler_is_unsafe
+
 BENCHMARKS: dict[str, str] = {
     "plan": "bench.plan_bench",
     "sim": "bench.sim_bench",
@@ -36,6 +40,9 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
+    # every in-process dask worker of every bench (ours, the peer's) without dask's profiler on Python
+    # 3.11, as the worker service runs them (swarm_autoscaler.runtime.worker: it can deadlock there)
+    dask.config.set({"distributed.worker.profile.enabled": not profiler_is_unsafe()})
     for name in names:
         print(f"== {name}")
         importlib.import_module(BENCHMARKS[name]).main(flags)

@@ -9,9 +9,16 @@ import logging
 import os
 from collections.abc import Iterator
 
+import dask
 import pytest
 import structlog
 from hypothesis import settings
+
+from swarm_autoscaler.runtime.worker import profiler_is_unsafe
+
+# Workers made in this process run without dask's profiler on Python 3.11, as the worker service's do:
+# there it can deadlock the whole process (swarm_autoscaler.runtime.worker), the test suite included.
+dask.config.set({"distributed.worker.profile.enabled": not profiler_is_unsafe()})
 
 settings.register_profile("mutation", derandomize=True, database=None, max_examples=30)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))

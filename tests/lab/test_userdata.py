@@ -6,6 +6,8 @@ import base64
 import dataclasses
 from pathlib import Path
 
+import dask
+
 from swarm_autoscaler.adapters.ec2_support import (
     render_pool_user_data,
     render_start_user_data,
@@ -16,7 +18,13 @@ from swarm_autoscaler.config.worker import with_worker_env, worker_resources
 from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.model import GIB
 from swarm_autoscaler.daemon.app import described_boot_scripts
-from swarm_autoscaler.runtime.worker import read_env_file, worker_argv
+from swarm_autoscaler.runtime.worker import (
+    PROFILER_VARIABLE,
+    profiler_is_unsafe,
+    read_env_file,
+    worker_argv,
+    worker_environ,
+)
 from swarm_autoscaler_lab.localcloud.userdata import user_data_scripts
 
 AMI = "ami-12345678"
@@ -71,3 +79,13 @@ def test_the_daemon_re_renders_worker_env_from_the_described_types() -> None:
     assert list(scripts) == ["m5.xlarge"]  # a type EC2 did not describe keeps its bundled rendering
     assert f"RAM={bundled.resources.ram - GIB} " in scripts["m5.xlarge"]
     assert f"RAM={bundled.resources.ram} " not in scripts["m5.xlarge"]
+
+
+def test_the_worker_runs_without_dasks_profiler_where_it_can_deadlock() -> None:
+    """On CPython 3.11 the profiler's `sys._current_frames()` can deadlock the worker (gh-106883): the
+    entrypoint turns it off there, keeps it elsewhere, and leaves a value the service set alone."""
+    assert worker_environ({}, (3, 11)) == {PROFILER_VARIABLE: "False"}
+    assert worker_environ({}, (3, 12)) == {}
+    assert worker_environ({PROFILER_VARIABLE: "True"}, (3, 11)) == {PROFILER_VARIABLE: "True"}
+    # the emulated machines' in-process workers follow the same rule (the whole test process would stop)
+    assert dask.config.get("distributed.worker.profile.enabled") is not profiler_is_unsafe()

@@ -9,6 +9,12 @@ user data wrote (`/etc/swarm-autoscaler/worker.env`, mounted read-only; override
 `DASK_SCHEDULER_ADDRESS` comes from the service; `DASK_WORKER_NAME` is the node's hostname (the service
 sets it from `{{.Node.Hostname}}`; the container's own hostname otherwise). Without the env file the
 worker refuses to start: a machine not launched by the daemon never runs an unpinned worker.
+
+On Python 3.11 (the image's) the worker's statistical profiler is off (`PROFILER_OFF`): it calls
+`sys._current_frames()` every 10 ms, and on 3.11 that call can deadlock the whole process when a garbage
+collection starts inside it (CPython gh-106883, dask/distributed#8616; not fixed in 3.11). A worker that
+deadlocks holds its tasks forever and never answers a retirement, so its node is never let go. Set
+`DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED` in the service to decide otherwise.
 """
 
 from __future__ import annotations
@@ -21,6 +27,22 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 DEFAULT_ENV = "/etc/swarm-autoscaler/worker.env"
+# dask's setting for the worker's profiler, as an environment variable
+PROFILER_VARIABLE = "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED"
+
+
+def profiler_is_unsafe(version: tuple[int, int] | None = None) -> bool:
+    """Whether dask's worker profiler can deadlock this interpreter (CPython 3.11: see the module)."""
+    return (version or (sys.version_info.major, sys.version_info.minor)) == (3, 11)
+
+
+def worker_environ(environ: Mapping[str, str], version: tuple[int, int] | None = None) -> dict[str, str]:
+    """The worker process's environment: `environ`, with the profiler off where it can deadlock (unless
+    the service sets the variable itself)."""
+    out = dict(environ)
+    if profiler_is_unsafe(version):
+        out.setdefault(PROFILER_VARIABLE, "False")
+    return out
 
 
 def read_env_file(path: Path) -> dict[str, str]:
@@ -56,8 +78,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not path.is_file():
         raise SystemExit(f"{path} is missing: this machine was not launched by swarm-autoscaler")
     args = worker_argv(read_env_file(path), os.environ, list(sys.argv[1:] if argv is None else argv))
-    print("starting:", shlex.join(args), flush=True)
-    os.execvp(args[0], args)
+    environ = worker_environ(os.environ)
+    print(
+        "starting:",
+        shlex.join(args),
+        f"({PROFILER_VARIABLE}={environ.get(PROFILER_VARIABLE, '')})",
+        flush=True,
+    )
+    os.execvpe(args[0], args, environ)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import boto3
+import dask
 import structlog
 from distributed import Worker
 
@@ -47,6 +48,7 @@ from swarm_autoscaler.adapters.dask import PIN_PREFIX
 from swarm_autoscaler.adapters.ec2_support import POOL_STOP_LINE
 from swarm_autoscaler.core.model import Availability, InstanceType, NodeStatus
 from swarm_autoscaler.core.ports import Orchestrator
+from swarm_autoscaler.runtime.worker import profiler_is_unsafe
 
 log = structlog.get_logger("swarm_autoscaler_lab.localcloud.machines")
 
@@ -278,17 +280,20 @@ class MachineEmulator:
 
     async def _start_worker(self, machine: Machine) -> Worker:
         itype = self.catalogue[machine.type_name]
-        worker = Worker(
-            self.scheduler_address,
-            name=machine.hostname,
-            nthreads=max(1, int(itype.resources.cpus)),
-            resources=self.worker_resources(itype),
-            memory_limit=0,
-            host="127.0.0.1",
-            dashboard=False,
-            validate=False,
-            security=self.security,
-        )
+        # as the worker service does on Python 3.11 (runtime.worker: the profiler can deadlock it); here
+        # one deadlock stops every emulated machine, the scheduler and the test at once
+        with dask.config.set({"distributed.worker.profile.enabled": not profiler_is_unsafe()}):
+            worker = Worker(
+                self.scheduler_address,
+                name=machine.hostname,
+                nthreads=max(1, int(itype.resources.cpus)),
+                resources=self.worker_resources(itype),
+                memory_limit=0,
+                host="127.0.0.1",
+                dashboard=False,
+                validate=False,
+                security=self.security,
+            )
         await worker
         return worker
 
