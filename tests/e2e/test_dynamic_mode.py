@@ -2,8 +2,9 @@
 settings by `open_daemon`) reads the swarm's service tasks, not dask.
 
 A service whose replicas reserve more CPU than the fleet has (none: the fleet starts empty) stays
-pending in swarm; the daemon launches machines for it (moto over HTTP), the emulator boots each into its
-own dockerd node with the service's image loaded, the daemon labels the node with its type, and swarm
+pending in swarm; the daemon launches machines for it (moto over HTTP), each boots from its own user data
+(the daemon's rendered boot script, run by bash on a dockerd node of its own with the service's image
+loaded: its `docker swarm join --availability pause` is the join), the daemon labels the node with its type, and swarm
 starts the replicas there (they are pinned to `node.labels.instance-type==m5.large`). Scaled to 0, the
 service's tasks stop and the daemon pauses, drains and terminates the machines. While the replicas run
 (longer than the drain and termination delays) no node is paused, drained or terminated. After every tick a
@@ -31,7 +32,7 @@ from swarm_autoscaler.core.actions import DrainNode, Launch, RetireWorkers, Term
 from swarm_autoscaler.core.services import ON_NODE_STATES
 from swarm_autoscaler.daemon.tick import TickResult
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
-from swarm_autoscaler_lab.localcloud.dockerd_joiner import DockerdJoiner
+from swarm_autoscaler_lab.localcloud.userdata import UserDataBoot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.swarm, pytest.mark.timeout(300)]
 
@@ -46,7 +47,8 @@ DYNAMIC = {"AUTOSCALER_MODE": "dynamic", "AUTOSCALER_MAX_START_TIME": "120s"}
 @pytest_asyncio.fixture(loop_scope="session")
 async def image(cloud: LocalCloud, tmp_path: Path) -> AsyncIterator[Path]:
     """A busybox-only image (Debian's busybox-static, `docker import`ed: no registry) in the manager,
-    saved as a tarball that the joiner loads into every new node before it joins."""
+    saved as a tarball loaded into every new node before its user data runs; machines boot from their
+    user data while the fixture lasts."""
     busybox = shutil.which("busybox")
     assert busybox is not None, "busybox-static is missing: run `bash scripts/ensure-services.sh`"
     rootfs = tmp_path / "rootfs.tar"
@@ -56,13 +58,15 @@ async def image(cloud: LocalCloud, tmp_path: Path) -> AsyncIterator[Path]:
     await manager.docker("import", str(rootfs), IMAGE)
     saved = tmp_path / "image.tar"
     await manager.docker("save", "-o", str(saved), IMAGE)
-    assert cloud.emulator is not None and isinstance(cloud.emulator.joiner, DockerdJoiner)
-    joiner = cloud.emulator.joiner
-    joiner.preload = (saved,)
+    assert cloud.emulator is not None
+    emulator = cloud.emulator
+    # the real boot: each machine runs the user data the daemon rendered (the dynamic mode's boot script,
+    # whose `docker swarm join --availability pause` makes the node), with the image loaded first
+    emulator.user_data_boot = UserDataBoot(cloud.local_swarm, preload=[saved])
     try:
         yield saved
     finally:
-        joiner.preload = ()
+        emulator.user_data_boot = None
 
 
 class DrainWatch:
