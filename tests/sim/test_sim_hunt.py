@@ -4,6 +4,7 @@ bug."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -17,9 +18,22 @@ SEEDS = range(200)
 SAFETY = ("busy", "> max", "plan retires", "plan ")
 
 
+REACHED: Counter[str] = Counter()  # what the module's runs went through (hunt.check's `reached`)
+
+
 @pytest.fixture(scope="module")
 def results() -> dict[int, list[str]]:
-    return {seed: hunt.check(hunt.generate(seed)) for seed in SEEDS}
+    return {seed: hunt.check(hunt.generate(seed), reached=REACHED) for seed in SEEDS}
+
+
+def test_the_runs_reach_queued_restricted_moves_and_spot_notices(results: dict[int, list[str]]) -> None:
+    """The hunt protects these cases only if its runs go through them: queued GPU or pinned tasks that
+    the packing preload moves to a machine that joined, and EC2's notices taking spot machines."""
+    print(
+        f"{REACHED['moved']} queued restricted tasks moved (in {REACHED['seeds_moved']} of {len(results)} "
+        f"seeds), {REACHED['notices']} spot notices given (in {REACHED['seeds_noticed']} seeds)"
+    )
+    assert REACHED["seeds_moved"] >= 10 and REACHED["seeds_noticed"] >= 20
 
 
 def _shrunk_report(seed: int) -> str:

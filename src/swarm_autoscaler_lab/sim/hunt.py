@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import random
 import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol, Self, TypeVar
@@ -172,8 +173,11 @@ def _with_pools(case: Case) -> Case:
     return replace(case, policy=policy, faults=replace(case.faults, refused_starts=refused), hold=hold)
 
 
-def check(case: Case, strategy: Strategy | None = None) -> list[str]:
-    """Run the case; return every violated invariant (empty when safe)."""
+def check(case: Case, strategy: Strategy | None = None, reached: Counter[str] | None = None) -> list[str]:
+    """Run the case; return every violated invariant (empty when safe). `reached` counts what the run
+    went through, so that a caller can print how often the hunt reaches the cases it protects: queued
+    restricted tasks the packing preload moved to another worker (`moved`), EC2's interruption notices
+    given (`notices`), and the seeds with any of either (`seeds_moved`, `seeds_noticed`)."""
     policy = case.policy
     knobs = replace(
         KNOBS, hold_results=case.hold, dask_packing=case.packing, spot_price_factor=0.35 if case.spot else 0.0
@@ -190,6 +194,9 @@ def check(case: Case, strategy: Strategy | None = None) -> list[str]:
         )
     )
     problems += [f"t={v.time_s:.0f}s: {v.what}" for v in run.world.violations]
+    if reached is not None:
+        moved, notices = run.world.scheduler.moves, run.world.notices
+        reached.update(moved=moved, notices=notices, seeds_moved=moved > 0, seeds_noticed=notices > 0)
     return problems + _final_problems(run)
 
 
@@ -338,16 +345,19 @@ def is_dynamic(seed: int) -> bool:
     return random.Random(f"mode:{seed}").random() < DYNAMIC_SHARE
 
 
-def hunt(seeds: Sequence[int], strategy: Strategy | None = None) -> list[str]:
+def hunt(
+    seeds: Sequence[int], strategy: Strategy | None = None, reached: Counter[str] | None = None
+) -> list[str]:
     """Check every seed; for each failure return the description of its shrunk case. With the real
-    planner (no `strategy`), the seeds of `is_dynamic` run dynamic-mode worlds instead."""
+    planner (no `strategy`), the seeds of `is_dynamic` run dynamic-mode worlds instead. `reached`: see
+    `check`."""
     reports = []
     for seed in seeds:
         if strategy is None and is_dynamic(seed):
             reports += hunt_services.hunt_one(seed)
             continue
         case = generate(seed)
-        if check(case, strategy):
+        if check(case, strategy, reached):
             small = shrink(case, lambda c: bool(check(c, strategy)))
             reports.append(describe(small, check(small, strategy)))
     return reports
@@ -357,11 +367,17 @@ def main(argv: Sequence[str]) -> int:
     count = int(argv[0]) if argv else 200
     first = int(argv[1]) if len(argv) > 1 else 0
     seeds = range(first, first + count)
-    reports = hunt(seeds)
+    reached: Counter[str] = Counter()
+    reports = hunt(seeds, reached=reached)
     for report in reports:
         print(report)
     dynamic = sum(is_dynamic(s) for s in seeds)
     print(f"{count} seeds ({dynamic} of them dynamic-mode worlds), {len(reports)} failing")
+    print(
+        f"reached: {reached['moved']} queued restricted tasks moved by the packing preload (in "
+        f"{reached['seeds_moved']} seeds), {reached['notices']} spot interruption notices (in "
+        f"{reached['seeds_noticed']} seeds)"
+    )
     return 1 if reports else 0
 
 
