@@ -201,6 +201,74 @@ async def live_ours(
             stop.set()
             await meter_task
             await runner
+    return _metered_figures(outcome, meter)
+
+
+async def live_ours_apart(
+    w: Workload, seed: int, settings: Mapping[str, str], hold: bool = False
+) -> dict[str, float]:
+    """`w` run by a real `swarm-autoscaler run` process against a world whose EC2 is moto in a process of
+    its own: the fair bed. This process holds what the peer's process holds (a dask scheduler and the
+    workers, here behind the machine emulator and an in-memory swarm served over the Docker Engine API
+    imitation); the daemon and moto each get a process, so neither the emulator's load nor moto's
+    serialisation sits in the daemon's event loop, and the daemon's planning sits in neither.
+
+    The world is the chaos world (`cloudhost.CloudHost`) with every fault off: no slowed EC2 read, no docker
+    latency or conflict, no result kept back at a retirement, and joins after exactly `w.boot_s`
+    (plus `w.jitter_s`)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from distributed import Client
+
+    from swarm_autoscaler.adapters.ec2 import owner_tags
+    from swarm_autoscaler_lab.localcloud.chaos_procs import DaemonProcess, free_port
+    from swarm_autoscaler_lab.localcloud.cloud import daemon_timing
+    from swarm_autoscaler_lab.localcloud.cloudhost import CloudHost, WorldOptions
+
+    name = f"apart-{w.name}-{seed}"
+    options = WorldOptions(
+        seed=seed, cluster_name=name, allowed_types={t: {} for t in w.types}, max_instances=w.max_instances,
+        boot_delay=w.boot_s, boot_jitter=w.jitter_s, emulator_interval=0.3, keep_rate=0.0, hold_s=0.0,
+        docker_latency=(0.0, 0.0), conflict_rate=0.0, slow_ec2_rate=0.0, slow_ec2_max=0.0, moto_process=True,
+    )  # fmt: skip
+    workdir = Path(tempfile.mkdtemp(prefix="bench-apart-"))
+    try:
+        async with CloudHost(options) as world:
+            assert world.emulator is not None and world.network is not None and world.scheduler is not None
+            env = world.daemon_env() | {f"AUTOSCALER_{k}": v for k, v in daemon_timing(True).items()}
+            env |= {**settings, "AUTOSCALER_EC2_MAX_INSTANCES": str(w.max_instances)}
+            port = free_port()
+            env |= {"AUTOSCALER_HTTP_PORT": str(port), "AUTOSCALER_HTTP_HOST": "127.0.0.1"}
+            env |= {"AUTOSCALER_LOG_FORMAT": "json", "AUTOSCALER_LOG_LEVEL": "WARNING"}
+            env_file = workdir / "daemon.env"
+            env_file.write_text("".join(f"{k}='{v}'\n" for k, v in env.items()))
+            daemon = DaemonProcess(env_file, workdir / "daemon.log")
+            meter = Ec2Meter(world.ec2_endpoint, world.network.region, owner_tags(name))
+            meter.emulator = world.emulator
+            metering = asyncio.Event()
+            meter_task = asyncio.create_task(meter.run(metering))
+            daemon.start()
+            try:
+                # the peer's cluster is up before its first submission: so is ours (its first tick done)
+                await _until(lambda: _healthy(port), what="the daemon's first tick")
+                address = str(world.scheduler.address)
+                async with Client(address, asynchronous=True, set_as_default=False) as client:  # type: ignore[no-untyped-call]
+                    outcome = await submit_all(client, w, hold)
+                await _until(lambda: bool(meter.seen) and meter.live == 0)  # the scale-in tail, billed too
+            finally:
+                metering.set()
+                await meter_task
+                await asyncio.to_thread(daemon.stop)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return _metered_figures(outcome, meter)
+
+
+def _metered_figures(outcome: Outcome, meter: Ec2Meter) -> dict[str, float]:
+    """Ours' figures: what the client saw, each instance's span as the meter saw it in EC2, the local
+    cloud's own lag, the first launch, what was left running and what it cost."""
     spans = [(first, last) for first, last in meter.seen.values()]
     first = min(first for first, _ in spans) - outcome.t0
     extra = {
@@ -256,13 +324,30 @@ async def live_adaptive(w: Workload, seed: int, hold: bool = False) -> dict[str,
     return figures(outcome, closed) | {"first_launch_s": round(first, 2), "left_running": left}
 
 
-async def _until(done: Callable[[], bool]) -> None:
-    """Check `done` every 0.25 s, for at most `SCALE_IN_WAIT_S` (wall clock, however loaded the machine)."""
+async def _until(done: Callable[[], bool], what: str = "") -> None:
+    """Check `done` every 0.25 s, for at most `SCALE_IN_WAIT_S` (wall clock, however loaded the machine);
+    with `what`, not done by then is an error."""
     deadline = time.time() + SCALE_IN_WAIT_S
     for _ in itertools.count():
-        if done() or time.time() >= deadline:
+        if done():
+            return
+        if time.time() >= deadline:
+            if what:
+                raise TimeoutError(f"not within {SCALE_IN_WAIT_S:g}s: {what}")
             return
         await asyncio.sleep(0.25)
+
+
+def _healthy(port: int) -> bool:
+    """Whether the daemon on `port` answers /healthz with 200 (it has ticked)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as reply:
+            return int(reply.status) == 200
+    except (urllib.error.URLError, OSError):
+        return False
 
 
 def figures(outcome: Outcome, spans: Sequence[tuple[float, float]]) -> dict[str, float]:

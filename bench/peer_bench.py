@@ -7,7 +7,11 @@ slots, 2 threads) that boot in a fixed time on both sides (no jitter: the issue'
 - `burst500`: 500 tasks of 10 s at t=0, boot 10 s, at most 40 machines;
 - `waves200`: 200 tasks of 5 s at t=0 and 200 more at t=`WAVE_GAP_S`, boot 10 s, at most 20 machines.
 
-Ours is the real daemon on the local cloud (`bench.live.live_ours`, settings `SETTINGS`); the peer is
+Ours is the real daemon (settings `SETTINGS`). By default on the fair bed (`bench.live.live_ours_apart`):
+a `swarm-autoscaler run` process of its own, moto in a process of its own, and this process holding what
+the peer's holds, the scheduler and the workers (behind the machine emulator). `--bed=shared` runs the
+earlier bed instead (`bench.live.live_ours`): the daemon, moto, the emulator and the workers in one event
+loop, where the emulator's load is charged to ours alone. The peer is
 `distributed.deploy.Adaptive` (`adapt(minimum=0, maximum=..., interval="1s")`) on a `SpecCluster` whose
 workers sleep through the same boot (`bench.live.live_adaptive`). The client keeps every result until
 the last one arrives, then releases them all (`--release` releases each as it arrives instead), as a user
@@ -35,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.live import Workload, live_adaptive, live_ours, quiet, reps_from, spread
+from bench.live import Workload, live_adaptive, live_ours, live_ours_apart, quiet, reps_from, spread
 
 RESULTS = Path(__file__).with_name("peer_results.json")
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +57,7 @@ FIGURES = ("instance_seconds", "makespan_s", "wait_p50_s", "wait_p95_s", "tail_s
 RATIOS = ("instance_seconds", "makespan_s")
 TARGETS = {"instance_seconds": 1.0, "makespan_s": 1.05}
 POLICIES = ("ours", "adaptive")
+BEDS = ("apart", "shared")
 
 
 def workloads() -> list[Workload]:
@@ -74,13 +79,14 @@ def order(rep: int) -> tuple[str, ...]:
     return POLICIES if rep % 2 == 0 else POLICIES[::-1]
 
 
-def measure(reps: int, names: Sequence[str], hold: bool) -> dict[str, Any]:
+def measure(reps: int, names: Sequence[str], hold: bool, bed: str = "apart") -> dict[str, Any]:
     chosen = [w for w in workloads() if not names or w.name in names]
     runs: dict[str, dict[str, list[dict[str, float]]]] = {w.name: {p: [] for p in POLICIES} for w in chosen}
     for rep in range(reps):
         for w in chosen:
             for policy in order(rep):
-                run = live_ours(w, rep, SETTINGS, hold) if policy == "ours" else live_adaptive(w, rep, hold)
+                ours = live_ours_apart if bed == "apart" else live_ours
+                run = ours(w, rep, SETTINGS, hold) if policy == "ours" else live_adaptive(w, rep, hold)
                 runs[w.name][policy].append(asyncio.run(run))
                 print(f"  #{rep} {w.name} {policy}: {runs[w.name][policy][-1]}", flush=True)
     return {name: summarize(by_policy) for name, by_policy in runs.items()}
@@ -123,11 +129,14 @@ def main(flags: list[str]) -> None:
     reps = reps_from(flags, 3)
     names = [f.split("=", 1)[1] for f in flags if f.startswith("--workload=")]
     hold = "--release" not in flags
+    bed = next((f.split("=", 1)[1] for f in flags if f.startswith("--bed=")), "apart")
+    if bed not in BEDS:
+        raise SystemExit(f"--bed must be one of {', '.join(BEDS)}, not {bed!r}")
     quiet()
+    measured = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     results = {
-        name: row
-        | {"reps": reps, "hold": hold, "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-        for name, row in measure(reps, names, hold).items()
+        name: row | {"reps": reps, "hold": hold, "bed": bed, "measured": measured}
+        for name, row in measure(reps, names, hold, bed).items()
     }
     print(markdown(results))
     kept = {}
