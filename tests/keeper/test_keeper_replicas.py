@@ -113,6 +113,18 @@ async def _split(session: aiohttp.ClientSession, bases: list[str]) -> list[int |
     return [await _gauge(session, base, "keeper_leases_held") for base in bases]
 
 
+async def _whole_split(session: aiohttp.ClientSession, bases: list[str]) -> list[int | None]:
+    """The split read again (for up to 2 s) until it counts every cluster: the replicas are asked one after
+    another, and on a loaded host a lease renewed late is between holders for a moment."""
+    split = await _split(session, bases)
+    for _ in range(20):
+        if sum(s or 0 for s in split) == CLUSTERS:
+            break
+        await asyncio.sleep(0.1)
+        split = await _split(session, bases)
+    return split
+
+
 async def _until(predicate: Any, within: float, what: str) -> float:
     started = time.monotonic()
     while time.monotonic() - started < within:
@@ -213,7 +225,9 @@ async def test_three_replicas_share_30_clusters_and_take_over_a_killed_ones_with
 
             await _until(settled, 60, "the replicas never held every cluster between them")
             await asyncio.sleep(3 * LEASE_TTL)  # steady: the same split, and heartbeats written meanwhile
-            before = await _split(session, bases)
+            # a CI run once read [10, 9, 10] here: one lease between holders at the moment of the read
+            await _until(settled, 30, "the replicas no longer held every cluster between them")
+            before = await _whole_split(session, bases)
             print(f"\nsplit of {CLUSTERS} clusters over {REPLICAS} replicas: {before} (share {share})")
             assert sum(s or 0 for s in before) == CLUSTERS
             assert all(s is not None and s <= share for s in before)
