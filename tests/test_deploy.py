@@ -76,6 +76,9 @@ def test_every_image_in_the_deployment_files_and_docs_is_pinned_never_latest() -
         stack: dict[str, Any] = yaml.safe_load((ROOT / "docker" / name).read_text())
         for service in stack["services"].values():
             assert service["image"].startswith("${") and ":?" in service["image"], (name, service["image"])
+            # docker's interpolation reads a '-' in the message as `${VAR-default}`: the image would be
+            # whatever follows it (a CI run deployed "autoscaler:0.1.0" from "e.g. swarm-autoscaler:0.1.0")
+            assert "-" not in service["image"], (name, service["image"])
     found = []
     pages = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "docker").iterdir()]
     for path in pages:
