@@ -224,7 +224,7 @@ async def live_ours_apart(
 
     from swarm_autoscaler.adapters.ec2 import owner_tags
     from swarm_autoscaler_lab.localcloud.chaos_procs import DaemonProcess, free_port
-    from swarm_autoscaler_lab.localcloud.cloud import daemon_timing
+    from swarm_autoscaler_lab.localcloud.cloud import daemon_timing, quote_env
     from swarm_autoscaler_lab.localcloud.cloudhost import CloudHost, WorldOptions
 
     name = f"apart-{w.name}-{seed}"
@@ -243,7 +243,7 @@ async def live_ours_apart(
             env |= {"AUTOSCALER_HTTP_PORT": str(port), "AUTOSCALER_HTTP_HOST": "127.0.0.1"}
             env |= {"AUTOSCALER_LOG_FORMAT": "json", "AUTOSCALER_LOG_LEVEL": "WARNING"}
             env_file = workdir / "daemon.env"
-            env_file.write_text("".join(f"{k}='{v}'\n" for k, v in env.items()))
+            env_file.write_text("".join(f"{k}={quote_env(v)}\n" for k, v in env.items()))
             daemon = DaemonProcess(env_file, workdir / "daemon.log")
             meter = Ec2Meter(world.ec2_endpoint, world.network.region, owner_tags(name))
             meter.emulator = world.emulator

@@ -10,7 +10,7 @@ user data wrote (`/etc/swarm-autoscaler/worker.env`, mounted read-only; override
 sets it from `{{.Node.Hostname}}`; the container's own hostname otherwise). Without the env file the
 worker refuses to start: a machine not launched by the daemon never runs an unpinned worker.
 
-On Python 3.11 (the image's) the worker's statistical profiler is off (`PROFILER_OFF`): it calls
+On Python 3.11 (the image's) the worker's statistical profiler is off (`worker_environ` sets `PROFILER_VARIABLE`): it calls
 `sys._current_frames()` every 10 ms, and on 3.11 that call can deadlock the whole process when a garbage
 collection starts inside it (CPython gh-106883, dask/distributed#8616; not fixed in 3.11). A worker that
 deadlocks holds its tasks forever and never answers a retirement, so its node is never let go. Set
