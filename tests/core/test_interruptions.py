@@ -6,14 +6,26 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import replace
+from types import MappingProxyType
 
-from tests.builders import NOW, assemble, hostname, machine, make_instance, make_policy, make_task, make_tasks
+from tests.builders import (
+    NOW,
+    assemble,
+    hostname,
+    machine,
+    make_instance,
+    make_node,
+    make_policy,
+    make_task,
+    make_tasks,
+)
 from tests.builders import worker_address as addr
 from tests.core.randomized import apply
 
 from swarm_autoscaler.core.actions import (
     DrainNode,
     HostIdle,
+    LabelNode,
     Launch,
     MarkNode,
     NodeOurs,
@@ -26,6 +38,7 @@ from swarm_autoscaler.core.actions import (
 )
 from swarm_autoscaler.core.cluster import Bucket, allowed, classify
 from swarm_autoscaler.core.model import (
+    OWNERSHIP_LABEL,
     Availability,
     Instance,
     InstanceState,
@@ -121,3 +134,25 @@ def test_without_a_notice_nothing_changes() -> None:
     inst, node, worker = machine(1, processing=make_tasks(1))
     got = plan(assemble((inst, node, worker)), make_policy(types=["m5.large"]))
     assert got.of_kind(RetireWorkers) == () and got.of_kind(Terminate) == ()
+
+
+def test_a_node_that_joins_after_the_notice_gets_its_labels_and_the_machine_is_then_let_go() -> None:
+    """EC2 gave notice before the node joined: the node is not labelled ours yet, and every disruptive
+    action on it waits on `NodeOurs`. The plan labels it (the ownership label among its launch labels),
+    so the next plan's drain and termination can land. Found by a fresh-clone run in which the
+    termination was skipped on every tick ("does not carry our ownership label") and never happened."""
+    inst, _, worker = machine(1)
+    launch_labels = {OWNERSHIP_LABEL: "main", "instance-type": "m5.large"}
+    inst = replace(interrupted(inst), labels=launch_labels)
+    node = make_node(1, marks=NodeMarks(), ours=False)
+    snap = assemble((inst, node, worker))
+    policy = make_policy(types=["m5.large"])
+
+    first = plan(snap, policy)
+
+    assert [m.key for m in classify(snap, policy).interrupted] == ["i-0001"]
+    assert [(a.node_id, dict(a.labels)) for a in first.of_kind(LabelNode)] == [(node.id, launch_labels)]  # type: ignore[union-attr]
+    labelled = replace(node, labels=MappingProxyType(launch_labels), ours=True)
+    second = plan(assemble((inst, labelled, worker)), policy)
+    assert [a.instance_ids for a in second.of_kind(Terminate)] == [("i-0001",)]  # type: ignore[union-attr]
+    assert second.of_kind(LabelNode) == ()

@@ -14,7 +14,8 @@ from swarm_autoscaler.core.steps import Facts, Mark, mark
 # Buckets whose nodes get the labels their instance was launched with. Among them is the ownership
 # label: every node matched by hostname to an owned instance gets it, whatever its state, so that the
 # node of a machine terminated right after it joined is still recognised as ours once its instance
-# is no longer listed (and is then removed).
+# is no longer listed (and is then removed). The interrupted bucket is among them: a machine given notice
+# before its node joined is drained and terminated only once that node is ours (`NodeOurs`).
 _LABELLED = (
     Bucket.JOINING,
     Bucket.ACTIVE,
@@ -24,6 +25,7 @@ _LABELLED = (
     Bucket.BROKEN,
     Bucket.TERMINATING,
     Bucket.DISCONNECTED,
+    Bucket.INTERRUPTED,
 )
 
 
