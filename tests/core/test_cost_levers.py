@@ -6,14 +6,16 @@ samples and their own reach table here.)"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 from hypothesis import HealthCheck, given, settings
+from tests.builders import Machine, assemble, machine, make_policy, make_task
 from tests.core.randomized import cost_fleets, policies
 
 from swarm_autoscaler.core.actions import Cordon, DrainNode, Launch, Plan, RetireWorkers, Terminate
 from swarm_autoscaler.core.cluster import classify
-from swarm_autoscaler.core.model import Policy, Snapshot
+from swarm_autoscaler.core.model import Policy, Snapshot, TypePolicy
 from swarm_autoscaler.core.plan import BELOW_SURGE, plan
 from swarm_autoscaler.core.recheck import Fresh, violations
 
@@ -124,3 +126,32 @@ def test_the_cost_fleets_reach_every_lever() -> None:
     table = "\n".join(f"  {name:<40} {share:6.1%}  (floor {floor:.1%})" for name, share, floor in rows)
     print(f"\nshare of {total} cost-lever samples reaching each lever:\n{table}")
     assert not [n for n, share, floor in rows if share < floor], table
+
+
+def _busy(n: int) -> Machine:
+    """An m5.large whose 2 CPUs are taken by a running 2-CPU task."""
+    task = dataclasses.replace(make_task(f"run-{n}", cpus=2, ram_gib=1), executing=True)
+    return machine(n, processing=[task])
+
+
+def test_a_held_queue_counts_whole_the_tasks_beyond_the_launch_budget_included() -> None:
+    """Found by the planner property in CI: two 2-CPU tasks queued for m5.large (threshold 2, workers
+    up), the budget one machine. Both wait for the workers there; before, only the one packed into the
+    dropped bin was counted and the other was in no tally."""
+    queued = [make_task(f"q-{i}", cpus=2, ram_gib=1, pinned="m5.large") for i in range(2)]
+    policy = make_policy([TypePolicy("m5.large", surge_above=2)], max_instances=4)
+    result = plan(assemble(_busy(1), _busy(2), _busy(3), unrunnable=queued), policy)
+    assert result.of_kind(Launch) == ()
+    assert dict(result.placed) == {BELOW_SURGE: 2} and result.pending == 2
+
+
+def test_the_budget_a_held_type_leaves_goes_to_the_other_types_tasks() -> None:
+    """The m5.large queue is held (threshold 2, a worker up); the m5.xlarge task gets the one launch the
+    budget allows, whichever type the packing tried first."""
+    queued = [make_task("q-m5", cpus=2, ram_gib=1, pinned="m5.large")]
+    other = [make_task("q-xl", cpus=2, ram_gib=1, pinned="m5.xlarge")]
+    types = [TypePolicy("m5.large", surge_above=2), TypePolicy("m5.xlarge")]
+    for unrunnable in (queued + other, other + queued):
+        result = plan(assemble(_busy(1), unrunnable=unrunnable), make_policy(types, max_instances=2))
+        assert [(a.type_name, a.count) for a in result.of_kind(Launch)] == [("m5.xlarge", 1)]  # type: ignore[union-attr]
+        assert dict(result.placed) == {BELOW_SURGE: 1, "new": 1}

@@ -116,6 +116,18 @@ class Unplaced:
         returns how many."""
         return sum(self._take_out(i) for i, group in enumerate(self.groups) if group.soon)
 
+    def hold_for_types(self, options: Sequence[TypeOption], types: Iterable[str]) -> int:
+        """Take out the tasks still unplaced whose cheapest fitting type (`choose_type`) is one of `types`
+        (their type's queue threshold holds them for its workers); returns how many."""
+        held = set(types)
+        return sum(
+            self._take_out(i)
+            for i, group in enumerate(self.groups)
+            if self.remaining[i]
+            and (option := choose_type(group, options)) is not None
+            and option.name in held
+        )
+
     def _take_out(self, i: int) -> int:
         """Remove what is left of group `i` from the unplaced tasks; returns how many tasks that was."""
         n, self.remaining[i] = self.remaining[i], 0

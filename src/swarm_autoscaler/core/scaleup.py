@@ -101,16 +101,11 @@ def scale_up(
         starting = fill.place(POOLED, *start_bins(facts, capacity, budget))
         start = start_actions(starting, fill.received)
         budget -= len(starting)
-    new_bins = tuple(unplaced.pack_new(options, budget))
-    # A type with a queue threshold launches only for a longer queue while a worker of it is up
-    # (surge.py): its tasks wait for that worker and count under BELOW_SURGE.
-    below = below_threshold(new_bins, facts.cluster, facts.policy, unplaced.left)
-    waiting = sum(below.values())
-    if new := sum(b.count * b.tasks_each for b in new_bins) - waiting:
+    new_bins, waiting = _hold_below_surge(facts, unplaced, options, budget)
+    if new := sum(b.count * b.tasks_each for b in new_bins):
         fill.placed[NEW] = new
-    if below:
+    if waiting:
         fill.placed[BELOW_SURGE] = waiting
-        new_bins = tuple(b for b in new_bins if b.type_name not in below)
     actions, marks = _activations(activate, fill.received)
     return Placement(
         received=fill.received,
@@ -122,6 +117,28 @@ def scale_up(
         bins=fill.bins,
         start=start,
     )
+
+
+def _hold_below_surge(
+    facts: Facts, unplaced: Unplaced, options: tuple[TypeOption, ...], budget: int
+) -> tuple[tuple[NewBins, ...], int]:
+    """New bins for what is left, within `budget`, and how many tasks wait below a queue threshold.
+
+    A type with a queue threshold launches only for a longer queue while a worker of it is up (surge.py):
+    its bins are dropped, and the rest of its queue (tasks the budget left unplaced whose cheapest type it
+    is) waits with them. The budget its bins held goes to the other types' tasks left unplaced: packed
+    again, and checked again (the queue is shorter now), until no type is held back."""
+    new_bins = tuple(unplaced.pack_new(options, budget))
+    held: set[str] = set()
+    waiting = 0
+    while below := below_threshold(new_bins, facts.cluster, facts.policy, unplaced.left):
+        held.update(below)
+        waiting += sum(below.values()) + unplaced.hold_for_types(options, held)
+        new_bins = tuple(b for b in new_bins if b.type_name not in held)
+        freed = budget - sum(b.count for b in new_bins)
+        if unplaced.left and freed > 0:
+            new_bins += tuple(unplaced.pack_new(options, freed))
+    return new_bins, waiting
 
 
 def _tier_bins(
