@@ -30,13 +30,14 @@ format: $(STAMP)
 # docker/iam-policy.json against it.
 AWS_ACTIONS := $(abspath build/aws-actions.log)
 # A skipped test fails `make test` (tests/conftest.py): what needs root, dockerd or promtool must run.
+# --durations prints the slowest tests of each run, to see where the suite's time goes.
 TEST_ENV := SWARM_AUTOSCALER_LAB_AWS_ACTION_LOG=$(AWS_ACTIONS) SWARM_AUTOSCALER_NO_SKIP=1
 test: lint
 	bash scripts/ensure-services.sh
 	mkdir -p build && rm -f $(AWS_ACTIONS)
-	$(TEST_ENV) $(BIN)/pytest -m "not e2e and not audit"
+	$(TEST_ENV) $(BIN)/pytest -m "not e2e and not audit" --durations=15
 	# A second run: only one local swarm may exist per machine, and each run's swarm is session-scoped.
-	$(TEST_ENV) $(BIN)/pytest -m e2e tests/e2e
+	$(TEST_ENV) $(BIN)/pytest -m e2e tests/e2e --durations=15
 	$(TEST_ENV) $(BIN)/pytest -m audit tests/audit
 
 # Without the chaos test (a few minutes; `make test` runs it).

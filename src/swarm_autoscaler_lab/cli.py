@@ -21,7 +21,10 @@ def add_demo(subparsers: Any) -> None:
     demo.add_argument("--tasks", type=int, default=200, help="number of tasks to submit (default 200)")
     demo.add_argument("--fast", action="store_true", help="short delays (for CI)")
     demo.add_argument(
-        "--swarm", action="store_true", help="real dockerd swarm nodes (root, dockerd installed)"
+        "--swarm",
+        action="store_true",
+        help="real dockerd swarm nodes that boot from their user data, with the worker service "
+        "(root, dockerd installed; the worker image is built on first use)",
     )
     demo.add_argument("--json", action="store_true", help="end with one JSON object of the results")
     demo.add_argument("--out-dir", default="demo-out", help="where the timeline PNG goes (default demo-out)")

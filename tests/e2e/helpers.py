@@ -20,6 +20,7 @@ import pytest
 from swarm_autoscaler.core.actions import Action
 from swarm_autoscaler.daemon.loop import Daemon
 from swarm_autoscaler.daemon.tick import TickResult
+from swarm_autoscaler_lab.localcloud import userdata
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
 
 
@@ -150,3 +151,22 @@ def run_demo(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess[st
     result: dict[str, Any] = json.loads(lines[-1])
     context = f"{result}\nstdout:\n{done.stdout[-3000:]}\nstderr tail:\n{done.stderr[-2000:]}"
     return done, result, context
+
+
+def phase(name: str, started: float, phases: dict[str, float]) -> float:
+    """Record and print how long the phase `name` took since `started`; return the time now."""
+    now = time.monotonic()
+    phases[name] = now - started
+    print(f"phase {name}: {phases[name]:.1f}s", flush=True)
+    return now
+
+
+WORKER_STACK = userdata.WORKER_STACK
+WORKER_SERVICE = f"{WORKER_STACK}_worker"
+
+
+def deploy_worker_service(lc: LocalCloud) -> None:
+    """docker/worker-stack.yml deployed on the local swarm's manager (`userdata.deploy_worker_stack`)."""
+    userdata.deploy_worker_stack(
+        lc.local_swarm, cluster_name=lc.options.cluster_name, scheduler_address=lc.scheduler_address
+    )

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 from distributed import Client
-from tests.e2e.helpers import wait_for
+from tests.e2e.helpers import phase, wait_for
 from tests.e2e.keeper_helpers import primaries_of, wait_gone, wait_state, workers_of
 
 from swarm_autoscaler.core.catalogue import CATALOGUE
@@ -62,13 +62,6 @@ pytestmark = [
 KEEPER_STACK = "keeper"
 IDLE = 20.0  # the keeper's idle timeout, seconds
 TASKS = 3
-
-
-def _phase(name: str, started: float, phases: dict[str, float]) -> float:
-    now = time.monotonic()
-    phases[name] = now - started
-    print(f"phase {name}: {phases[name]:.1f}s", flush=True)
-    return now
 
 
 @contextlib.asynccontextmanager
@@ -165,7 +158,7 @@ async def test_a_keeper_cluster_boots_from_the_default_script_computes_scales_an
     await asyncio.to_thread(ensure_image, swarm.manager)
     tarball = BUILD / "image" / f"runtime-{image_key()}.tar"
     assert tarball.exists()
-    t = _phase("image", t, phases)
+    t = phase("image", t, phases)
 
     async with KeeperCloud(KeeperCloudOptions(fast=True, max_workers=2)) as kc:
         boot = UserDataBoot(
@@ -183,7 +176,7 @@ async def test_a_keeper_cluster_boots_from_the_default_script_computes_scales_an
         try:
             extra = {"AUTOSCALER_KEEPER_IMAGE": IMAGE, "AUTOSCALER_KEEPER_MAX_START_TIME": "300s"}
             async with _deployed_keeper(kc, swarm, extra) as url:
-                t = _phase("deploy the keeper (docker stack deploy, /healthz)", t, phases)
+                t = phase("deploy the keeper (docker stack deploy, /healthz)", t, phases)
                 api = KeeperApi(url, kc.token)
                 try:
                     await _life(kc, api, swarm, tmp_path, phases, t)
@@ -222,7 +215,7 @@ async def _life(
         return set(services.split()) == {"dask-scheduler", "autoscaler", "dask-worker"}
 
     await wait_for(all_services, 120, "the scheduler, autoscaler and worker services on the primary")
-    t = _phase("primary boots from the default script (running)", t, phases)
+    t = phase("primary boots from the default script (running)", t, phases)
 
     security = await api.security(path, tmp_path / "client")
     try:
@@ -250,7 +243,7 @@ async def _life(
             names = {str(named[a]) for a in ran_on}
     finally:
         _print_services(swarm, kc, cid)
-    t = _phase("work over TLS: the cluster's autoscaler launches workers, they boot and compute", t, phases)
+    t = phase("work over TLS: the cluster's autoscaler launches workers, they boot and compute", t, phases)
     every = kc.instances(("pending", "running", "terminated", "shutting-down"))
     hostnames = {
         i["PrivateDnsName"].split(".")[0] for iid, i in every.items() if iid != primary["InstanceId"]
@@ -264,7 +257,7 @@ async def _life(
 
     await wait_gone(api, path, IDLE + 120)
     await _wait_no_instances(kc)
-    t = _phase("idle end: the keeper terminates the primary and every worker", t, phases)
+    t = phase("idle end: the keeper terminates the primary and every worker", t, phases)
     mine = "ip-" + kc.prefix.replace(".", "-") + "-"
 
     def nodes_left() -> set[str]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from distributed import Client
-from tests.e2e.helpers import owned_instances, wait_for
+from tests.e2e.helpers import owned_instances, phase, wait_for
 
 from swarm_autoscaler.core.model import GIB
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
@@ -31,13 +31,6 @@ from swarm_autoscaler_lab.localcloud.userdata import UserDataBoot
 pytestmark = [pytest.mark.e2e, pytest.mark.swarm, pytest.mark.timeout(900)]
 
 DAEMON, WORKERS = "autoscaler", "dask"
-
-
-def _phase(name: str, started: float, phases: dict[str, float]) -> float:
-    now = time.monotonic()
-    phases[name] = now - started
-    print(f"phase {name}: {phases[name]:.1f}s", flush=True)
-    return now
 
 
 def _deploy(lc: LocalCloud, files: list[str], stack: str, extra: dict[str, str]) -> None:
@@ -59,7 +52,7 @@ async def test_the_deployed_stack_scales_up_runs_on_swarm_started_workers_and_ba
     t = time.monotonic()
     await asyncio.to_thread(ensure_image, manager)
     tarball = BUILD / "image" / f"runtime-{image_key()}.tar"
-    t = _phase("image", t, phases)
+    t = phase("image", t, phases)
 
     env = lc.env()
     env.pop("AUTOSCALER_HTTP_HOST")  # stack.local.yml gives each replica its own loopback address
@@ -98,7 +91,7 @@ async def test_the_deployed_stack_scales_up_runs_on_swarm_started_workers_and_ba
                 "DOCKER_GID": str(manager.socket_path.stat().st_gid),
             },
         )
-        t = _phase("deploy the daemon and the worker service", t, phases)
+        t = phase("deploy the daemon and the worker service", t, phases)
         async with Client(lc.scheduler_address, asynchronous=True) as client:
             futures = [  # time.sleep: the worker image can import it
                 client.submit(
@@ -111,11 +104,11 @@ async def test_the_deployed_stack_scales_up_runs_on_swarm_started_workers_and_ba
                 for i in range(2)
             ]
             await wait_for(lambda: bool(scheduler.workers), 300, "a swarm-started worker on a new node")
-            t = _phase("scale up (the deployed daemon launches, machines boot and join)", t, phases)
+            t = phase("scale up (the deployed daemon launches, machines boot and join)", t, phases)
             await asyncio.wait_for(client.gather(futures), 300)
             ran_on = await client.who_has(futures)
             names = {str(scheduler.workers[a].name) for addrs in ran_on.values() for a in addrs}
-            t = _phase("tasks run", t, phases)
+            t = phase("tasks run", t, phases)
         launched = {
             iid: inst
             for iid, inst in owned_instances(
@@ -132,7 +125,7 @@ async def test_the_deployed_stack_scales_up_runs_on_swarm_started_workers_and_ba
         assert names <= set(ps.split()), ps
         await wait_for(lambda: not owned_instances(lc), 240, "the fleet back at its minimum (0)")
         await wait_for(lambda: not scheduler.workers, 60, "every dask worker gone")
-        _phase("drain and terminate to the minimum", t, phases)
+        phase("drain and terminate to the minimum", t, phases)
     finally:
         emulator.user_data_boot = None
         with contextlib.suppress(Exception):

@@ -18,45 +18,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import subprocess
 import time
 
 import pytest
 from distributed import Client
-from tests.e2e.helpers import hostname_of, owned_instances, start, wait_for
+from tests.e2e.helpers import (
+    WORKER_SERVICE,
+    WORKER_STACK,
+    deploy_worker_service,
+    hostname_of,
+    owned_instances,
+    phase,
+    start,
+    wait_for,
+)
 
 from swarm_autoscaler.core.actions import Terminate
 from swarm_autoscaler.core.model import GIB
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
-from swarm_autoscaler_lab.localcloud.dockerd import _cli_env, _docker_cli
-from swarm_autoscaler_lab.localcloud.image import BUILD, IMAGE, ROOT, ensure_image, image_key
+from swarm_autoscaler_lab.localcloud.image import BUILD, ensure_image, image_key
 from swarm_autoscaler_lab.localcloud.userdata import UserDataBoot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.swarm, pytest.mark.timeout(900)]
 
-STACK = "dask"
-SERVICE = f"{STACK}_worker"
-
-
-def _phase(name: str, started: float, phases: dict[str, float]) -> float:
-    now = time.monotonic()
-    phases[name] = now - started
-    print(f"phase {name}: {phases[name]:.1f}s", flush=True)
-    return now
-
-
-def _deploy(lc: LocalCloud, etc_template: str) -> None:
-    env = {
-        **_cli_env(),
-        "DOCKER_HOST": lc.local_swarm.manager_url,
-        "WORKER_IMAGE": IMAGE,
-        "AUTOSCALER_CLUSTER_NAME": lc.options.cluster_name,
-        "DASK_SCHEDULER_ADDRESS": lc.scheduler_address,
-        "WORKER_ENV_DIR": etc_template,
-    }
-    cmd = [_docker_cli(), "stack", "deploy", "-c", str(ROOT / "docker" / "worker-stack.yml"), STACK]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
+STACK, SERVICE = WORKER_STACK, WORKER_SERVICE
 
 
 async def test_machines_boot_from_user_data_into_the_worker_service(cloud: LocalCloud) -> None:
@@ -68,11 +53,11 @@ async def test_machines_boot_from_user_data_into_the_worker_service(cloud: Local
     tarball = BUILD / "image" / f"runtime-{image_key()}.tar"  # where ensure_image caches it
     await asyncio.to_thread(ensure_image, manager)
     assert tarball.exists()
-    t = _phase("image", t, phases)
+    t = phase("image", t, phases)
 
     # every node's own /etc/swarm-autoscaler (node folders are <base>/<hostname>, see userdata.node_etc)
-    _deploy(lc, f"{lc.local_swarm.base_dir}/{{{{.Node.Hostname}}}}/etc-swarm-autoscaler")
-    t = _phase("deploy worker service", t, phases)
+    deploy_worker_service(lc)
+    t = phase("deploy worker service", t, phases)
 
     emulator = lc.emulator
     emulator.user_data_boot = UserDataBoot(lc.local_swarm, preload=[tarball])
@@ -97,12 +82,12 @@ async def test_machines_boot_from_user_data_into_the_worker_service(cloud: Local
                     await wait_for(
                         lambda: bool(scheduler.workers), 300, "a worker started by swarm on a new node"
                     )
-                    t = _phase("scale up (launch, boot from user data, join, worker service task)", t, phases)
+                    t = phase("scale up (launch, boot from user data, join, worker service task)", t, phases)
                     await asyncio.wait_for(client.gather(futures), 300)
                     ran_on = await client.who_has(futures)
                     workers = {addr: scheduler.workers[addr] for addrs in ran_on.values() for addr in addrs}
                     results = [(str(ws.name), dict(ws.resources)) for ws in workers.values()]
-                    t = _phase("tasks run", t, phases)
+                    t = phase("tasks run", t, phases)
                 launched = {
                     iid: inst
                     for iid, inst in owned_instances(
@@ -126,7 +111,7 @@ async def test_machines_boot_from_user_data_into_the_worker_service(cloud: Local
                 assert names <= set(ps.split()), ps
                 await wait_for(lambda: not owned_instances(lc), 180, "the fleet back at its minimum (0)")
                 await wait_for(lambda: not scheduler.workers, 60, "every dask worker gone")
-                _phase("drain and terminate to the minimum", t, phases)
+                phase("drain and terminate to the minimum", t, phases)
                 terminated = {iid for a in running.record.of(Terminate) for iid in a.instance_ids}
                 assert set(launched) <= terminated
             finally:

@@ -7,6 +7,7 @@ import dataclasses
 from pathlib import Path
 
 import dask
+import pytest
 
 from swarm_autoscaler.adapters.ec2_support import (
     render_pool_user_data,
@@ -89,3 +90,11 @@ def test_the_worker_runs_without_dasks_profiler_where_it_can_deadlock() -> None:
     assert worker_environ({PROFILER_VARIABLE: "True"}, (3, 11)) == {PROFILER_VARIABLE: "True"}
     # the emulated machines' in-process workers follow the same rule (the whole test process would stop)
     assert dask.config.get("distributed.worker.profile.enabled") is not profiler_is_unsafe()
+
+
+def test_the_real_boot_needs_dockerd_nodes_and_says_so_before_starting_anything() -> None:
+    from swarm_autoscaler.errors import ConfigurationError
+    from swarm_autoscaler_lab.localcloud.cloud import LocalCloud, LocalCloudOptions
+
+    with pytest.raises(ConfigurationError, match="real_boot needs real_swarm"):
+        LocalCloud(LocalCloudOptions(real_boot=True))

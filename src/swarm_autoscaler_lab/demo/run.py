@@ -62,11 +62,6 @@ def workload(n: int, fast: bool, seed: int) -> tuple[list[Job], Job]:
     return jobs, impossible
 
 
-def _sleep_task(seconds: float) -> float:
-    time.sleep(seconds)
-    return seconds
-
-
 @dataclass
 class Recorder:
     """The daemon's tick hook for the demo: counts, timeline and dashboard view."""
@@ -129,7 +124,7 @@ async def run_demo(opts: DemoOptions) -> dict[str, Any]:
     from distributed import Client
 
     started = time.monotonic()
-    cloud_opts = LocalCloudOptions(fast=opts.fast, real_swarm=opts.swarm)
+    cloud_opts = LocalCloudOptions(fast=opts.fast, real_swarm=opts.swarm, real_boot=opts.swarm)
     async with LocalCloud(cloud_opts) as lc, lc.daemon() as daemon:
         recorder = Recorder(started, lc.min_plus_reserve)
         previous_hook = daemon.on_tick
@@ -145,11 +140,12 @@ async def run_demo(opts: DemoOptions) -> dict[str, Any]:
         jobs, impossible = workload(opts.tasks, opts.fast, opts.seed)
         async with Client(lc.scheduler_address, asynchronous=True) as client:  # type: ignore[no-untyped-call]
             futures = [
-                client.submit(_sleep_task, j.seconds, key=j.key, resources=j.resources, pure=False)
+                # time.sleep itself: a worker started from the worker image (`--swarm`) can import it
+                client.submit(time.sleep, j.seconds, key=j.key, resources=j.resources, pure=False)
                 for j in jobs
             ]
             hopeless = client.submit(
-                _sleep_task,
+                time.sleep,
                 impossible.seconds,
                 key=impossible.key,
                 resources=impossible.resources,

@@ -22,6 +22,7 @@ from distributed import Scheduler
 from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.ports import Orchestrator
 from swarm_autoscaler.daemon.loop import Daemon
+from swarm_autoscaler.errors import ConfigurationError
 from swarm_autoscaler_lab.localcloud.machines import MachineEmulator, MemoryJoiner
 from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
 from swarm_autoscaler_lab.localcloud.moto_server import (
@@ -69,6 +70,11 @@ class LocalCloudOptions:
     seed: int = 0
     http_port: int = 0
     scheduler_preload: tuple[str, ...] = ()  # modules the scheduler preloads (e.g. the packing plugin)
+    # With real_swarm: machines boot as EC2 boots them, from their own user data on their own dockerd
+    # node, and their dask workers are the tasks of the worker global service (docker/worker-stack.yml),
+    # which the start deploys after loading the worker image (built once, then cached: `make image`).
+    # Off: the emulator's shortcut (it joins for the machine and runs an in-process worker).
+    real_boot: bool = False
 
     @property
     def boot_delay(self) -> float:
@@ -83,6 +89,10 @@ class LocalCloud:
 
     def __init__(self, options: LocalCloudOptions | None = None) -> None:
         self.options = options or LocalCloudOptions()
+        if self.options.real_boot and not self.options.real_swarm:
+            raise ConfigurationError(
+                "LocalCloudOptions.real_boot needs real_swarm (machines are dockerd nodes)"
+            )
         self.moto = MotoServer(seed=self.options.seed)
         self.network: LocalNetwork | None = None
         self.scheduler: Scheduler | None = None
@@ -151,6 +161,8 @@ class LocalCloud:
             seed=self.options.seed,
         )
         self._stack.push_async_callback(self.emulator.close)
+        if self.options.real_boot:
+            await self._start_real_boot()
         self._tasks.append(asyncio.create_task(self.emulator.run(0.3 if self.options.fast else 0.5)))
 
     async def _start_swarm(self) -> None:
@@ -171,6 +183,24 @@ class LocalCloud:
         self._stack.push_async_callback(orchestrator.close)
         self.orchestrator = orchestrator
         self._joiner = DockerdJoiner(swarm)
+
+    async def _start_real_boot(self) -> None:
+        """The worker image in the manager's engine, the worker service deployed, and every machine
+        booted from its user data with that image loaded first (no registry here: an AMI bakes it in)."""
+        from swarm_autoscaler_lab.localcloud.image import BUILD, ensure_image, image_key
+        from swarm_autoscaler_lab.localcloud.userdata import UserDataBoot, deploy_worker_stack
+
+        assert self.emulator is not None
+        swarm = self.local_swarm
+        await asyncio.to_thread(ensure_image, swarm.manager)
+        await asyncio.to_thread(
+            deploy_worker_stack,
+            swarm,
+            cluster_name=self.options.cluster_name,
+            scheduler_address=self.scheduler_address,
+        )
+        tarball = BUILD / "image" / f"runtime-{image_key()}.tar"  # where ensure_image caches it
+        self.emulator.user_data_boot = UserDataBoot(swarm, preload=[tarball])
 
     def owner_tags(self) -> dict[str, str]:
         from swarm_autoscaler.adapters.ec2 import owner_tags
@@ -204,6 +234,11 @@ class LocalCloud:
         if self.options.real_swarm:
             env["AUTOSCALER_DOCKER_URL"] = self._swarm.manager_url
         env.update({f"AUTOSCALER_{k}": v for k, v in self.options.timing().items()})
+        if self.options.real_boot:
+            # Each machine loads the worker image (about 250 MB) into its own dockerd before its user data
+            # runs (an AMI would have it baked in): several at once on a small host take minutes, which the
+            # emulator's shortcut never does. Below that, booting machines are ended as broken.
+            env["AUTOSCALER_MAX_START_TIME"] = "240s"
         return env
 
     def write_env_file(self, extra: Mapping[str, str] | None = None) -> Path:

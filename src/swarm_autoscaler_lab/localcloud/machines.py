@@ -56,9 +56,16 @@ JOIN_RE = re.compile(r"docker\s+swarm\s+join\s+(--availability\s+pause\s+)?--tok
 
 
 class UserDataRunLike(Protocol):
-    returncode: int
-    output: str
-    powered_off: bool
+    """What a boot reports (`userdata.UserDataRun`, a frozen dataclass: read-only here too)."""
+
+    @property
+    def returncode(self) -> int: ...
+
+    @property
+    def output(self) -> str: ...
+
+    @property
+    def powered_off(self) -> bool: ...
 
 
 class UserDataBooter(Protocol):

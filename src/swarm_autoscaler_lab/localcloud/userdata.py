@@ -54,6 +54,7 @@ from pathlib import Path
 
 from swarm_autoscaler.errors import EndpointError
 from swarm_autoscaler_lab.localcloud.dockerd import LocalNode, LocalSwarm, _cli_env, _docker_cli
+from swarm_autoscaler_lab.localcloud.image import IMAGE, ROOT
 
 ETC = Path("/etc/swarm-autoscaler")
 _POWER = ("shutdown", "poweroff", "halt", "reboot")
@@ -249,6 +250,36 @@ class UserDataBoot:
         )
 
 
+WORKER_STACK = "dask"  # the worker global service is `<stack>_worker`
+
+
+def deploy_worker_stack(
+    swarm: LocalSwarm,
+    *,
+    cluster_name: str,
+    scheduler_address: str,
+    image: str = IMAGE,
+    stack: str = WORKER_STACK,
+) -> None:
+    """`docker stack deploy` of docker/worker-stack.yml on `swarm`'s manager: the dask worker as a global
+    service on the nodes labelled ours, each task mounting its own node's `/etc/swarm-autoscaler` (node
+    folders are `<base>/<hostname>`: `node_etc`), where its user data wrote the worker env file. Blocking."""
+    env = {
+        **_cli_env(),
+        "DOCKER_HOST": swarm.manager_url,
+        "WORKER_IMAGE": image,
+        "AUTOSCALER_CLUSTER_NAME": cluster_name,
+        "DASK_SCHEDULER_ADDRESS": scheduler_address,
+        "WORKER_ENV_DIR": f"{swarm.base_dir}/{{{{.Node.Hostname}}}}/etc-swarm-autoscaler",
+    }
+    cmd = [_docker_cli(), "stack", "deploy", "-c", str(ROOT / "docker" / "worker-stack.yml"), stack]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False)
+    if done.returncode != 0:
+        raise EndpointError(
+            f"dockerd {swarm.manager_url}", f"docker stack deploy {stack}: {done.stderr.strip()}"
+        )
+
+
 def node_swarm_state(node: LocalNode) -> str:
     """`inactive`, `pending`, `active`, ... as the node's dockerd reports it."""
     return node.docker_sync("info", "-f", "{{.Swarm.LocalNodeState}}").strip()
@@ -256,9 +287,11 @@ def node_swarm_state(node: LocalNode) -> str:
 
 __all__ = [
     "ETC",
+    "WORKER_STACK",
     "UserDataBoot",
     "UserDataRun",
     "address_of",
+    "deploy_worker_stack",
     "node_etc",
     "node_swarm_state",
     "run_user_data",
