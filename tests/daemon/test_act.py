@@ -5,6 +5,7 @@ tests hold whether the planner's actions carry one target or several."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 
@@ -404,3 +405,25 @@ async def test_a_termination_batch_in_flight_at_the_deadline_runs_to_its_end() -
         config=ActConfig(CLUSTER, deadline=0.2),
     )
     assert outcome.ok and "i-0001" not in cloud.instances and node not in w.swarm.nodes
+
+
+async def test_a_machine_given_notice_before_its_node_joined_is_labelled_drained_and_terminated() -> None:
+    """EC2 gave notice, then the node joined without the ownership label. The plan labels it and drains
+    and terminates the machine (each on `NodeOurs`); the label is written first, so the drain and the
+    termination land on the same tick. Held back with the drain, the label was never written and the
+    machine never let go (found by a fresh-clone run: skipped on every tick)."""
+    from swarm_autoscaler.core.plan import plan
+
+    w = World()
+    _, host = w.machine(1, labels={})  # joined, not labelled yet
+    inst = w.cloud.instances["i-0001"]
+    w.cloud.instances[inst.id] = dataclasses.replace(
+        inst, labels={OWNERSHIP_LABEL: CLUSTER, TYPE_LABEL: "m5.large"}, interrupted_at=w.clock.now - 5
+    )
+    snapshot = w.snapshot()
+    planned = plan(snapshot, small_policy(max_instances=4))
+    outcomes = await act(planned, snapshot, w.ports, config=ActConfig(CLUSTER))
+    by_kind = {type(o.action).__name__: o for o in outcomes}
+    assert {"LabelNode", "DrainNode", "Terminate"} <= set(by_kind), outcomes
+    assert all(by_kind[k].ok for k in ("LabelNode", "DrainNode", "Terminate")), outcomes
+    assert terminated(w) == ["i-0001"], host

@@ -109,8 +109,11 @@ def _lanes(
     actions: Sequence[Action],
 ) -> tuple[list[list[Action]], list[Action], list[RetireWorkers], list[Action]]:
     """Split a plan: per node, the marks and labels of nodes with nothing else to do (bookkeeping);
-    the gentle actions; the retirements; the disruptive actions with the marks and labels of the nodes
-    they drain (those go with the drain)."""
+    the gentle actions; the retirements; the disruptive actions with the marks of the nodes they drain
+    (those go with the drain). A drained node's labels are gentle, written first: the ownership label
+    among them is what the drain's own re-check wants to see (`NodeOurs`). Held back with the drain, a
+    node that joined unlabelled (EC2 gave notice before it joined) was never labelled, so never drained
+    nor terminated: found by a fresh-clone run."""
     drained = {a.node_id for a in actions if isinstance(a, DrainNode)}
     busy = {getattr(a, "node_id", None) for a in actions if not isinstance(a, BOOK)} - {None}
     bookkeeping: dict[str, list[Action]] = {}
@@ -120,7 +123,7 @@ def _lanes(
     for a in actions:
         if isinstance(a, RetireWorkers):
             retires.append(a)
-        elif isinstance(a, DISRUPTIVE) or _rechecked(a) or (isinstance(a, BOOK) and a.node_id in drained):
+        elif isinstance(a, DISRUPTIVE) or _rechecked(a) or (isinstance(a, MarkNode) and a.node_id in drained):
             disruptive.append(a)
         elif isinstance(a, BOOK) and a.node_id not in busy:
             bookkeeping.setdefault(a.node_id, []).append(a)
