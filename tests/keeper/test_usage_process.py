@@ -82,21 +82,34 @@ def _bill(raw: dict[str, Any]) -> float:
     return max(60.0, end - raw["LaunchTime"].timestamp())
 
 
+def _counted_key(keeper: str, instance_id: str) -> str:
+    return f"swarm-autoscaler:keeper:{keeper}:usage:machine:{instance_id}"
+
+
 async def _closed_usage(
-    session: aiohttp.ClientSession, base: str, machines: list[dict[str, Any]]
+    session: aiohttp.ClientSession, base: str, redis_url: str, keeper: str, machines: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    """The usage once the keeper's readings saw every machine ended and closed its bill at the end time
-    moto gives (a loaded machine may take a few seconds to get there): the whole ledger matches the
-    bills from moto, within a second per machine."""
-    billed = sum(_bill(m) for m in machines)
-    deadline = time.monotonic() + 30
-    while True:
-        async with session.get(f"{base}/v1/usage", headers=AUTH) as response:
-            usage: dict[str, Any] = await response.json()
-        if abs(usage["instance_seconds"] - billed) <= len(machines) or time.monotonic() > deadline:
-            break
-        await asyncio.sleep(0.5)
-    assert abs(usage["instance_seconds"] - billed) <= len(machines), (usage, billed)
+    """The usage once the keeper's readings saw every machine ended: each machine's counted seconds in
+    redis reached its bill from moto (a reading of an ended machine bills it to its end; the ledger only
+    adds, so a running reading taken past that end stays above it). A reading that listed the machine
+    before its end may still be in flight: two more seconds let it land."""
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            counted = [await client.hget(_counted_key(keeper, m["InstanceId"]), "s") for m in machines]
+            closed = [
+                c is not None and float(c) >= _bill(m) - 0.01 for c, m in zip(counted, machines, strict=True)
+            ]
+            if all(closed) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.5)
+    finally:
+        await client.aclose()
+    assert all(closed), list(zip(counted, [_bill(m) for m in machines], strict=True))
+    await asyncio.sleep(2.0)
+    async with session.get(f"{base}/v1/usage", headers=AUTH) as response:
+        usage: dict[str, Any] = await response.json()
     return usage
 
 
@@ -171,7 +184,7 @@ async def test_usage_survives_a_sigkill_and_matches_the_bill_from_moto(
                     break
                 await asyncio.sleep(0.5)
             assert all(m["State"]["Name"] == "terminated" for m in machines), machines
-            usage = await _closed_usage(session, base, machines)
+            usage = await _closed_usage(session, base, redis_server.url, name, machines)
             await asyncio.sleep(3.0)  # six more readings at 0.5 s
             async with session.get(f"{base}/v1/usage", headers=AUTH) as response:
                 assert await response.json() == usage, "a terminated machine's bill kept growing"
@@ -185,9 +198,7 @@ async def test_usage_survives_a_sigkill_and_matches_the_bill_from_moto(
     client = aioredis.Redis.from_url(redis_server.url)
     try:
         for raw in machines:
-            counted = await client.hget(
-                f"swarm-autoscaler:keeper:{name}:usage:machine:{raw['InstanceId']}", "s"
-            )
+            counted = await client.hget(_counted_key(name, raw["InstanceId"]), "s")
             assert counted is not None
             assert abs(float(counted) - _bill(raw)) <= 1.0, raw["InstanceId"]
     finally:
