@@ -44,7 +44,7 @@ from swarm_autoscaler_lab.demo.clusters import KeeperApi
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
 from swarm_autoscaler_lab.localcloud.dockerd import LocalSwarm, _cli_env, _docker_cli
 from swarm_autoscaler_lab.localcloud.dockerd_joiner import DockerdJoiner
-from swarm_autoscaler_lab.localcloud.image import BUILD, IMAGE, ROOT, ensure_image, image_key
+from swarm_autoscaler_lab.localcloud.image import IMAGE, ROOT, ensure_image, image_tarball
 from swarm_autoscaler_lab.localcloud.keepercloud import KeeperCloud, KeeperCloudOptions, primary_tags
 from swarm_autoscaler_lab.localcloud.machines import MachineEmulator
 from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
@@ -156,7 +156,7 @@ async def test_a_keeper_cluster_boots_from_the_default_script_computes_scales_an
     phases: dict[str, float] = {}
     t = time.monotonic()
     await asyncio.to_thread(ensure_image, swarm.manager)
-    tarball = BUILD / "image" / f"runtime-{image_key()}.tar"
+    tarball = image_tarball()
     assert tarball.exists()
     t = phase("image", t, phases)
 

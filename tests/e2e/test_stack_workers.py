@@ -19,18 +19,18 @@ from pathlib import Path
 
 import pytest
 from distributed import Client
-from tests.e2e.helpers import owned_instances, phase, wait_for
+from tests.e2e.helpers import WORKER_STACK, deploy_worker_service, owned_instances, phase, wait_for
 
 from swarm_autoscaler.core.model import GIB
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
 from swarm_autoscaler_lab.localcloud.dockerd import _cli_env, _docker_cli
-from swarm_autoscaler_lab.localcloud.image import BUILD, IMAGE, ROOT, ensure_image, image_key
+from swarm_autoscaler_lab.localcloud.image import IMAGE, ROOT, ensure_image, image_tarball
 from swarm_autoscaler_lab.localcloud.redis_server import free_port
 from swarm_autoscaler_lab.localcloud.userdata import UserDataBoot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.swarm, pytest.mark.timeout(900)]
 
-DAEMON, WORKERS = "autoscaler", "dask"
+DAEMON, WORKERS = "autoscaler", WORKER_STACK
 
 
 def _deploy(lc: LocalCloud, files: list[str], stack: str, extra: dict[str, str]) -> None:
@@ -51,7 +51,7 @@ async def test_the_deployed_stack_scales_up_runs_on_swarm_started_workers_and_ba
     phases: dict[str, float] = {}
     t = time.monotonic()
     await asyncio.to_thread(ensure_image, manager)
-    tarball = BUILD / "image" / f"runtime-{image_key()}.tar"
+    tarball = image_tarball()
     t = phase("image", t, phases)
 
     env = lc.env()
@@ -68,17 +68,7 @@ async def test_the_deployed_stack_scales_up_runs_on_swarm_started_workers_and_ba
     scheduler = lc.scheduler
     before = set(owned_instances(lc, ("pending", "running", "shutting-down", "terminated")))
     try:
-        _deploy(
-            lc,
-            ["worker-stack.yml"],
-            WORKERS,
-            {
-                "WORKER_IMAGE": IMAGE,
-                "AUTOSCALER_CLUSTER_NAME": lc.options.cluster_name,
-                "DASK_SCHEDULER_ADDRESS": lc.scheduler_address,
-                "WORKER_ENV_DIR": f"{lc.local_swarm.base_dir}/{{{{.Node.Hostname}}}}/etc-swarm-autoscaler",
-            },
-        )
+        deploy_worker_service(lc)
         _deploy(
             lc,
             ["stack.yml", "stack.local.yml"],

@@ -40,7 +40,7 @@ from tests.e2e.helpers import (
 from swarm_autoscaler.core.actions import Launch, Start, Stop
 from swarm_autoscaler.core.model import GIB
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
-from swarm_autoscaler_lab.localcloud.image import BUILD, ensure_image, image_key
+from swarm_autoscaler_lab.localcloud.image import ensure_image, image_tarball
 from swarm_autoscaler_lab.localcloud.userdata import UserDataBoot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.swarm, pytest.mark.timeout(900)]
@@ -71,7 +71,7 @@ async def test_a_pool_machine_boots_from_its_user_data_starts_into_the_worker_se
     phases: dict[str, float] = {}
     t = time.monotonic()
     await asyncio.to_thread(ensure_image, manager)
-    tarball = BUILD / "image" / f"runtime-{image_key()}.tar"
+    tarball = image_tarball()
     t = phase("image", t, phases)
     deploy_worker_service(lc)
     t = phase("deploy worker service", t, phases)

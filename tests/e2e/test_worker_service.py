@@ -36,7 +36,7 @@ from tests.e2e.helpers import (
 from swarm_autoscaler.core.actions import Terminate
 from swarm_autoscaler.core.model import GIB
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
-from swarm_autoscaler_lab.localcloud.image import BUILD, ensure_image, image_key
+from swarm_autoscaler_lab.localcloud.image import ensure_image, image_tarball
 from swarm_autoscaler_lab.localcloud.userdata import UserDataBoot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.swarm, pytest.mark.timeout(900)]
@@ -50,7 +50,7 @@ async def test_machines_boot_from_user_data_into_the_worker_service(cloud: Local
     manager = lc.local_swarm.manager
     phases: dict[str, float] = {}
     t = time.monotonic()
-    tarball = BUILD / "image" / f"runtime-{image_key()}.tar"  # where ensure_image caches it
+    tarball = image_tarball()
     await asyncio.to_thread(ensure_image, manager)
     assert tarball.exists()
     t = phase("image", t, phases)

@@ -187,7 +187,7 @@ class LocalCloud:
     async def _start_real_boot(self) -> None:
         """The worker image in the manager's engine, the worker service deployed, and every machine
         booted from its user data with that image loaded first (no registry here: an AMI bakes it in)."""
-        from swarm_autoscaler_lab.localcloud.image import BUILD, ensure_image, image_key
+        from swarm_autoscaler_lab.localcloud.image import ensure_image, image_tarball
         from swarm_autoscaler_lab.localcloud.userdata import UserDataBoot, deploy_worker_stack
 
         assert self.emulator is not None
@@ -199,7 +199,7 @@ class LocalCloud:
             cluster_name=self.options.cluster_name,
             scheduler_address=self.scheduler_address,
         )
-        tarball = BUILD / "image" / f"runtime-{image_key()}.tar"  # where ensure_image caches it
+        tarball = image_tarball()
         self.emulator.user_data_boot = UserDataBoot(swarm, preload=[tarball])
 
     def owner_tags(self) -> dict[str, str]:

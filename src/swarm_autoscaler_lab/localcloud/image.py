@@ -129,10 +129,16 @@ def build_image(node: LocalNode, tag: str = IMAGE, debug: bool = False) -> None:
         raise ConfigurationError(f"docker build failed:\n{tail}")
 
 
+def image_tarball(debug: bool = False) -> Path:
+    """Where `ensure_image` caches the image for the current inputs (`docker load` it into a new node)."""
+    flavour = "debug" if debug else "runtime"
+    return BUILD / "image" / f"{flavour}-{image_key(debug)}.tar"
+
+
 def ensure_image(node: LocalNode, tag: str = IMAGE, debug: bool = False) -> int:
     """Load the cached image for the current inputs into `node`, or build and cache it; its size in bytes."""
     flavour = "debug" if debug else "runtime"
-    cache = BUILD / "image" / f"{flavour}-{image_key(debug)}.tar"
+    cache = image_tarball(debug)
     if cache.exists():
         node.docker_sync("load", "-i", str(cache), timeout=300)
     else:
