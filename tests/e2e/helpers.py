@@ -4,12 +4,13 @@ of what a daemon did, and the demo run as a real subprocess."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,3 +171,17 @@ def deploy_worker_service(lc: LocalCloud) -> None:
     userdata.deploy_worker_stack(
         lc.local_swarm, cluster_name=lc.options.cluster_name, scheduler_address=lc.scheduler_address
     )
+
+
+@contextlib.asynccontextmanager
+async def booting_from_user_data(lc: LocalCloud) -> AsyncIterator[None]:
+    """While open, the local cloud's machines boot as EC2 boots them (`LocalCloud.real_boot_on`): each new
+    machine runs its own user data on its own dockerd node, and its dask worker is the worker service's
+    task. The worker service's last log lines are printed on the way out, for a failure's report."""
+    async with lc.real_boot_on():
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                logs = await lc.local_swarm.manager.docker("service", "logs", "--tail", "40", WORKER_SERVICE)
+                print(logs, flush=True)

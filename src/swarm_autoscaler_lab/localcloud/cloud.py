@@ -184,6 +184,29 @@ class LocalCloud:
         self.orchestrator = orchestrator
         self._joiner = DockerdJoiner(swarm)
 
+    @property
+    def boots_from_user_data(self) -> bool:
+        """Whether a machine launched now boots from its user data (`real_boot`, or inside `real_boot_on`)."""
+        return self.emulator is not None and self.emulator.user_data_boot is not None
+
+    @contextlib.asynccontextmanager
+    async def real_boot_on(self) -> AsyncIterator[None]:
+        """Machines launched while open boot as EC2 boots them, on a cloud started without `real_boot`
+        (shared by tests of which only some need the real boot). On exit new machines take the shortcut
+        again (the ones already booted keep swarm's worker) and the worker service is removed."""
+        from swarm_autoscaler_lab.localcloud.userdata import WORKER_STACK
+
+        if self.boots_from_user_data:
+            yield
+            return
+        await self._start_real_boot()
+        try:
+            yield
+        finally:
+            assert self.emulator is not None
+            self.emulator.user_data_boot = None
+            await self.local_swarm.manager.docker("stack", "rm", WORKER_STACK)
+
     async def _start_real_boot(self) -> None:
         """The worker image in the manager's engine, the worker service deployed, and every machine
         booted from its user data with that image loaded first (no registry here: an AMI bakes it in)."""
@@ -234,7 +257,7 @@ class LocalCloud:
         if self.options.real_swarm:
             env["AUTOSCALER_DOCKER_URL"] = self._swarm.manager_url
         env.update({f"AUTOSCALER_{k}": v for k, v in self.options.timing().items()})
-        if self.options.real_boot:
+        if self.options.real_boot or self.boots_from_user_data:
             # Each machine loads the worker image (about 250 MB) into its own dockerd before its user data
             # runs (an AMI would have it baked in): several at once on a small host take minutes, which the
             # emulator's shortcut never does. Below that, booting machines are ended as broken.

@@ -114,6 +114,7 @@ class Machine:
     committed: bool = False  # the boot got past its sleep: joining or starting its worker
     worker_up_at: float | None = None  # when its worker first registered (emulator clock)
     prepared: bool = False  # booted into the warm pool and stopped itself
+    from_user_data: bool = False  # ran its own user data (the real boot): swarm runs its worker
 
 
 @dataclass
@@ -248,6 +249,7 @@ class MachineEmulator:
         assert self.user_data_boot is not None
         raw = await asyncio.to_thread(self._user_data, machine.instance_id)
         self.booted.add(machine.instance_id)
+        machine.from_user_data = True
         run = await self.user_data_boot.boot(machine.hostname, raw)
         if run.powered_off:  # the warm pool's first boot ends with shutdown: InitiatedShutdownBehavior=stop
             await asyncio.to_thread(self._ec2.stop_instances, InstanceIds=[machine.instance_id])
@@ -267,7 +269,7 @@ class MachineEmulator:
 
     async def _run_worker(self, machine: Machine, node_active: bool) -> None:
         """A worker runs exactly while the machine's node is active and ready (a global service)."""
-        if self.user_data_boot is not None:
+        if machine.from_user_data:
             return  # the real boot: swarm runs the worker service's task on the node, not the emulator
         if machine.prepared:
             return
