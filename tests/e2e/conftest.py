@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from tests.e2e.helpers import ec2_client
+from tests.e2e.helpers import booting_from_user_data, ec2_client
 
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud, LocalCloudOptions
 from swarm_autoscaler_lab.localcloud.dockerd import check_install
@@ -32,6 +32,14 @@ async def cloud() -> AsyncIterator[LocalCloud]:
     )
     async with LocalCloud(options) as lc:
         yield lc
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def real_boot(cloud: LocalCloud) -> AsyncIterator[None]:
+    """For a test module: every machine launched boots as EC2 boots it, from its own user data on its own
+    dockerd node, and its dask worker is the worker service's task (`LocalCloud.real_boot_on`)."""
+    async with booting_from_user_data(cloud):
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -24,6 +24,15 @@ from swarm_autoscaler.daemon.tick import TickResult
 from swarm_autoscaler_lab.localcloud import userdata
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
 
+# A client on this host talking to workers started from the worker image: the image's python is Debian's
+# 3.11.2, the host's may be another 3.11 (3.11.7 here), and the image has no numpy. dask warns of the
+# mismatch (an error under this suite's filter); the work runs. Marks a test module that opens such a client.
+IMAGE_WORKERS_DIFFER = pytest.mark.filterwarnings("ignore::distributed.versions.VersionMismatchWarning")
+
+# A test module on the real swarm whose machines boot from their own user data (the `real_boot` fixture of
+# conftest.py) and whose client talks to the worker service's workers: `pytestmark = [*REAL_BOOT, timeout]`.
+REAL_BOOT = [pytest.mark.e2e, pytest.mark.swarm, pytest.mark.usefixtures("real_boot"), IMAGE_WORKERS_DIFFER]
+
 
 def ec2_client(lc: LocalCloud) -> Any:
     assert lc.network is not None

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 from distributed import Client
-from tests.e2e.helpers import phase, wait_for
+from tests.e2e.helpers import IMAGE_WORKERS_DIFFER, phase, wait_for
 from tests.e2e.keeper_helpers import primaries_of, wait_gone, wait_state, workers_of
 
 from swarm_autoscaler.core.catalogue import CATALOGUE
@@ -55,8 +55,7 @@ pytestmark = [
     pytest.mark.e2e,
     pytest.mark.swarm,
     pytest.mark.timeout(900),
-    # the image's python is Debian's 3.11.2, this client's may be another 3.11: dask warns, it works
-    pytest.mark.filterwarnings("ignore::distributed.versions.VersionMismatchWarning"),
+    IMAGE_WORKERS_DIFFER,
 ]
 
 KEEPER_STACK = "keeper"

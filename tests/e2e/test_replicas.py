@@ -1,6 +1,6 @@
 """End to end on the local cloud with real dockerd swarm nodes: two daemon replicas behind a redis leader lock
 (real processes, one killed with SIGKILL mid-scale-up), and a daemon restarted in the middle of a scale-down.
-Machines boot as EC2 boots them (`booting_from_user_data`): their own user data on their own dockerd node,
+Machines boot as EC2 boots them (the `real_boot` fixture): their own user data on their own dockerd node,
 and their dask workers are the worker service's tasks."""
 
 from __future__ import annotations
@@ -11,14 +11,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
 from distributed import Client
 from tests.e2e.helpers import (
-    booting_from_user_data,
+    REAL_BOOT,
     hostname_of,
     instance_state,
     owned_instances,
@@ -31,25 +29,13 @@ from swarm_autoscaler.core.model import GIB
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud, env_without_autoscaler
 from swarm_autoscaler_lab.localcloud.redis_server import RedisServer
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.swarm,
-    pytest.mark.timeout(400),
-    # the worker image's python is Debian's 3.11.2, this client's may be another 3.11: dask warns, it works
-    pytest.mark.filterwarnings("ignore::distributed.versions.VersionMismatchWarning"),
-]
+pytestmark = [*REAL_BOOT, pytest.mark.timeout(400)]
 
 LEADER = "this replica is the leader"
 STANDBY = "standby: another replica holds the lock"
 ACTION_LINE = re.compile(r"\]\s+action\s")
 LOCK_TTL_S = 3.0
 POLL_S = 1.0  # the fast timing of the local cloud
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="session", autouse=True)
-async def _real_boot(cloud: LocalCloud) -> AsyncIterator[None]:
-    async with booting_from_user_data(cloud):
-        yield
 
 
 def _pinned(cpus: float = 1.5) -> dict[str, float]:

@@ -2,10 +2,8 @@
 and a capacity refusal. The daemon is the real one (`lc.daemon()` = `open_daemon` from settings), against
 moto over HTTP, a real dask scheduler with real workers, and a real dockerd swarm manager.
 
-The burst and the capacity refusal boot their machines as EC2 does (`booting_from_user_data`: each runs
-its own user data on its own dockerd node, and its worker is the worker service's task). The machine that
-never joins stays on the emulator's shortcut: its subject is the broken machine's end and replacement
-within an 8 s start time, shorter than loading the worker image into a new node."""
+Every machine boots as EC2 boots it (the `real_boot` fixture): it runs its own user data on its own
+dockerd node, and its dask worker is the worker service's task."""
 
 from __future__ import annotations
 
@@ -17,8 +15,8 @@ from typing import Any
 import pytest
 from distributed import Client
 from tests.e2e.helpers import (
+    REAL_BOOT,
     Running,
-    booting_from_user_data,
     hostname_of,
     instance_state,
     owned_instances,
@@ -30,15 +28,10 @@ from swarm_autoscaler.core.actions import DrainNode, Launch, Terminate
 from swarm_autoscaler.core.model import GIB
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.swarm,
-    pytest.mark.timeout(400),
-    # the worker image's python is Debian's 3.11.2, this client's may be another 3.11: dask warns, it works
-    pytest.mark.filterwarnings("ignore::distributed.versions.VersionMismatchWarning"),
-]
+pytestmark = [*REAL_BOOT, pytest.mark.timeout(400)]
 
 SETTLE_S = 60.0
+NEVER_JOIN_START_S = 60.0
 
 
 async def _swarm_hostnames(lc: LocalCloud, seen: set[str], stop: asyncio.Event) -> None:
@@ -78,7 +71,7 @@ async def test_burst_scales_up_joins_real_nodes_and_scales_back_down(
     seen_nodes: set[str] = set()
     sampling = asyncio.Event()
     sampler = asyncio.create_task(_swarm_hostnames(lc, seen_nodes, sampling))
-    async with booting_from_user_data(lc), lc.daemon() as daemon:
+    async with lc.daemon() as daemon:
         running = await start(daemon)
         try:
             async with Client(lc.scheduler_address, asynchronous=True) as client:
@@ -137,7 +130,9 @@ async def test_instance_that_never_joins_is_terminated_and_replaced(
     emulator = lc.emulator
     before = set(_all_ever(lc))
     emulator.never_join_rate = 1.0  # the next machine to appear boots but never joins
-    async with lc.daemon({"AUTOSCALER_MAX_START_TIME": "8s"}) as daemon:
+    # long enough for the replacement to load the worker image and join, short enough to give up on the
+    # broken one quickly
+    async with lc.daemon({"AUTOSCALER_MAX_START_TIME": f"{NEVER_JOIN_START_S:g}s"}) as daemon:
         running = await start(daemon)
         try:
             async with Client(lc.scheduler_address, asynchronous=True) as client:
@@ -156,7 +151,7 @@ async def test_instance_that_never_joins_is_terminated_and_replaced(
                 )
                 emulator.never_join_rate = 0.0
                 broken = next(m.instance_id for m in emulator.machines.values() if m.never_joins)
-                await asyncio.wait_for(future, 60)
+                await asyncio.wait_for(future, 2 * NEVER_JOIN_START_S + 60)
                 assert future.status == "finished"
             await _settled(lc, running)
         finally:
@@ -180,7 +175,7 @@ async def test_capacity_refusal_falls_back_to_the_next_type(cloud: LocalCloud, f
     refusals_before = lc.moto.faults.capacity_refusals
     lc.moto.faults.refuse("m5.large")  # the cheapest type that fits
     try:
-        async with booting_from_user_data(lc), lc.daemon() as daemon:
+        async with lc.daemon() as daemon:
             running = await start(daemon)
             try:
                 async with Client(lc.scheduler_address, asynchronous=True) as client:

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from distributed import Client
-from tests.e2e.helpers import owned_instances, wait_for
+from tests.e2e.helpers import REAL_BOOT, owned_instances, wait_for
 
 from swarm_autoscaler.core.model import GIB
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
@@ -34,7 +34,9 @@ from swarm_autoscaler_lab.localcloud.redis_server import RedisServer
 
 # The first run builds the image (a few minutes: a Debian base, wheels, docker build); later runs load
 # the cached tarball from build/image in seconds.
-pytestmark = [pytest.mark.e2e, pytest.mark.swarm, pytest.mark.timeout(900)]
+# The machines the stack launches boot as EC2 boots them (the `real_boot` fixture): their own user data on
+# their own dockerd node, their dask workers the worker service's tasks.
+pytestmark = [*REAL_BOOT, pytest.mark.timeout(900)]
 
 STACK = "autoscaler"
 SERVICE = f"{STACK}_autoscaler"
@@ -199,7 +201,7 @@ async def test_the_stack_deploys_scales_a_burst_rolls_and_logs_json(
         await manager.docker("service", "update", "--force", "--detach=false", SERVICE, timeout=240)
         new = set(_containers(manager, "health=healthy"))
         assert len(new) == 2 and not new & old
-        await asyncio.wait_for(client.gather(futures), 120)
+        await asyncio.wait_for(client.gather(futures), 300)
     launched = set(owned_instances(lc, ("pending", "running", "shutting-down", "terminated"))) - before
     assert len(launched) == TASKS, f"a double launch: {len(launched)} instances for {TASKS} pinned tasks"
     # ...and back down to the minimum (zero here).

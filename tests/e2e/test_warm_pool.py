@@ -4,7 +4,9 @@ One daemon with a pool of two stopped m5.large: the pool fills (machines boot in
 themselves, never joining); a burst starts the pool machines first (they join the real swarm and run
 the work) and launches the rest; scale-down stops the surplus back into the pool (their nodes removed,
 none left down) and terminates what the pool cannot hold; a pool machine lost outside the daemon is
-replaced by a launch into the pool; an owned stopped machine outside the pool is terminated."""
+replaced by a launch into the pool; an owned stopped machine outside the pool is terminated. Every machine
+boots as EC2 boots it (the `real_boot` fixture): its own user data (the pool's MIME multipart, whose first
+boot ends with `shutdown`) on its own dockerd node, and its dask worker is the worker service's task."""
 
 from __future__ import annotations
 
@@ -16,13 +18,15 @@ from typing import Any
 
 import pytest
 from distributed import Client
-from tests.e2e.helpers import ec2_client, hostname_of, owned_instances, start, wait_for
+from tests.e2e.helpers import REAL_BOOT, ec2_client, hostname_of, owned_instances, start, wait_for
 
 from swarm_autoscaler.core.actions import Launch, Start, Stop, Terminate
 from swarm_autoscaler.core.model import GIB, NodeStatus
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
 
-pytestmark = [pytest.mark.e2e, pytest.mark.swarm, pytest.mark.timeout(300)]
+pytestmark = [*REAL_BOOT, pytest.mark.timeout(600)]
+
+BOOT_S = 180.0  # a new machine loads the worker image into its dockerd node before its user data runs
 
 POOL = 2
 
@@ -69,7 +73,7 @@ async def test_warm_pool_fills_serves_a_burst_refills_and_ends_strays(cloud: Loc
                 # 1. the pool fills: two machines boot, stop themselves, and never join
                 await wait_for(
                     lambda: len(_stopped(lc)) == POOL and emulator.prepared_total - prepared_before == POOL,
-                    60,
+                    BOOT_S,
                     f"{POOL} pool machines prepared and stopped",
                 )
                 pool = set(_stopped(lc))
@@ -89,7 +93,7 @@ async def test_warm_pool_fills_serves_a_burst_refills_and_ends_strays(cloud: Loc
                         )
                         for i in range(3)
                     ]
-                    await asyncio.wait_for(client.gather(futures), 120)
+                    await asyncio.wait_for(client.gather(futures), BOOT_S + 60)
                     assert all(f.status == "finished" for f in futures)
                 rec = running.record
                 started = {iid for a in rec.of(Start) for iid in a.instance_ids}
@@ -127,7 +131,7 @@ async def test_warm_pool_fills_serves_a_burst_refills_and_ends_strays(cloud: Loc
                 ec2_client(lc).terminate_instances(InstanceIds=[lost])
                 await wait_for(
                     lambda: any(a.pool for a in rec.of(Launch)) and len(_stopped(lc)) == POOL,
-                    60,
+                    BOOT_S,
                     "the pool refilled by a launch",
                 )
 
@@ -135,7 +139,7 @@ async def test_warm_pool_fills_serves_a_burst_refills_and_ends_strays(cloud: Loc
                 stray = _stray(lc)
                 await wait_for(
                     lambda: any(stray in a.instance_ids for a in rec.of(Terminate)),
-                    60,
+                    BOOT_S,
                     "the stray terminated",
                 )
                 [ended] = [a for a in rec.of(Terminate) if stray in a.instance_ids]

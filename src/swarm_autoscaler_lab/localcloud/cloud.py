@@ -73,7 +73,9 @@ class LocalCloudOptions:
     # With real_swarm: machines boot as EC2 boots them, from their own user data on their own dockerd
     # node, and their dask workers are the tasks of the worker global service (docker/worker-stack.yml),
     # which the start deploys after loading the worker image (built once, then cached: `make image`).
-    # Off: the emulator's shortcut (it joins for the machine and runs an in-process worker).
+    # Off: no machine boots until `LocalCloud.real_boot_on()` is entered (the e2e suite's shared cloud,
+    # whose tests turn it on for their own machines). The emulator's shortcut (it joins for the machine and
+    # runs an in-process worker) is for the in-memory swarm only.
     real_boot: bool = False
 
     @property
@@ -159,6 +161,7 @@ class LocalCloud:
             boot_delay=self.options.boot_delay,
             never_join_rate=self.options.never_join_rate,
             seed=self.options.seed,
+            shortcut_allowed=not self.options.real_swarm,
         )
         self._stack.push_async_callback(self.emulator.close)
         if self.options.real_boot:

@@ -140,6 +140,9 @@ class MachineEmulator:
     # dask worker is the one swarm starts there from the worker service. None = the shortcut (in-memory
     # demo): read the join line, join through `joiner`, start an in-process worker while the node is active.
     user_data_boot: UserDataBooter | None = None
+    # False where the nodes are real dockerd nodes (LocalCloud with real_swarm): a machine that would take
+    # the shortcut there does not boot (logged), so no test on that path passes on the shortcut unawares.
+    shortcut_allowed: bool = True
     clock: Callable[[], float] = lambda: asyncio.get_running_loop().time()
     machines: dict[str, Machine] = field(default_factory=dict)
     joined_total: int = 0
@@ -225,6 +228,11 @@ class MachineEmulator:
         if not machine.joined and self.user_data_boot is not None:
             await self._boot_from_user_data(machine)
             return
+        if not machine.joined and not self.shortcut_allowed:
+            raise RuntimeError(
+                "the shortcut boot is for the in-memory swarm: on real dockerd nodes a machine boots from "
+                "its user data (LocalCloud.real_boot_on, or LocalCloudOptions.real_boot)"
+            )
         if not machine.joined:
             line = await asyncio.to_thread(self._join_line, machine.instance_id)
             self.booted.add(machine.instance_id)
