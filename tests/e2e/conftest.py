@@ -1,5 +1,7 @@
 """One local cloud for the whole e2e session: moto EC2, an in-process dask scheduler, a real dockerd swarm
-manager and the machine emulator, which boots the daemon's instances into real dockerd swarm nodes.
+manager and the machine emulator, which boots the daemon's instances into real dockerd swarm nodes. A
+module whose tests launch machines turns on their real boot with the `real_boot` fixture (each runs its own
+user data on its own dockerd node; its dask worker is the worker service's task); without it, none boots.
 
 Only one local swarm may run per machine, so the cloud is session-scoped and every test leaves the fleet
 back at the minimum plus the reserve (zero here: no reserve, no minimum, so that each scenario's launches

@@ -20,7 +20,8 @@ terminated one (worker stopped, its dockerd node gone); when it is started again
 the join line the daemon wrote into its user data before the start.
 
 Two boots. The shortcut above (read the join line, join through a `Joiner`, start an in-process worker)
-serves the in-memory demo and the e2e tests that need no worker image. The real boot (`user_data_boot`,
+serves the in-memory swarm only: where the nodes are real dockerd nodes (`shortcut_allowed=False`), a
+machine that would take it does not boot, and the log says why. The real boot (`user_data_boot`,
 `localcloud.userdata.UserDataBoot`, real dockerd nodes only) runs the instance's actual user data on its
 own dockerd node: its own `docker swarm join` joins, its `shutdown` stops the instance (the warm pool), and
 the emulator starts no worker: swarm runs the worker global service's task on the node.
