@@ -19,14 +19,13 @@ from pathlib import Path
 
 import pytest
 from distributed import Client
-from tests.e2e.helpers import WORKER_STACK, deploy_worker_service, owned_instances, phase, wait_for
+from tests.e2e.helpers import WORKER_STACK, booting_from_user_data, owned_instances, phase, wait_for
 
 from swarm_autoscaler.core.model import GIB
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
 from swarm_autoscaler_lab.localcloud.dockerd import _cli_env, _docker_cli
-from swarm_autoscaler_lab.localcloud.image import IMAGE, ROOT, ensure_image, image_tarball
+from swarm_autoscaler_lab.localcloud.image import IMAGE, ROOT
 from swarm_autoscaler_lab.localcloud.redis_server import free_port
-from swarm_autoscaler_lab.localcloud.userdata import UserDataBoot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.swarm, pytest.mark.timeout(900)]
 
@@ -50,79 +49,72 @@ async def test_the_deployed_stack_scales_up_runs_on_swarm_started_workers_and_ba
     manager = lc.local_swarm.manager
     phases: dict[str, float] = {}
     t = time.monotonic()
-    await asyncio.to_thread(ensure_image, manager)
-    tarball = image_tarball()
-    t = phase("image", t, phases)
-
-    env = lc.env()
-    env.pop("AUTOSCALER_HTTP_HOST")  # stack.local.yml gives each replica its own loopback address
-    env.update(
-        AUTOSCALER_DOCKER_URL="unix:///var/run/docker.sock",  # the manager's socket, mounted
-        AUTOSCALER_HTTP_PORT=str(free_port()),
-        AUTOSCALER_MAX_START_TIME="240s",
-    )
-    env_file = tmp_path / "autoscaler.env"
-    env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))  # docker reads values verbatim
     emulator = lc.emulator
-    emulator.user_data_boot = UserDataBoot(lc.local_swarm, preload=[tarball])
     scheduler = lc.scheduler
     before = set(owned_instances(lc, ("pending", "running", "shutting-down", "terminated")))
     try:
-        deploy_worker_service(lc)
-        _deploy(
-            lc,
-            ["stack.yml", "stack.local.yml"],
-            DAEMON,
-            {
-                "AUTOSCALER_IMAGE": IMAGE,
-                "AUTOSCALER_ENV_FILE": str(env_file),
-                "AUTOSCALER_REPLICAS": "1",
-                "DOCKER_SOCKET": str(manager.socket_path),
-                "DOCKER_GID": str(manager.socket_path.stat().st_gid),
-            },
-        )
-        t = phase("deploy the daemon and the worker service", t, phases)
-        async with Client(lc.scheduler_address, asynchronous=True) as client:
-            futures = [  # time.sleep: the worker image can import it
-                client.submit(
-                    time.sleep,
-                    1.0,
-                    key=f"stack-{i}",
-                    pure=False,
-                    resources={"CPU": 2, "RAM": GIB, "instance-type:m5.large": 1},
-                )
-                for i in range(2)
-            ]
-            await wait_for(lambda: bool(scheduler.workers), 300, "a swarm-started worker on a new node")
-            t = phase("scale up (the deployed daemon launches, machines boot and join)", t, phases)
-            await asyncio.wait_for(client.gather(futures), 300)
-            ran_on = await client.who_has(futures)
-            names = {str(scheduler.workers[a].name) for addrs in ran_on.values() for a in addrs}
-            t = phase("tasks run", t, phases)
-        launched = {
-            iid: inst
-            for iid, inst in owned_instances(
-                lc, ("pending", "running", "shutting-down", "terminated")
-            ).items()
-            if iid not in before
-        }
-        hostnames = {str(i["PrivateDnsName"]).split(".")[0] for i in launched.values()}
-        assert names and names <= hostnames, (names, hostnames)
-        assert all(
-            m.worker is None for m in emulator.machines.values()
-        )  # swarm's workers, not the emulator's
-        ps = await manager.docker("service", "ps", f"{WORKERS}_worker", "--format", "{{.Node}}")
-        assert names <= set(ps.split()), ps
-        await wait_for(lambda: not owned_instances(lc), 240, "the fleet back at its minimum (0)")
-        await wait_for(lambda: not scheduler.workers, 60, "every dask worker gone")
-        phase("drain and terminate to the minimum", t, phases)
+        async with booting_from_user_data(lc):  # the image loaded, the worker service deployed
+            t = phase("image and worker service", t, phases)
+            env = lc.env()  # with the real boot's 240 s to start
+            env.pop("AUTOSCALER_HTTP_HOST")  # stack.local.yml gives each replica its own loopback address
+            env.update(
+                AUTOSCALER_DOCKER_URL="unix:///var/run/docker.sock",  # the manager's socket, mounted
+                AUTOSCALER_HTTP_PORT=str(free_port()),
+            )
+            env_file = tmp_path / "autoscaler.env"
+            env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))  # docker reads values verbatim
+            _deploy(
+                lc,
+                ["stack.yml", "stack.local.yml"],
+                DAEMON,
+                {
+                    "AUTOSCALER_IMAGE": IMAGE,
+                    "AUTOSCALER_ENV_FILE": str(env_file),
+                    "AUTOSCALER_REPLICAS": "1",
+                    "DOCKER_SOCKET": str(manager.socket_path),
+                    "DOCKER_GID": str(manager.socket_path.stat().st_gid),
+                },
+            )
+            t = phase("deploy the daemon", t, phases)
+            async with Client(lc.scheduler_address, asynchronous=True) as client:
+                futures = [  # time.sleep: the worker image can import it
+                    client.submit(
+                        time.sleep,
+                        1.0,
+                        key=f"stack-{i}",
+                        pure=False,
+                        resources={"CPU": 2, "RAM": GIB, "instance-type:m5.large": 1},
+                    )
+                    for i in range(2)
+                ]
+                await wait_for(lambda: bool(scheduler.workers), 300, "a swarm-started worker on a new node")
+                t = phase("scale up (the deployed daemon launches, machines boot and join)", t, phases)
+                await asyncio.wait_for(client.gather(futures), 300)
+                ran_on = await client.who_has(futures)
+                names = {str(scheduler.workers[a].name) for addrs in ran_on.values() for a in addrs}
+                t = phase("tasks run", t, phases)
+            launched = {
+                iid: inst
+                for iid, inst in owned_instances(
+                    lc, ("pending", "running", "shutting-down", "terminated")
+                ).items()
+                if iid not in before
+            }
+            hostnames = {str(i["PrivateDnsName"]).split(".")[0] for i in launched.values()}
+            assert names and names <= hostnames, (names, hostnames)
+            assert all(
+                m.worker is None for m in emulator.machines.values()
+            )  # swarm's workers, not the emulator's
+            ps = await manager.docker("service", "ps", f"{WORKERS}_worker", "--format", "{{.Node}}")
+            assert names <= set(ps.split()), ps
+            await wait_for(lambda: not owned_instances(lc), 240, "the fleet back at its minimum (0)")
+            await wait_for(lambda: not scheduler.workers, 60, "every dask worker gone")
+            phase("drain and terminate to the minimum", t, phases)
     finally:
-        emulator.user_data_boot = None
         with contextlib.suppress(Exception):
             print(await manager.docker("service", "logs", "--tail", "30", f"{DAEMON}_autoscaler"), flush=True)
-        for stack in (DAEMON, WORKERS):
-            with contextlib.suppress(Exception):
-                await manager.docker("stack", "rm", stack)
+        with contextlib.suppress(Exception):  # (the worker stack went with the real boot)
+            await manager.docker("stack", "rm", DAEMON)
 
         def containers_left() -> bool:
             label = "label=com.docker.stack.namespace"

@@ -27,8 +27,7 @@ import pytest
 from distributed import Client
 from tests.e2e.helpers import (
     WORKER_SERVICE,
-    WORKER_STACK,
-    deploy_worker_service,
+    booting_from_user_data,
     ec2_client,
     hostname_of,
     owned_instances,
@@ -40,8 +39,6 @@ from tests.e2e.helpers import (
 from swarm_autoscaler.core.actions import Launch, Start, Stop
 from swarm_autoscaler.core.model import GIB
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
-from swarm_autoscaler_lab.localcloud.image import ensure_image, image_tarball
-from swarm_autoscaler_lab.localcloud.userdata import UserDataBoot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.swarm, pytest.mark.timeout(900)]
 
@@ -57,7 +54,6 @@ def _pool_env(lc: LocalCloud) -> dict[str, str]:
     return {
         "AUTOSCALER_EC2_ALLOWED_TYPES": json.dumps(types),
         "AUTOSCALER_EC2_MAX_INSTANCES": "1",
-        "AUTOSCALER_MAX_START_TIME": "240s",
     }
 
 
@@ -70,80 +66,74 @@ async def test_a_pool_machine_boots_from_its_user_data_starts_into_the_worker_se
     manager = lc.local_swarm.manager
     phases: dict[str, float] = {}
     t = time.monotonic()
-    await asyncio.to_thread(ensure_image, manager)
-    tarball = image_tarball()
-    t = phase("image", t, phases)
-    deploy_worker_service(lc)
-    t = phase("deploy worker service", t, phases)
-    emulator.user_data_boot = UserDataBoot(lc.local_swarm, preload=[tarball])
     prepared_before, joined_before = emulator.prepared_total, emulator.joined_total
     try:
-        async with lc.daemon(_pool_env(lc)) as daemon:
-            running = await start(daemon)
-            try:
-                # 1. the pool fills: the machine runs its first boot's user data on its own node and stops
-                await wait_for(
-                    lambda: len(_stopped(lc)) == 1 and emulator.prepared_total > prepared_before,
-                    300,
-                    "the pool machine prepared from its user data and stopped",
-                )
-                [(pool_id, pool_inst)] = _stopped(lc).items()
-                host = hostname_of(pool_inst)
-                node = lc.local_swarm.nodes[host]  # its dockerd node exists, never joined
-                worker_env = (node.etc / "worker.env").read_text()
-                assert "m5.large" in worker_env, worker_env  # written by its boot script, on its node
-                assert host not in {n.hostname for n in await orchestrator.list_nodes()}
-                assert emulator.joined_total == joined_before
-                t = phase("pool filled (first boot from user data, shutdown, stopped)", t, phases)
-
-                # 2. work: the pool machine is started (the maximum allows no launch), joins, and swarm
-                #    starts the worker service's task there, which runs the work
-                async with Client(lc.scheduler_address, asynchronous=True) as client:
-                    future = client.submit(
-                        time.sleep,  # the worker image can import it (not this test module)
-                        1.0,
-                        key="pool-boot",
-                        pure=False,
-                        resources={"CPU": 2, "RAM": GIB, "instance-type:m5.large": 1},
+        async with booting_from_user_data(lc):  # the image loaded, the worker service deployed
+            t = phase("image and worker service", t, phases)
+            async with lc.daemon(_pool_env(lc)) as daemon:
+                running = await start(daemon)
+                try:
+                    # 1. the pool fills: the machine runs its first boot's user data on its own node and stops
+                    await wait_for(
+                        lambda: len(_stopped(lc)) == 1 and emulator.prepared_total > prepared_before,
+                        300,
+                        "the pool machine prepared from its user data and stopped",
                     )
-                    await wait_for(lambda: bool(scheduler.workers), 300, "the started machine's worker")
-                    t = phase("start (user data rewritten and run again: join, worker task)", t, phases)
-                    await asyncio.wait_for(future, 300)
-                    ran_on = await client.who_has([future])
-                    names = {str(scheduler.workers[a].name) for addrs in ran_on.values() for a in addrs}
-                    t = phase("task run", t, phases)
-                rec = running.record
-                assert {iid for a in rec.of(Start) for iid in a.instance_ids} == {pool_id}
-                assert not [a for a in rec.of(Launch) if not a.pool], rec.of(Launch)
-                assert names == {host}, (names, host)
-                assert all(m.worker is None for m in emulator.machines.values())  # not the emulator's
-                ps = await manager.docker(
-                    "service",
-                    "ps",
-                    WORKER_SERVICE,
-                    "--filter",
-                    "desired-state=running",
-                    "--format",
-                    "{{.Node}}",
-                )
-                assert host in ps.split(), ps
+                    [(pool_id, pool_inst)] = _stopped(lc).items()
+                    host = hostname_of(pool_inst)
+                    node = lc.local_swarm.nodes[host]  # its dockerd node exists, never joined
+                    worker_env = (node.etc / "worker.env").read_text()
+                    assert "m5.large" in worker_env, worker_env  # written by its boot script, on its node
+                    assert host not in {n.hostname for n in await orchestrator.list_nodes()}
+                    assert emulator.joined_total == joined_before
+                    t = phase("pool filled (first boot from user data, shutdown, stopped)", t, phases)
 
-                # 3. idle: stopped back into the pool, its worker gone
-                await wait_for(
-                    lambda: set(_stopped(lc)) == {pool_id} and not owned_instances(lc) and bool(rec.of(Stop)),
-                    240,
-                    "the machine stopped back into the pool",
-                )
-                assert all("stopped into the warm pool" in a.reason for a in rec.of(Stop)), rec.of(Stop)
-                await wait_for(lambda: not scheduler.workers, 60, "its dask worker gone")
-                phase("stop back into the pool", t, phases)
-            finally:
-                await running.halt()
+                    # 2. work: the pool machine is started (the maximum allows no launch), joins, and swarm
+                    #    starts the worker service's task there, which runs the work
+                    async with Client(lc.scheduler_address, asynchronous=True) as client:
+                        future = client.submit(
+                            time.sleep,  # the worker image can import it (not this test module)
+                            1.0,
+                            key="pool-boot",
+                            pure=False,
+                            resources={"CPU": 2, "RAM": GIB, "instance-type:m5.large": 1},
+                        )
+                        await wait_for(lambda: bool(scheduler.workers), 300, "the started machine's worker")
+                        t = phase("start (user data rewritten and run again: join, worker task)", t, phases)
+                        await asyncio.wait_for(future, 300)
+                        ran_on = await client.who_has([future])
+                        names = {str(scheduler.workers[a].name) for addrs in ran_on.values() for a in addrs}
+                        t = phase("task run", t, phases)
+                    rec = running.record
+                    assert {iid for a in rec.of(Start) for iid in a.instance_ids} == {pool_id}
+                    assert not [a for a in rec.of(Launch) if not a.pool], rec.of(Launch)
+                    assert names == {host}, (names, host)
+                    assert all(m.worker is None for m in emulator.machines.values())  # not the emulator's
+                    ps = await manager.docker(
+                        "service",
+                        "ps",
+                        WORKER_SERVICE,
+                        "--filter",
+                        "desired-state=running",
+                        "--format",
+                        "{{.Node}}",
+                    )
+                    assert host in ps.split(), ps
+
+                    # 3. idle: stopped back into the pool, its worker gone
+                    await wait_for(
+                        lambda: (
+                            set(_stopped(lc)) == {pool_id} and not owned_instances(lc) and bool(rec.of(Stop))
+                        ),
+                        240,
+                        "the machine stopped back into the pool",
+                    )
+                    assert all("stopped into the warm pool" in a.reason for a in rec.of(Stop)), rec.of(Stop)
+                    await wait_for(lambda: not scheduler.workers, 60, "its dask worker gone")
+                    phase("stop back into the pool", t, phases)
+                finally:
+                    await running.halt()
     finally:
-        emulator.user_data_boot = None
-        with contextlib.suppress(Exception):  # what the worker said, for a failure's report
-            print(await manager.docker("service", "logs", "--tail", "40", WORKER_SERVICE), flush=True)
-        await manager.docker("stack", "rm", WORKER_STACK)
         left = list(_stopped(lc)) + list(owned_instances(lc))
         if left:
             with contextlib.suppress(Exception):

@@ -17,15 +17,13 @@ registry). The daemon runs in-process here (`lc.daemon()`); the daemon as a serv
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 
 import pytest
 from distributed import Client
 from tests.e2e.helpers import (
     WORKER_SERVICE,
-    WORKER_STACK,
-    deploy_worker_service,
+    booting_from_user_data,
     hostname_of,
     owned_instances,
     phase,
@@ -36,12 +34,11 @@ from tests.e2e.helpers import (
 from swarm_autoscaler.core.actions import Terminate
 from swarm_autoscaler.core.model import GIB
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
-from swarm_autoscaler_lab.localcloud.image import ensure_image, image_tarball
-from swarm_autoscaler_lab.localcloud.userdata import UserDataBoot
+from swarm_autoscaler_lab.localcloud.image import image_tarball
 
 pytestmark = [pytest.mark.e2e, pytest.mark.swarm, pytest.mark.timeout(900)]
 
-STACK, SERVICE = WORKER_STACK, WORKER_SERVICE
+SERVICE = WORKER_SERVICE
 
 
 async def test_machines_boot_from_user_data_into_the_worker_service(cloud: LocalCloud) -> None:
@@ -50,21 +47,15 @@ async def test_machines_boot_from_user_data_into_the_worker_service(cloud: Local
     manager = lc.local_swarm.manager
     phases: dict[str, float] = {}
     t = time.monotonic()
-    tarball = image_tarball()
-    await asyncio.to_thread(ensure_image, manager)
-    assert tarball.exists()
-    t = phase("image", t, phases)
-
-    # every node's own /etc/swarm-autoscaler (node folders are <base>/<hostname>, see userdata.node_etc)
-    deploy_worker_service(lc)
-    t = phase("deploy worker service", t, phases)
-
     emulator = lc.emulator
-    emulator.user_data_boot = UserDataBoot(lc.local_swarm, preload=[tarball])
     scheduler = lc.scheduler
     before = set(owned_instances(lc, ("pending", "running", "shutting-down", "terminated")))
-    try:
-        async with lc.daemon({"AUTOSCALER_MAX_START_TIME": "240s"}) as daemon:
+    # the image in the manager's engine and the worker service deployed (each node's own
+    # /etc/swarm-autoscaler, see userdata.node_etc); then each machine boots from its user data
+    async with booting_from_user_data(lc):
+        t = phase("image and worker service", t, phases)
+        assert image_tarball().exists()  # built or loaded, and cached for each new node's load
+        async with lc.daemon() as daemon:
             running = await start(daemon)
             try:
                 async with Client(lc.scheduler_address, asynchronous=True) as client:
@@ -116,9 +107,4 @@ async def test_machines_boot_from_user_data_into_the_worker_service(cloud: Local
                 assert set(launched) <= terminated
             finally:
                 await running.halt()
-    finally:
-        emulator.user_data_boot = None
-        with contextlib.suppress(Exception):  # what the workers said, for a failure's report
-            print(await manager.docker("service", "logs", "--tail", "40", SERVICE), flush=True)
-        await manager.docker("stack", "rm", STACK)
     print("phases:", {k: round(v, 1) for k, v in phases.items()}, flush=True)

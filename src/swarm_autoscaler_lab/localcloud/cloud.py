@@ -195,8 +195,8 @@ class LocalCloud:
     @contextlib.asynccontextmanager
     async def real_boot_on(self) -> AsyncIterator[None]:
         """Machines launched while open boot as EC2 boots them, on a cloud started without `real_boot`
-        (shared by tests of which only some need the real boot). On exit new machines take the shortcut
-        again (the ones already booted keep swarm's worker) and the worker service is removed."""
+        (shared by tests of which only some need the real boot). On exit the worker service is removed,
+        and new machines do not boot (the shortcut is refused on real dockerd nodes)."""
         from swarm_autoscaler_lab.localcloud.userdata import WORKER_STACK
 
         if self.boots_from_user_data:
@@ -260,7 +260,7 @@ class LocalCloud:
         if self.options.real_swarm:
             env["AUTOSCALER_DOCKER_URL"] = self._swarm.manager_url
         env.update({f"AUTOSCALER_{k}": v for k, v in self.options.timing().items()})
-        if self.options.real_boot or self.boots_from_user_data:
+        if self.boots_from_user_data:
             # Each machine loads the worker image (about 250 MB) into its own dockerd before its user data
             # runs (an AMI would have it baked in): several at once on a small host take minutes, which the
             # emulator's shortcut never does. Below that, booting machines are ended as broken.
