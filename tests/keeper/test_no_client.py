@@ -1,6 +1,7 @@
 """No client, no cluster, on a real dask scheduler speaking TLS with a cluster's credentials: the keeper
-counts its clients over tls:// (the cluster's own autoscaler, a real `DaskWorkload`, is not one; a
-user's client is, also while it holds results, and so is a published dataset), and a keeper with the real
+counts its clients from the scheduler's Prometheus text (data, never a pickled answer: the cluster's own
+autoscaler, a real `DaskWorkload`, is not one; a user's client is, also while it holds results; a
+published dataset keeps tasks in memory, which the probe counts as work), and a keeper with the real
 probes ends the cluster once it had no client and no work for the no-client timeout, not before."""
 
 from __future__ import annotations
@@ -77,14 +78,18 @@ async def primary(tmp_path: Path) -> AsyncIterator[Primary]:
         yield Primary(scheduler, creds, files)
 
 
-def reader(primary: Primary) -> TlsSchedulerClients:
-    return TlsSchedulerClients(InProcessCredentials(lambda _: primary.creds), timeout=5)
+@pytest.fixture
+async def reader(primary: Primary) -> AsyncIterator[TlsSchedulerClients]:
+    """The keeper's reader of this cluster's clients (closed after the test: it keeps an HTTP session)."""
+    clients = TlsSchedulerClients(InProcessCredentials(lambda _: primary.creds), timeout=5)
+    yield clients
+    await clients.close()
 
 
-async def test_clients_are_counted_over_tls_leaving_out_the_cluster_s_own_autoscaler(
-    primary: Primary,
+async def test_clients_are_counted_from_data_leaving_out_the_cluster_s_own_autoscaler(
+    primary: Primary, reader: TlsSchedulerClients
 ) -> None:
-    clients, cluster = reader(primary), primary.cluster()
+    clients, cluster = reader, primary.cluster()
     assert await clients.clients(cluster) == 0
     f = primary.files
     async with DaskWorkload(
@@ -102,7 +107,13 @@ async def test_clients_are_counted_over_tls_leaving_out_the_cluster_s_own_autosc
                 assert await future == 3  # a result held for the user
                 assert await clients.clients(cluster) == 1
                 await user.publish_dataset(kept=future)
-            assert await clients.clients(cluster) == 1  # the published dataset: results kept for a client
+            # The published dataset: results kept for a client come back to are work for the probe
+            # (and the keeper reads clients only when the probe finds none).
+            probe = HttpSchedulerProbe(timeout=3)
+            try:
+                assert (await probe.probe(primary.dashboard)).busy
+            finally:
+                await probe.close()
             async with Client(
                 primary.scheduler.address, security=primary.client_security(), asynchronous=True
             ) as again:  # type: ignore[no-untyped-call]
@@ -111,11 +122,13 @@ async def test_clients_are_counted_over_tls_leaving_out_the_cluster_s_own_autosc
     assert not [k for k in primary.scheduler.clients if k.startswith("Client-")]  # the keeper never was one
 
 
-async def test_another_cluster_s_credentials_or_no_scheduler_read_as_unknown(primary: Primary) -> None:
+async def test_another_cluster_s_credentials_or_no_scheduler_fail_quietly(
+    primary: Primary, reader: TlsSchedulerClients
+) -> None:
     other = TlsSchedulerClients(InProcessCredentials(make_credentials), timeout=3)
-    assert await other.clients(primary.cluster()) is None
-    gone = dataclasses.replace(primary.cluster(), scheduler_url="tls://127.0.0.1:1")
-    assert await reader(primary).clients(gone) is None
+    assert not await other.hold_launches(primary.cluster(), "refused: another cluster's certificate")
+    gone = dataclasses.replace(primary.cluster(), dashboard_url="http://127.0.0.1:1")
+    assert await reader.clients(gone) is None
 
 
 async def wait_for(predicate, seconds: float) -> float:  # type: ignore[no-untyped-def]
@@ -127,16 +140,21 @@ async def wait_for(predicate, seconds: float) -> float:  # type: ignore[no-untyp
 
 
 async def test_the_keeper_ends_a_cluster_once_no_client_and_no_work_lasted_the_timeout(
-    primary: Primary,
+    primary: Primary, reader: TlsSchedulerClients
 ) -> None:
     hosts, probe = FakeHosts(), HttpSchedulerProbe(timeout=3)
     keeper = Keeper(
         hosts, probe, SharedLocks(time.time).for_replica("a"),
         KeeperTiming(idle_timeout=300.0, max_start_time=60.0, no_client_timeout=1.5),
-        interval=0.1, clients=reader(primary),
+        interval=0.1, clients=reader,
     )  # fmt: skip
-    security = primary.client_security()
+    security, f = primary.client_security(), primary.files
+    own = DaskWorkload(  # the cluster's own autoscaler, connected as on a real primary (not a user)
+        primary.scheduler.address, tls_files=(f["ca.pem"], f["worker.pem"], f["worker-key.pem"])
+    )
     try:
+        await own.__aenter__()
+        await own.connect()
         async with Worker(primary.scheduler.address, security=primary.worker_security(), nthreads=1):  # type: ignore[no-untyped-call]
             async with Client(primary.scheduler.address, security=security, asynchronous=True) as user:  # type: ignore[no-untyped-call]
                 cluster, _ = await keeper.get_or_create(ClusterKey("alice", "w1"))
@@ -160,10 +178,13 @@ async def test_the_keeper_ends_a_cluster_once_no_client_and_no_work_lasted_the_t
     finally:
         await keeper.stop()
         await probe.close()
+        await own.__aexit__(None, None, None)
 
 
-async def test_a_launch_hold_set_by_the_keeper_reaches_the_cluster_s_autoscaler(primary: Primary) -> None:
-    keeper_side, cluster, f = reader(primary), primary.cluster(), primary.files
+async def test_a_launch_hold_set_by_the_keeper_reaches_the_cluster_s_autoscaler(
+    primary: Primary, reader: TlsSchedulerClients
+) -> None:
+    keeper_side, cluster, f = reader, primary.cluster(), primary.files
     async with DaskWorkload(
         primary.scheduler.address, tls_files=(f["ca.pem"], f["worker.pem"], f["worker-key.pem"])
     ) as autoscaler:

@@ -129,6 +129,8 @@ async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
             stack.push_async_callback(redis_tokens.close)
             limits.store = budgets = RedisBudgets(url, keeper_settings.name)
             stack.push_async_callback(budgets.close)
+        clients = TlsSchedulerClients(credentials)
+        stack.push_async_callback(clients.close)
         keeper = Keeper(
             hosts=hosts,
             probe=probe,
@@ -145,7 +147,7 @@ async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
             on_action=metrics.action,
             lock_ttl=keeper_settings.lock_ttl,
             limits=limits,
-            clients=TlsSchedulerClients(credentials),
+            clients=clients,
             replicas=locks if isinstance(locks, RedisLocks) else None,
         )
         app = build_keeper_app(

@@ -1,96 +1,104 @@
-"""`keeper.ports.SchedulerClients` over a cluster's TLS scheduler: who is connected to it.
+"""`keeper.ports.SchedulerClients` over a cluster's scheduler, reading only data from it.
 
-The scheduler's HTTP metrics give only a count of clients, and the cluster's own autoscaler is one of
-them; so the keeper asks the scheduler itself, over `tls://` with the cluster's client credentials (the
-same files a user's client holds), through one `distributed.core.rpc` call: no `Client` is made (the
-keeper never counts as a client), and the function run on the scheduler (`run_function`, pickled by
-value so it does not depend on the scheduler's copy of this package) only lists its clients' ids and
-how many keys each holds.
+A keeper cluster's scheduler runs its user's code, so the keeper never decodes what it sends with
+anything that can run code (no `distributed` comm, no pickle: see `dask_wire`):
 
-Present are every client except the cluster's own autoscaler (`adapters.dask.CLIENT_NAME`) and dask's
-`fire-and-forget` pseudo-client (whose tasks are work, which the probe already sees). A client that
-holds results is connected, so it counts; so do published datasets (`published-<name>`: results kept
-for a client to come back to) while they hold any. Read only when the probe found no work, and never raises: anything
-wrong is None (unknown), and an unknown count never ends a cluster.
+- **who is connected** comes from the scheduler's Prometheus text (`GET <dashboard>/metrics`, the page
+  the probe already reads, bounded to `LIMIT` bytes): `dask_scheduler_client_connections_added_total`
+  less `..._removed_total` is how many dask clients are connected now. The cluster's own autoscaler is
+  one of them and is not a user, so one is taken off (never below 0). While that autoscaler is away
+  (restarting), a lone user's client is missed, for as long as it stays away: the no-client timeout
+  still has to pass in full, and the autoscaler reconnects within seconds. Published datasets and
+  results a client left behind keep tasks in memory, which the probe already counts as work, so their
+  pseudo-clients need no count here (`clients` is read only when the probe found no work). The keeper
+  itself never connects as a dask client. A figure that is missing, negative or not a number reads as
+  None (unknown), and an unknown count never ends a cluster;
+- **the launch hold** (a wallet that spent its budget) is one `set_metadata` message over the cluster's
+  mutual TLS (`dask_wire.call`): the reason under `adapters.dask.LAUNCH_HOLD_KEY`, which the cluster's
+  own autoscaler reads at every tick and then launches nothing more ("" lifts it). The answer must be
+  `None`; anything else (a pickled payload included) is a failure, told again at the next check.
 
-`hold_launches` is the keeper's way to stop a cluster growing (its wallet's budget is spent): one
-`set_metadata` call puts the reason under `adapters.dask.LAUNCH_HOLD_KEY` in the scheduler's metadata,
-which the cluster's own autoscaler reads at every tick and then launches nothing more ("" lifts it).
+What a tenant can do is lie about its own figures: keep its own cluster alive (its wallet pays) or lift
+its own hold (the keeper still ends the cluster when the budget's grace is over).
 """
 
 from __future__ import annotations
 
-import asyncio
+import math
+import ssl
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import Any
 
+import aiohttp
 import structlog
-from distributed.core import rpc
-from distributed.protocol.pickle import dumps
 from distributed.security import Security
 
-from swarm_autoscaler.adapters.dask import CLIENT_NAME, LAUNCH_HOLD_KEY
+from swarm_autoscaler.adapters.dask import LAUNCH_HOLD_KEY
+from swarm_autoscaler.keeper.adapters.dask_wire import call
 from swarm_autoscaler.keeper.credentials import CredentialStore
 from swarm_autoscaler.keeper.model import Cluster
 
 log = structlog.get_logger("swarm_autoscaler.keeper.clients")
 
-OWN_PREFIX = f"Client-{CLIENT_NAME}-"
-IGNORED = ("fire-and-forget",)
-PUBLISHED = "published-"
-_CACHE = 2048  # connection settings (an SSL context each) kept for this many clusters
+ADDED = "dask_scheduler_client_connections_added_total"
+REMOVED = "dask_scheduler_client_connections_removed_total"
+OWN = 1  # the cluster's own autoscaler, connected as a client of its scheduler
+LIMIT = 1024 * 1024  # bytes of Prometheus text read at most
+_CACHE = 2048  # TLS contexts kept for this many clusters
 
 
-def _clients_function() -> Callable[..., list[tuple[str, int]]]:
-    # Defined inside a function: cloudpickle sends a local function by value (a module-level one by
-    # reference, which the scheduler would import from its own, maybe other, version of this package).
-    def swarm_autoscaler_keeper_clients(dask_scheduler: Any) -> list[tuple[str, int]]:
-        return [(str(key), len(state.wants_what)) for key, state in dask_scheduler.clients.items()]
+def _sample(text: str, name: str) -> float | None:
+    for line in text.splitlines():
+        metric, _, value = line.partition(" ")
+        if metric == name:
+            try:
+                number = float(value.split()[0])
+            except (ValueError, IndexError):
+                return None
+            return number if math.isfinite(number) and number >= 0 else None
+    return None
 
-    return swarm_autoscaler_keeper_clients
 
-
-def present(clients: list[tuple[str, int]]) -> int:
-    """How many of a scheduler's clients count as present (see the module docstring): a published
-    dataset's pseudo-client only while it holds keys (the scheduler keeps it after an unpublish)."""
-    count = 0
-    for key, holds in clients:
-        if key.startswith(PUBLISHED):
-            count += holds > 0
-        elif key not in IGNORED and not key.startswith(OWN_PREFIX):
-            count += 1
-    return count
+def present_from_metrics(text: str) -> int | None:
+    """Clients connected, less the cluster's own autoscaler; None when the text does not say."""
+    added, removed = _sample(text, ADDED), _sample(text, REMOVED)
+    if added is None or removed is None or removed > added:
+        return None
+    return max(0, int(added - removed) - OWN)
 
 
 class TlsSchedulerClients:
-    """Reads each cluster's clients with its credentials from `credentials`; `timeout` bounds a read."""
+    """Reads each cluster's clients (HTTP metrics) and sets its launch hold (mutual TLS, with the
+    cluster's client credentials from `credentials`); `timeout` bounds each."""
 
     def __init__(self, credentials: CredentialStore, timeout: float = 5.0) -> None:
         self._credentials = credentials
         self._timeout = timeout
-        self._function = dumps(_clients_function())  # type: ignore[no-untyped-call]
-        self._no_args = dumps(())  # type: ignore[no-untyped-call]
-        self._no_kwargs = dumps({})  # type: ignore[no-untyped-call]
-        self._args: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._contexts: OrderedDict[str, ssl.SSLContext] = OrderedDict()
+        self._session: aiohttp.ClientSession | None = None
 
     async def clients(self, cluster: Cluster) -> int | None:
-        url = cluster.scheduler_url
+        url = cluster.dashboard_url
         if not url:
             return None
         try:
-            args = await self._connection_args(cluster.cluster_id, url)
-            async with asyncio.timeout(self._timeout):
-                async with rpc(url, connection_args=args, timeout=self._timeout) as scheduler:  # type: ignore[no-untyped-call]
-                    answer = await scheduler.run_function(
-                        function=self._function, args=self._no_args, kwargs=self._no_kwargs, wait=True
-                    )
-        except Exception as exc:  # a remote error comes back as whatever the scheduler raised
+            text = await self._metrics(url.rstrip("/") + "/metrics")
+        except (aiohttp.ClientError, TimeoutError, ValueError, UnicodeDecodeError) as exc:
             log.debug("clients unreadable", cluster=cluster.cluster_id, error=type(exc).__name__)
             return None
-        if not isinstance(answer, dict) or answer.get("status") != "OK":
+        return None if text is None else present_from_metrics(text)
+
+    async def _metrics(self, url: str) -> str | None:
+        if self._session is None:
+            timeout = aiohttp.ClientTimeout(total=self._timeout)
+            connector = aiohttp.TCPConnector(force_close=True)
+            self._session = aiohttp.ClientSession(timeout=timeout, connector=connector)
+        async with self._session.get(url, allow_redirects=False) as answer:
+            if answer.status != 200:
+                return None
+            body = await answer.content.read(LIMIT + 1)
+        if len(body) > LIMIT:
             return None
-        return present(list(answer.get("result") or []))
+        return body.decode("utf-8")
 
     async def hold_launches(self, cluster: Cluster, reason: str) -> bool:
         """Hold (`reason`) or lift ("") the cluster's launches; False when the scheduler cannot be
@@ -98,23 +106,23 @@ class TlsSchedulerClients:
         url = cluster.scheduler_url
         if not url:
             return False
+        message = {"op": "set_metadata", "keys": [LAUNCH_HOLD_KEY], "value": reason}
         try:
-            args = await self._connection_args(cluster.cluster_id, url)
-            async with asyncio.timeout(self._timeout):
-                async with rpc(url, connection_args=args, timeout=self._timeout) as scheduler:  # type: ignore[no-untyped-call]
-                    await scheduler.set_metadata(keys=[LAUNCH_HOLD_KEY], value=reason)
-        except Exception as exc:  # a remote error comes back as whatever the scheduler raised
+            context = await self._context(cluster.cluster_id, url)
+            answer = await call(url, context, message, self._timeout)
+        except Exception as exc:  # whatever a tenant's scheduler does, the keeper carries on
             log.debug("launch hold not set", cluster=cluster.cluster_id, error=type(exc).__name__)
             return False
-        return True
+        return answer is None
 
-    async def _connection_args(self, cluster_id: str, url: str) -> dict[str, Any]:
-        """TLS settings with the cluster's client files (kept in memory only); none for `tcp://`."""
+    async def _context(self, cluster_id: str, url: str) -> ssl.SSLContext | None:
+        """The TLS client context with the cluster's client files (kept in memory only); none for
+        `tcp://`."""
         if not url.startswith("tls://"):
-            return {}
-        known = self._args.get(cluster_id)
+            return None
+        known = self._contexts.get(cluster_id)
         if known is not None:
-            self._args.move_to_end(cluster_id)
+            self._contexts.move_to_end(cluster_id)
             return known
         files = (await self._credentials.get_or_make(cluster_id)).for_client()
         security = Security(  # type: ignore[no-untyped-call]
@@ -123,11 +131,16 @@ class TlsSchedulerClients:
             tls_client_key=files["client-key.pem"],
             require_encryption=True,
         )
-        args: dict[str, Any] = security.get_connection_args("client")  # type: ignore[no-untyped-call]
-        self._args[cluster_id] = args
-        while len(self._args) > _CACHE:
-            self._args.popitem(last=False)
-        return args
+        context: ssl.SSLContext = security.get_connection_args("client")["ssl_context"]  # type: ignore[no-untyped-call]
+        self._contexts[cluster_id] = context
+        while len(self._contexts) > _CACHE:
+            self._contexts.popitem(last=False)
+        return context
 
     def forget(self, cluster_id: str) -> None:
-        self._args.pop(cluster_id, None)
+        self._contexts.pop(cluster_id, None)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
