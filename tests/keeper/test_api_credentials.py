@@ -5,10 +5,13 @@ shared by two replicas."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+import redis
 from aiohttp.test_utils import TestClient, TestServer
+from structlog.testing import capture_logs
 from tests.keeper.fakes import FakeHosts, FakeProbe, SharedLocks
 
 from swarm_autoscaler.keeper.adapters.redis_credentials import RedisCredentials
@@ -17,6 +20,7 @@ from swarm_autoscaler.keeper.api import build_keeper_app
 from swarm_autoscaler.keeper.credentials import InProcessCredentials, primary_token
 from swarm_autoscaler.keeper.lifecycle import KeeperTiming
 from swarm_autoscaler.keeper.metrics import KeeperMetrics
+from swarm_autoscaler.keeper.model import ClusterState
 from swarm_autoscaler.keeper.service import Keeper
 from swarm_autoscaler_lab.localcloud.redis_server import RedisServer
 
@@ -86,3 +90,43 @@ async def test_two_replicas_share_one_set_and_one_spent_token(redis_server: Redi
     finally:
         await a.close()
         await b.close()
+
+
+async def test_after_redis_comes_back_empty_a_running_cluster_gets_no_new_ca_and_its_token_no_second_use(
+    redis_server: RedisServer,
+) -> None:
+    """Redis flushed (or replaced) under a running cluster: its primary runs on the CA it fetched at
+    boot, so the keeper mints no new one (the user's files would not match: 409 with what to do, and an
+    error line), and the primary's one-time token, whose spent mark went with redis, is still refused."""
+    now = [1_000_000.0]
+    hosts = FakeHosts()
+    keeper = Keeper(
+        hosts, FakeProbe(), SharedLocks(lambda: now[0]).for_replica("a"), KeeperTiming(),
+        interval=0.05, clock=lambda: now[0],
+    )  # fmt: skip
+    store = RedisCredentials(redis_server.url, "keeper-lost", make_credentials)
+    app = build_keeper_app(keeper, TOKEN, KeeperMetrics(), credentials=store)
+    try:
+        async with TestClient(TestServer(app)) as api:
+            cluster = await (await api.put("/v1/clusters/alice/w1", headers=AUTH)).json()
+            cid = cluster["id"]
+            mine = {"Authorization": f"Bearer {primary_token(TOKEN, cid)}"}
+            assert (await api.get(f"/v1/primaries/{cid}/credentials", headers=mine)).status == 200
+            running = dataclasses.replace(hosts.clusters[cid], state=ClusterState.RUNNING)
+            hosts.clusters[cid] = keeper._known[cid] = running  # its scheduler answered
+            first = await (await api.get("/v1/clusters/alice/w1/credentials", headers=AUTH)).json()
+
+            flusher = redis.Redis.from_url(redis_server.url)
+            flusher.flushall()
+            flusher.close()
+            with capture_logs() as logs:
+                lost = await api.get("/v1/clusters/alice/w1/credentials", headers=AUTH)
+                again = await api.get(f"/v1/primaries/{cid}/credentials", headers=mine)
+            assert lost.status == 409 and "end the cluster" in (await lost.json())["error"]
+            assert again.status == 410
+            assert [e["cluster"] for e in logs if e["event"] == "credentials lost"] == [cid, cid]
+            assert await store.get(cid) is None  # nothing new was made
+            assert first["files"]["ca.pem"]  # what the user held before stays the only CA
+    finally:
+        await keeper.stop()
+        await store.close()

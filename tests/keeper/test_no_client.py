@@ -81,7 +81,9 @@ async def primary(tmp_path: Path) -> AsyncIterator[Primary]:
 @pytest.fixture
 async def reader(primary: Primary) -> AsyncIterator[TlsSchedulerClients]:
     """The keeper's reader of this cluster's clients (closed after the test: it keeps an HTTP session)."""
-    clients = TlsSchedulerClients(InProcessCredentials(lambda _: primary.creds), timeout=5)
+    store = InProcessCredentials(lambda _: primary.creds)
+    await store.get_or_make(CID)  # made when the primary fetched its files (the reader makes none)
+    clients = TlsSchedulerClients(store, timeout=5)
     yield clients
     await clients.close()
 
@@ -125,8 +127,11 @@ async def test_clients_are_counted_from_data_leaving_out_the_cluster_s_own_autos
 async def test_another_cluster_s_credentials_or_no_scheduler_fail_quietly(
     primary: Primary, reader: TlsSchedulerClients
 ) -> None:
-    other = TlsSchedulerClients(InProcessCredentials(make_credentials), timeout=3)
+    elsewhere = InProcessCredentials(make_credentials)
+    await elsewhere.get_or_make(CID)  # a set of another CA under this cluster's id
+    other = TlsSchedulerClients(elsewhere, timeout=3)
     assert not await other.hold_launches(primary.cluster(), "refused: another cluster's certificate")
+    await other.close()
     gone = dataclasses.replace(primary.cluster(), dashboard_url="http://127.0.0.1:1")
     assert await reader.clients(gone) is None
 
@@ -193,5 +198,7 @@ async def test_a_launch_hold_set_by_the_keeper_reaches_the_cluster_s_autoscaler(
         assert (await autoscaler.observe()).launch_hold == "wallet w1 spent its budget"
         assert await keeper_side.hold_launches(cluster, "")
         assert (await autoscaler.observe()).launch_hold == ""
-    other = TlsSchedulerClients(InProcessCredentials(make_credentials), timeout=3)
+    elsewhere = InProcessCredentials(make_credentials)
+    await elsewhere.get_or_make(CID)
+    other = TlsSchedulerClients(elsewhere, timeout=3)
     assert not await other.hold_launches(cluster, "refused: another cluster's certificate")

@@ -29,6 +29,10 @@ usage only; another user's path is 403, the admin routes are 403). Tokens are co
                                                          404 without one set
     GET    /healthz, /metrics                            no token (no state changes)
 
+Inputs are checked first (`keeper.inputs`): a token that is not printable ASCII is no token (401), a
+non-finite since/until is 400, a budget body over 4 KiB, not JSON or nested deep is 400; every 4xx is one
+log line ("request refused": method, route, status, message; never a token or a body). The credentials
+routes answer 409 for a running cluster whose credentials the store lost (`credentials.LOST`).
 401 without a token or with a wrong one, 403 with a user's token on another user's path or an admin
 route, 429 for a create over a count limit and 402 for a create on a wallet that spent its budget
 (`keeper.limits`: the body says which limit and the figures), 422 for ids that break `model.ID_RULE`, 503 when the cloud
@@ -45,10 +49,18 @@ from aiohttp import web
 
 from swarm_autoscaler.errors import AutoscalerError
 from swarm_autoscaler.keeper.access import ADMIN, InProcessTokens, Principal, TokenStore, is_admin
-from swarm_autoscaler.keeper.credentials import CredentialStore, token_matches
+from swarm_autoscaler.keeper.credentials import LOST, Credentials, CredentialStore, token_matches
+from swarm_autoscaler.keeper.inputs import BadInput, bearer, epoch_seconds, json_object
 from swarm_autoscaler.keeper.limits import LimitRefusedError, Limits
 from swarm_autoscaler.keeper.metrics import KeeperMetrics
-from swarm_autoscaler.keeper.model import ID_PATTERN, ID_RULE, Cluster, ClusterKey, InvalidIdError
+from swarm_autoscaler.keeper.model import (
+    ID_PATTERN,
+    ID_RULE,
+    Cluster,
+    ClusterKey,
+    ClusterState,
+    InvalidIdError,
+)
 from swarm_autoscaler.keeper.service import Keeper, KeeperBusyError
 from swarm_autoscaler.keeper.usage import UsageLedger, usage_json
 
@@ -116,7 +128,17 @@ class _Routes:
         """Token check, errors as JSON, and the request counter."""
         response = await self._respond(request, handler)
         resource = request.match_info.route.resource
-        self.metrics.request(request.method, resource.canonical if resource else "unmatched", response)
+        route = resource.canonical if resource else "unmatched"
+        self.metrics.request(request.method, route, response)
+        if 400 <= response.status < 500:  # one line per refused request; never a token or a body
+            text = response.text if isinstance(response, web.Response) else None
+            log.info(
+                "request refused",
+                method=request.method,
+                route=route,
+                status=response.status,
+                error=(text or "")[:200],
+            )
         return response
 
     async def _respond(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -132,6 +154,8 @@ class _Routes:
             return await handler(request)
         except web.HTTPException as exc:
             return _error(exc.status, exc.reason)
+        except BadInput as exc:
+            return _error(exc.status, str(exc))
         except InvalidIdError as exc:
             return _error(422, str(exc))
         except LimitRefusedError as exc:
@@ -143,13 +167,12 @@ class _Routes:
 
     async def _principal(self, request: web.Request) -> Principal | None:
         """The admin, a user, or None (no token, or one nobody holds)."""
-        header = request.headers.get("Authorization", "")
-        if not header.startswith("Bearer "):
+        given = bearer(request.headers.get("Authorization"))
+        if given is None:
             return None
-        given = header.removeprefix("Bearer ")
         if is_admin(self._token, given):
             return ADMIN
-        user = await self.tokens.user_of(given) if given else None
+        user = await self.tokens.user_of(given)
         return None if user is None else Principal(user)
 
     def _view(self, cluster: Cluster) -> dict[str, Any]:
@@ -197,13 +220,7 @@ class _Routes:
             if ids["user_id"] not in (None, principal.user_id):
                 return _error(403, "this token belongs to another user (it reads its own user's usage only)")
             ids["user_id"] = principal.user_id
-        window = {}
-        for name in ("since", "until"):
-            text = query.get(name) or None
-            try:
-                window[name] = None if text is None else float(text)
-            except ValueError:
-                return _error(400, f"{name} must be epoch seconds, got {str(text)[:40]!r}")
+        window = {name: epoch_seconds(name, query.get(name)) for name in ("since", "until")}
         rows = await self.usage.query(ids["user_id"], ids["wallet_id"], window["since"], window["until"])
         return web.json_response(usage_json(rows))
 
@@ -213,7 +230,9 @@ class _Routes:
             return _error(404, "no live cluster for this user and wallet")
         if self.credentials is None:
             return _error(404, "this keeper's clusters have no TLS credentials")
-        made = await self.credentials.get_or_make(cluster.cluster_id)
+        made = await self._issued(self.credentials, cluster.cluster_id, cluster)
+        if made is None:
+            return _error(409, LOST)
         return web.json_response(
             {
                 "cluster_id": cluster.cluster_id,
@@ -225,17 +244,34 @@ class _Routes:
 
     async def primary_credentials(self, request: web.Request) -> web.Response:
         cid = request.match_info["cluster_id"]
-        given = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        given = bearer(request.headers.get("Authorization")) or ""
         if not ID_PATTERN.fullmatch(cid) or not token_matches(self._token, cid, given):
             return _error(401, "missing or wrong one-time token")
         if self.credentials is None:
             return _error(404, "this keeper's clusters have no TLS credentials")
+        known = next((c for c in self.keeper.clusters if c.cluster_id == cid), None)
+        if known is not None and known.state != ClusterState.STARTING:
+            # Its primary fetched its files before its scheduler answered: this is a second use, even
+            # when the store forgot the first (redis flushed).
+            if await self.credentials.get(cid) is None:
+                log.error("credentials lost", cluster=cid, what_to_do=LOST)
+            return _error(410, "this one-time token was already used (the cluster is past its start)")
         if not await self.credentials.use_once(cid):
             return _error(410, "this one-time token was already used")
         made = await self.credentials.get_or_make(cid)
         return web.json_response(
             {"cluster_id": cid, "files": made.for_primary()}, headers={"Cache-Control": "no-store"}
         )
+
+    async def _issued(self, store: CredentialStore, cid: str, cluster: Cluster) -> Credentials | None:
+        """The cluster's credentials; made only while it is starting (`credentials.LOST`): None, and an
+        error logged, for a running cluster whose set the store lost."""
+        if cluster.state == ClusterState.STARTING:
+            return await store.get_or_make(cid)
+        made = await store.get(cid)
+        if made is None:
+            log.error("credentials lost", cluster=cid, what_to_do=LOST)
+        return made
 
     async def issue_token(self, request: web.Request) -> web.Response:
         user_id = _user_id(request)
@@ -265,11 +301,12 @@ class _Routes:
         limits, wallet = self._limits(), _wallet_id(request)
         if limits.usage is None:
             return _error(409, "budgets need the usage ledger: set AUTOSCALER_REDIS_URL")
+        expected = 'a JSON body {"budget_usd": <USD, 0 or more>}'
         try:
-            value = (await request.json())["budget_usd"]
+            value = json_object(await request.read(), expected)["budget_usd"]
             budget = float(value)
-        except (ValueError, KeyError, TypeError):
-            return _error(400, 'expected a JSON body {"budget_usd": <USD, 0 or more>}')
+        except (ValueError, KeyError, TypeError, OverflowError):
+            return _error(400, f"expected {expected}")
         if not 0 <= budget < float("inf") or isinstance(value, bool):
             return _error(400, 'expected a JSON body {"budget_usd": <USD, 0 or more>}')
         await limits.store.set(wallet, budget)

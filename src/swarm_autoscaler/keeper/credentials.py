@@ -14,6 +14,13 @@ Two holders may read them:
   already used is worth nothing to them;
 - the cluster's user, through the keeper's token-protected API (`GET /v1/clusters/{user}/{wallet}/
   credentials`): the client's certificate and the CA's.
+
+A set is made only while a cluster is `starting` (its primary fetches it at boot, before its scheduler
+answers). Once the cluster runs, its primary holds its CA: if the store then has nothing (redis flushed,
+replaced or restored from an old dump), the keeper makes no new CA for it (its users' files would not
+match the scheduler's), answers 409 and logs an error saying what to do (`LOST`): the operator ends that
+cluster and the user creates a new one. The spent-token mark is lost with the store, but a running
+cluster's primary route is refused the same way, so the one-time token never works a second time.
 """
 
 from __future__ import annotations
@@ -25,6 +32,12 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Protocol, runtime_checkable
+
+LOST = (
+    "this running cluster's TLS credentials are gone from the keeper's store (redis flushed or replaced?); "
+    "its primary still uses its old CA, so no new one is made: end the cluster (DELETE "
+    "/v1/clusters/<user>/<wallet>) and create it again"
+)
 
 
 def primary_token(secret: str, cluster_id: str) -> str:
@@ -84,6 +97,11 @@ class CredentialStore(Protocol):
         replicas agree on one set: the first stored wins)."""
         ...
 
+    async def get(self, cluster_id: str) -> Credentials | None:
+        """The cluster's credentials if stored, else None: never makes a set (a running cluster's
+        primary already holds its CA; a new one would not be the one it trusts)."""
+        ...
+
     async def use_once(self, cluster_id: str) -> bool:
         """True the first time it is called for `cluster_id` (the primary's token is then spent), False
         after."""
@@ -108,6 +126,9 @@ class InProcessCredentials:
             made = await asyncio.to_thread(self._make, cluster_id)
             self._made.setdefault(cluster_id, made)
         return self._made[cluster_id]
+
+    async def get(self, cluster_id: str) -> Credentials | None:
+        return self._made.get(cluster_id)
 
     async def use_once(self, cluster_id: str) -> bool:
         if cluster_id in self._used:

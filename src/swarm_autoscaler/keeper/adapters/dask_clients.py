@@ -124,7 +124,10 @@ class TlsSchedulerClients:
         if known is not None:
             self._contexts.move_to_end(cluster_id)
             return known
-        files = (await self._credentials.get_or_make(cluster_id)).for_client()
+        stored = await self._credentials.get(cluster_id)  # never makes a set: see `credentials.LOST`
+        if stored is None:
+            raise LookupError("no credentials stored for this cluster")
+        files = stored.for_client()
         security = Security(  # type: ignore[no-untyped-call]
             tls_ca_file=files["ca.pem"],
             tls_client_cert=files["client.pem"],

@@ -49,6 +49,12 @@ class RedisCredentials:
                 return made
         return Credentials.from_json(stored.decode() if isinstance(stored, bytes) else stored)
 
+    async def get(self, cluster_id: str) -> Credentials | None:
+        stored = await self._call(self._redis.get(f"{self._prefix}credentials:{cluster_id}"))
+        if stored is None:
+            return None
+        return Credentials.from_json(stored.decode() if isinstance(stored, bytes) else stored)
+
     async def use_once(self, cluster_id: str) -> bool:
         key = f"{self._prefix}credentials-used:{cluster_id}"
         return bool(await self._call(self._redis.set(key, "1", nx=True, px=self._ttl_ms)))
