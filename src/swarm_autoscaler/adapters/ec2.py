@@ -8,16 +8,22 @@ Retries (`ec2_transport`, shared with the keeper's adapter): botocore's own retr
 retries (exponential back-off with jitter) only throttling, 5xx other than capacity refusals, and
 connection errors. RunInstances carries a ClientToken so that a retried launch cannot start machines twice.
 
-Capacity: a refused (type, subnet) is skipped for a back-off (3 min doubling to 10 min by default,
-forgotten after a success); `launch` tries only the subnets still open for the type, moving on to the
-next one on a refusal, and `unavailable(now)` reports the pairs still blocked (the planner counts a
-type out only while all its subnets are, see core/backoff.py).
+Launching (`ec2_launch` holds the rules): every RunInstances asks for at least one machine and at most
+the subnet's share (MinCount=1, MaxCount=n), with every tag given in TagSpecifications (no machine is
+ever untagged) and IMDSv2 required (`MetadataOptions`, hop limit `metadata_hop_limit`). A launch is
+spread over the open subnets, starting one zone further each time; what a subnet does not give moves on
+to the next. A zone refusal (no capacity, no free address, ...) or a short answer backs off (type,
+subnet, capacity); a quota refusal (VcpuLimitExceeded, ...) backs off (type, capacity) in every subnet
+and is logged once with the quota to raise. Back-offs are 3 min doubling to 10 min by default, up to
+`capacity_backoff_jitter` longer at random, forgotten after a success; `unavailable(now)` reports the
+pairs still blocked (the planner counts a type out only while all its subnets are, see core/backoff.py,
+and then plans the next type). A call about a just-launched id that EC2 does not know yet is retried a
+bounded number of times (EC2 is eventually consistent).
 
 Spot: a type whose capacities (`capacities`, from the type's `capacity` setting) start with "spot" is
-launched per subnet as a one-time spot instance first (`InstanceMarketOptions`, terminated on
-interruption), then on-demand; a spot refusal for capacity or price (`is_spot_refusal`) blocks only
-(type, subnet, spot). A launch into the warm pool is always on-demand: EC2 cannot stop a one-time spot
-instance. Failures of the endpoint or credentials raise `EndpointError` naming the endpoint.
+launched as one-time spot instances (`InstanceMarketOptions`, terminated on interruption) in every open
+subnet first, then on-demand. A launch into the warm pool is always on-demand: EC2 cannot stop a
+one-time spot instance. Failures of the endpoint or credentials raise `EndpointError` naming the endpoint.
 
 Clock: `now()` is EC2's own clock, learnt from the `Date` header of every response (see `ec2_clock`),
 so ages measured from LaunchTime and the back-off's deadlines share EC2's time base, whatever this
@@ -33,14 +39,18 @@ and `ec2_pool`.
 from __future__ import annotations
 
 import dataclasses
+import random
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
+import structlog
 from botocore.exceptions import BotoCoreError, ClientError
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from swarm_autoscaler.adapters import ec2_pool
+from swarm_autoscaler.adapters.ec2_launch import metadata_options, quota_advice, refusal_kind, rotated, share
 from swarm_autoscaler.adapters.ec2_support import (
     CAPACITY_TAG,
     GONE_CODES,
@@ -52,9 +62,7 @@ from swarm_autoscaler.adapters.ec2_support import (
     chunks,
     error_code,
     error_message,
-    is_capacity,
     is_endpoint_failure,
-    is_spot_refusal,
     render_pool_user_data,
     render_user_data,
     to_endpoint_error,
@@ -96,6 +104,25 @@ MAX_TAGS = 50  # EC2's limit per resource
 _RESERVED_PREFIXES = ("aws:", LABEL_TAG_PREFIX)
 
 JoinCommand = Callable[[], Awaitable[tuple[str, str]]]
+DEFAULT_HOP_LIMIT = 2  # containers on a docker network are one hop further than the machine
+NEW_ID_ATTEMPTS = 6  # CreateTags of a new id answered NotFound (EC2 does not know it yet): tries in all
+
+log = structlog.get_logger("swarm_autoscaler.adapters.ec2")
+
+
+@dataclasses.dataclass
+class _Run:
+    """One `launch` under way: what came, which subnets refused, the error that ended it."""
+
+    type_name: str
+    count: int
+    launched: list[Instance] = dataclasses.field(default_factory=list)
+    refused: set[str] = dataclasses.field(default_factory=set)
+    error: str | None = None
+
+    @property
+    def remaining(self) -> int:
+        return self.count - len(self.launched)
 
 
 def _with_instance_tag(specs: list[dict[str, Any]], key: str, value: str) -> list[dict[str, Any]]:
@@ -134,6 +161,9 @@ class Ec2Cloud(Ec2Transport):
         capacities: Mapping[str, Sequence[str]] | None = None,
         capacity_backoff_initial: float = DEFAULT_INITIAL,
         capacity_backoff_max: float = DEFAULT_MAXIMUM,
+        capacity_backoff_jitter: float = 0.2,
+        spread_subnets: bool = True,
+        metadata_hop_limit: int = DEFAULT_HOP_LIMIT,
         clock: Callable[[], float] | None = None,
         page_size: int = 1000,
         retry_attempts: int = 5,
@@ -165,6 +195,12 @@ class Ec2Cloud(Ec2Transport):
         self._custom_tags = dict(custom_tags or {})
         self._backoff = CapacityBackoff(capacity_backoff_initial, capacity_backoff_max)
         self._backoff.capacities = {name: tuple(caps) for name, caps in (capacities or {}).items() if caps}
+        self._jitter = capacity_backoff_jitter  # a refusal's pause is up to this fraction longer
+        self._rng = random.Random()
+        self._spread = spread_subnets
+        self._spread_next: dict[str, int] = {}  # per type: where its next launch starts
+        self._hop_limit = metadata_hop_limit
+        self._quota_told: set[tuple[str, str, str]] = set()  # (type, capacity, code) logged since a success
         self._type_cache: dict[str, InstanceType] = {}
         self._validate()
 
@@ -175,6 +211,10 @@ class Ec2Cloud(Ec2Transport):
         bad = [k for k in self._custom_tags if k in reserved or k.startswith(_RESERVED_PREFIXES)]
         if bad:
             raise ConfigurationError(f"custom EC2 tags {bad} use reserved keys; rename them")
+        if not 1 <= self._hop_limit <= 64:
+            raise ConfigurationError(
+                f"metadata_hop_limit must be within 1..64 (EC2's), got {self._hop_limit}"
+            )
 
     # ----------------------------------------------------------------------------------- listing
 
@@ -270,10 +310,12 @@ class Ec2Cloud(Ec2Transport):
     async def launch(
         self, type_name: str, count: int, labels: Mapping[str, str], pool: bool = False
     ) -> LaunchResult:
-        """Try the subnets in order (skipping blocked ones) until `count` instances run or all refuse.
+        """Launch up to `count` machines: per capacity in order (spot everywhere before on-demand
+        anywhere), spread over the open subnets; each RunInstances asks for at least one and takes what
+        EC2 gives (a shortfall moves on to the next subnet, see `ec2_launch`).
 
-        Capacity refusals come back in `refused`; another EC2 error ends the attempt with `error`
-        (keeping what was launched). An endpoint failure before anything launched raises EndpointError.
+        Refusals come back in `refused`; another EC2 error ends the attempt with `error` (keeping what was
+        launched). An endpoint failure before anything launched raises EndpointError.
         """
         if count <= 0:
             return LaunchResult()
@@ -281,33 +323,89 @@ class Ec2Cloud(Ec2Transport):
         prepared = await self._prepare_launch(type_name, labels, pool)
         if isinstance(prepared, str):
             return LaunchResult(error=prepared)
-        launched: list[Instance] = []
-        refused: list[Unavailable] = []
+        run = _Run(type_name, count)
         capacities = (ON_DEMAND,) if pool else self._backoff.capacities.get(type_name, (ON_DEMAND,))
-        for subnet, capacity in self._backoff.open_offerings(
-            type_name, self._subnets, self._clock(), capacities
-        ):
-            remaining = count - len(launched)
-            if remaining <= 0:
+        start = self._spread_next.get(type_name, 0)
+        self._spread_next[type_name] = start + 1  # the next launch of the type starts one zone further
+        for capacity in capacities:
+            if run.remaining <= 0 or run.error is not None:
                 break
-            try:
-                launched.extend(await self._run_instances(type_name, subnet, remaining, prepared, capacity))
-            except (ClientError, BotoCoreError) as exc:
-                if is_capacity(exc) or (capacity == SPOT and is_spot_refusal(exc)):
-                    self.stats.capacity_refusals += 1
-                    refusal = self._backoff.refused(type_name, subnet, self._clock(), capacity)
-                    if capacity == capacities[-1]:  # the subnet is out for the type: the planner may know
-                        refused.append(refusal)
-                    continue
-                if is_endpoint_failure(exc) and not launched:
-                    raise to_endpoint_error(self.endpoint, "RunInstances", exc) from None
-                where = f" in {subnet}" if subnet else ""
-                error = f"RunInstances {type_name} ({capacity}){where} failed: {error_message(exc)}"
-                return LaunchResult(tuple(launched), tuple(refused), error)
-            self._backoff.succeeded(type_name, subnet, capacity)
-        if not launched and not refused:
-            refused = [u for u in self.unavailable(self._clock()) if u.type_name == type_name]
-        return LaunchResult(tuple(launched), tuple(refused))
+            await self._launch_with(run, prepared, capacity, start)
+        blocked = [u for u in self.unavailable(self._clock()) if u.type_name == type_name]
+        refused = [u for u in blocked if u.subnet_id in run.refused]
+        if not run.launched and not refused:
+            refused = blocked
+        return LaunchResult(tuple(run.launched), tuple(refused), run.error)
+
+    async def _launch_with(self, run: _Run, params: dict[str, Any], capacity: str, start: int) -> None:
+        """One capacity: each open subnet in turn asked for its share of what is still missing; then the
+        subnets that gave all they were asked for take the rest."""
+        subnets = self._backoff.open_subnets(run.type_name, self._subnets, self._clock(), capacity)
+        order = rotated(subnets, start) if self._spread else subnets
+        gave_all: list[str] = []
+        for i, subnet in enumerate(order):
+            if run.remaining <= 0:
+                return
+            ask = share(run.remaining, len(order) - i) if self._spread else run.remaining
+            got = await self._launch_in(run, subnet, ask, params, capacity)
+            if got is None:
+                return
+            if got == ask:
+                gave_all.append(subnet)
+        for subnet in gave_all if len(order) > 1 else ():
+            if (
+                run.remaining <= 0
+                or await self._launch_in(run, subnet, run.remaining, params, capacity) is None
+            ):
+                return
+
+    async def _launch_in(
+        self, run: _Run, subnet: str, ask: int, params: dict[str, Any], capacity: str
+    ) -> int | None:
+        """RunInstances for up to `ask` machines in `subnet`: how many came, or None when this capacity
+        is out everywhere (a quota) or the launch failed (`run.error`)."""
+        try:
+            instances = await self._run_instances(run.type_name, subnet, ask, params, capacity)
+        except (ClientError, BotoCoreError) as exc:
+            kind = refusal_kind(exc, capacity)
+            if kind == "zone":
+                self.stats.capacity_refusals += 1
+                self._refuse(run, (subnet,), capacity)
+                return 0
+            if kind == "quota":
+                self._quota_refused(run, capacity, exc)
+                return None
+            if is_endpoint_failure(exc) and not run.launched:
+                raise to_endpoint_error(self.endpoint, "RunInstances", exc) from None
+            where = f" in {subnet}" if subnet else ""
+            run.error = f"RunInstances {run.type_name} ({capacity}){where} failed: {error_message(exc)}"
+            return None
+        run.launched.extend(instances)
+        if len(instances) < ask:  # the zone gave what it had: it is out of the type for now
+            self.stats.partial_launches += 1
+            self._refuse(run, (subnet,), capacity)
+        else:
+            self._backoff.succeeded(run.type_name, subnet, capacity)
+            self._quota_told.difference_update(
+                {k for k in self._quota_told if k[:2] == (run.type_name, capacity)}
+            )
+        return len(instances)
+
+    def _refuse(self, run: _Run, subnets: Sequence[str], capacity: str) -> None:
+        now = self._clock()
+        for subnet in subnets:
+            jitter = self._rng.uniform(0.0, self._jitter) if self._jitter else 0.0
+            self._backoff.refused(run.type_name, subnet, now, capacity, jitter)
+            run.refused.add(subnet)
+
+    def _quota_refused(self, run: _Run, capacity: str, exc: BaseException) -> None:
+        """A quota: no subnet can help. Blocked everywhere, counted, and told once until a success."""
+        code = error_code(exc)
+        self.stats.quota_refusals[(run.type_name, capacity, code)] += 1
+        self._refuse(run, self._subnets, capacity)
+        if (run.type_name, capacity, code) not in self._quota_told:
+            self._quota_told.add((run.type_name, capacity, code))
+            log.error(quota_advice(run.type_name, capacity, code, self._region), error=error_message(exc))
 
     def use_boot_scripts(self, scripts: Mapping[str, str]) -> None:
         """Replace the boot scripts of known types (the daemon re-renders them once EC2 has described the
@@ -344,6 +442,7 @@ class Ec2Cloud(Ec2Transport):
             "ImageId": ami_id,
             "InstanceType": type_name,
             "UserData": user_data,  # botocore base64-encodes it
+            "MetadataOptions": metadata_options(self._hop_limit),
             "TagSpecifications": [
                 {"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]},
                 {
@@ -372,9 +471,9 @@ class Ec2Cloud(Ec2Transport):
     async def _run_instances(
         self, type_name: str, subnet: str, count: int, params: dict[str, Any], capacity: str = ON_DEMAND
     ) -> list[Instance]:
-        # all or nothing per subnet: a partial refusal moves the whole request to the next subnet, which
-        # behaves the same on EC2 and on moto (moto launches MinCount instances, ignoring MaxCount)
-        call = dict(params, MinCount=count, MaxCount=count, ClientToken=uuid.uuid4().hex)
+        # at least one, as many as the zone has up to `count`: EC2 fills what it can (the shortfall moves
+        # on to the next subnet); all-or-nothing would give none when a zone has 3 of 5
+        call = dict(params, MinCount=1, MaxCount=count, ClientToken=uuid.uuid4().hex)
         if subnet:
             call["SubnetId"] = subnet
         if capacity == SPOT:
@@ -401,9 +500,30 @@ class Ec2Cloud(Ec2Transport):
             return
         tag = [{"Key": HOSTNAME_TAG, "Value": instance.hostname}]
         try:
-            await self._call("create_tags", Resources=[instance.id], Tags=tag)
+            async for attempt in self._while_new():
+                with attempt:
+                    await self._call("create_tags", Resources=[instance.id], Tags=tag)
         except (ClientError, BotoCoreError):
             self.stats.hostname_tag_failures += 1
+
+    def _while_new(self) -> AsyncRetrying:
+        """Retries of a call about an id RunInstances just returned, while EC2 answers that it does not
+        know it (it is eventually consistent: a new id can be unknown for seconds), a bounded number of
+        times (`NEW_ID_ATTEMPTS`, under 10 s in all with the default back-off)."""
+        _, initial, maximum = self._retry
+
+        def unknown_yet(exc: BaseException) -> bool:
+            if error_code(exc) in GONE_CODES:
+                self.stats.new_id_not_found += 1
+                return True
+            return False
+
+        return AsyncRetrying(
+            retry=retry_if_exception(unknown_yet),
+            wait=wait_exponential_jitter(multiplier=initial, max=min(maximum, 2.0), jitter=initial),
+            stop=stop_after_attempt(NEW_ID_ATTEMPTS),
+            reraise=True,
+        )
 
     # ----------------------------------------------------------------------------------- terminating
 

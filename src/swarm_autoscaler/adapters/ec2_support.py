@@ -38,24 +38,20 @@ THROTTLING_CODES = frozenset(
         "PriorRequestNotComplete",
     }
 )
-# Refusals for lack of capacity in one zone: another subnet (zone) may have room. EC2 answers
-# InsufficientInstanceCapacity with HTTP 500, so these must be excluded from the "5xx is transient"
-# rule, or every refusal would be retried in place for nothing.
+# Refusals for lack of capacity in one zone (or subnet): another subnet (zone) may have room (see
+# `ec2_launch` for how a launch reads them). EC2 answers InsufficientInstanceCapacity with HTTP 500, so
+# these must be excluded from the "5xx is transient" rule, or every refusal would be retried in place.
 CAPACITY_CODES = frozenset(
-    {"InsufficientInstanceCapacity", "InsufficientCapacity", "InsufficientHostCapacity", "Unsupported"}
-)
-# What EC2 answers a spot launch it cannot serve now (no spot capacity, the spot price above the bid,
-# the account's spot quota): each falls back to on-demand, never to an error.
-SPOT_REFUSAL_CODES = frozenset(
     {
         "InsufficientInstanceCapacity",
         "InsufficientCapacity",
-        "SpotMaxPriceTooLow",
-        "MaxSpotInstanceCountExceeded",
+        "InsufficientHostCapacity",
+        "InsufficientReservedInstanceCapacity",
         "InsufficientFreeAddressesInSubnet",
-        "Unsupported",
+        "ReservationCapacityExceeded",
         "UnfulfillableCapacity",
         "CapacityNotAvailable",
+        "Unsupported",  # the type is not offered in this zone
     }
 )
 CREDENTIAL_CODES = frozenset(
@@ -102,11 +98,6 @@ def is_transient(exc: BaseException) -> bool:
 
 def is_capacity(exc: BaseException) -> bool:
     return error_code(exc) in CAPACITY_CODES
-
-
-def is_spot_refusal(exc: BaseException) -> bool:
-    """A spot launch EC2 cannot serve now (see SPOT_REFUSAL_CODES): try on-demand instead."""
-    return error_code(exc) in SPOT_REFUSAL_CODES
 
 
 _NO_CREDENTIALS = (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError)

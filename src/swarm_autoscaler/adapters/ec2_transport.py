@@ -26,7 +26,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from swarm_autoscaler import __version__
 from swarm_autoscaler.adapters.ec2_clock import Ec2Clock
-from swarm_autoscaler.adapters.ec2_support import is_transient, to_endpoint_error
+from swarm_autoscaler.adapters.ec2_support import THROTTLING_CODES, is_transient, to_endpoint_error
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
 
 # Appended to botocore's user agent: CloudTrail (and the lab's audit of IAM actions) can tell our calls.
@@ -38,14 +38,22 @@ _SENT = "swarm_autoscaler_sent"  # request context key: monotonic time the call 
 class Ec2Stats:
     """Counters since start. `api_calls` counts every HTTP request by operation (retries included);
     `launch_calls` the RunInstances requests; `instances_requested` the sum of counts asked of
-    `launch`; `capacity_refusals` the RunInstances refused for lack of capacity."""
+    `launch`; `capacity_refusals` the RunInstances refused for lack of capacity in a zone;
+    `partial_launches` those that gave fewer machines than asked; `quota_refusals` the refusals for an
+    account quota, by (type, capacity, code); `throttled` the answers "slow down" (RequestLimitExceeded
+    and kin) by operation, each retried; `new_id_not_found` the calls about a just-launched id that EC2
+    did not know yet (retried)."""
 
     launch_calls: int = 0
     instances_requested: int = 0
     instances_launched: int = 0
     capacity_refusals: int = 0
+    partial_launches: int = 0
     hostname_tag_failures: int = 0
+    new_id_not_found: int = 0
     api_calls: Counter[str] = field(default_factory=Counter)
+    quota_refusals: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    throttled: Counter[str] = field(default_factory=Counter)
 
     @property
     def total_api_calls(self) -> int:
@@ -135,8 +143,14 @@ class Ec2Transport:
         self.stats.api_calls[model.name] += 1
         context[_SENT] = self.ec2_clock.monotonic()
 
-    def _note_date(self, http_response: Any, context: dict[str, Any], **_: Any) -> None:
-        """Every answer, error or not, tells EC2's time (botocore emits after-call for both)."""
+    def _note_date(
+        self, http_response: Any, context: dict[str, Any], model: Any = None, parsed: Any = None, **_: Any
+    ) -> None:
+        """Every answer, error or not, tells EC2's time (botocore emits after-call for both), and
+        whether EC2 asked us to slow down."""
+        code = parsed.get("Error", {}).get("Code") if isinstance(parsed, dict) else None
+        if code in THROTTLING_CODES and model is not None:
+            self.stats.throttled[model.name] += 1
         received = self.ec2_clock.monotonic()
         sent = context.get(_SENT, received)
         self.ec2_clock.observe(http_response.headers.get("date"), sent, received)

@@ -265,6 +265,21 @@ class Ec2Settings(Ec2AccessSettings):
     max_launch_per_tick: int = Field(
         default=0, ge=0, le=MAX_FLEET, description="Most machines launched per tick; 0 = no cap."
     )
+    spread_subnets: bool = Field(
+        default=True,
+        description="Share each launch out over the subnets (zones) of AUTOSCALER_EC2_SUBNET_IDS, starting one "
+        "zone further each time, so that a zone's outage or shortage takes only its share. false: fill the "
+        "subnets in the order listed (the next only when one refuses).",
+    )
+    metadata_hop_limit: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="New machines require IMDSv2 (session tokens) from their metadata service; this is the "
+        "token's hop limit. 2 lets containers on a docker network (one hop further than the machine) use "
+        "the machine's instance profile, as dask tasks reading from S3 do; 1 keeps every container away "
+        "from it. The managers that run this daemon in a container need 2 on their own machines.",
+    )
     interruption_queue_url: str = Field(
         default="",
         pattern=r"^(https?://\S+)?$",

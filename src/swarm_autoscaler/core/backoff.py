@@ -74,10 +74,14 @@ class CapacityBackoff:
     def _capacities(self, type_name: str) -> tuple[str, ...]:
         return self.capacities.get(type_name) or (ON_DEMAND,)
 
-    def refused(self, type_name: str, subnet_id: str, now: float, capacity: str = ON_DEMAND) -> Unavailable:
+    def refused(
+        self, type_name: str, subnet_id: str, now: float, capacity: str = ON_DEMAND, jitter: float = 0.0
+    ) -> Unavailable:
+        """Block the offering. `jitter` (a fraction the caller drew, this module draws nothing) lengthens
+        the pause by that much, so that daemons refused together do not all come back at once."""
         previous = self._strikes.get((type_name, subnet_id, capacity))
         count = previous.count + 1 if previous else 1
-        delay = min(self._initial * 2 ** (count - 1), self._maximum)
+        delay = min(self._initial * 2 ** (count - 1), self._maximum) * (1.0 + max(jitter, 0.0))
         self._strikes[(type_name, subnet_id, capacity)] = _Strike(count, now + delay)
         return Unavailable(type_name, now + delay, subnet_id)
 

@@ -62,6 +62,7 @@ async def open_daemon(
         built: list[Daemon] = []
         swarm = orchestrator or _docker(stack, settings)
         ec2 = _ec2(settings, swarm)  # not connected yet: its clock reads the host's until EC2 answers
+        metrics.ec2.follow(ec2.stats)
         clock = ec2.now
         if serve_http and settings.http.port:
             await _serve_http(
@@ -177,6 +178,8 @@ def _ec2(settings: Settings, swarm: Orchestrator) -> Ec2Cloud:
         capacities={name: tuple(spec.capacity) for name, spec in settings.ec2.allowed_types.items()},
         capacity_backoff_initial=settings.timing.capacity_backoff_initial,
         capacity_backoff_max=settings.timing.capacity_backoff_max,
+        spread_subnets=settings.ec2.spread_subnets,
+        metadata_hop_limit=settings.ec2.metadata_hop_limit,
         join_command=swarm.join_command,
         # the dynamic mode's machines join paused; the planner sets each active once it takes it in
         join_paused=settings.mode == "dynamic",

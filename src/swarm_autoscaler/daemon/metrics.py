@@ -20,6 +20,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from swarm_autoscaler.daemon.ec2_metrics import Ec2Metrics
 from swarm_autoscaler.daemon.pool_metrics import PoolMetrics
 from swarm_autoscaler.daemon.tick import TickResult
 
@@ -135,6 +136,7 @@ class Metrics:
             registry=r,
         )
         self.pool = PoolMetrics(cluster, r)
+        self.ec2 = Ec2Metrics(cluster, r)  # follows the EC2 adapter's counts (`app.open_daemon`)
 
     def count_notice(self, kind: str) -> None:
         """One message of the interruption queue, of `kind` (see `adapters.ec2_interruptions.KINDS`)."""

@@ -5,9 +5,15 @@ a crowded region. `FaultInjector` wraps moto's WSGI app inside the same in-proce
 extra network hop) and, for the EC2 query API only, answers some requests itself with the error
 document real EC2 sends, byte-compatible with what botocore parses:
 
-- `refuse(type, probability=p, subnet_id=s)`: RunInstances for that type (in that subnet, or any)
-  gets HTTP 500 `InsufficientInstanceCapacity`, always or with probability p drawn from a seeded RNG
-  (`reseed()` to replay a sequence). Nothing is created in moto for a refused call.
+- `refuse(type, probability=p, subnet_id=s, code=c)`: RunInstances for that type (in that subnet, or
+  any) gets HTTP 500 `InsufficientInstanceCapacity` (or another refusal `code`, such as 400
+  `InsufficientFreeAddressesInSubnet` or `VcpuLimitExceeded`), always or with probability p drawn from a
+  seeded RNG (`reseed()` to replay a sequence). Nothing is created in moto for a refused call.
+- `stock(type, machines, subnet_id=s)`: the zone has only that many more machines of the type. As on
+  EC2, a RunInstances gets min(MaxCount, what is left) when that is at least MinCount, else
+  `InsufficientInstanceCapacity`. Without a stock rule a RunInstances gets MaxCount machines, as EC2
+  does when it has the room (moto by itself launches MinCount and ignores MaxCount: the injector
+  rewrites the request that moto reads to the count EC2 would give).
 - `throttle(action, times)`: the next `times` calls of an action get HTTP 503 `RequestLimitExceeded`.
 - `fail(action, times, status, code)`: the next `times` calls get any other error (e.g. 500
   `InternalError`, or 401 `AuthFailure`).
@@ -42,7 +48,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, parse_qsl, urlencode
 from xml.sax.saxutils import escape
 
 from swarm_autoscaler_lab.localcloud.aws_actions import action_log_from_env
@@ -76,11 +82,13 @@ _CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/")
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """RunInstances of `type_name` (in `subnet_id`, or in any subnet when None) is refused with
-    probability `probability`."""
+    probability `probability`, with `code` (HTTP `status`)."""
 
     type_name: str
     probability: float = 1.0
     subnet_id: str | None = None
+    code: str = "InsufficientInstanceCapacity"
+    status: int = 500
 
 
 @dataclass(slots=True)
@@ -113,6 +121,7 @@ class FaultInjector:
         self._lock = threading.Lock()
         self._rng = random.Random(seed)
         self._refusals: list[Refusal] = []
+        self._stock: dict[tuple[str, str | None], int] = {}
         self._injected: dict[str, list[_Injected]] = {}
         self._calls: Counter[str] = Counter()
         self._watchers: list[Callable[[str, dict[str, str]], None]] = []
@@ -123,20 +132,38 @@ class FaultInjector:
 
     # ----------------------------------------------------------------------------------- controls
 
-    def refuse(self, type_name: str, *, probability: float = 1.0, subnet_id: str | None = None) -> None:
-        """Refuse RunInstances of `type_name` (replacing an earlier rule for the same type and subnet)."""
+    def refuse(
+        self,
+        type_name: str,
+        *,
+        probability: float = 1.0,
+        subnet_id: str | None = None,
+        code: str = "InsufficientInstanceCapacity",
+    ) -> None:
+        """Refuse RunInstances of `type_name` (replacing an earlier rule for the same type and subnet).
+        EC2 answers a capacity shortage with HTTP 500, every other refusal with 400."""
         if not 0.0 <= probability <= 1.0:
             raise ValueError(f"probability must be within [0, 1], got {probability}")
+        status = 500 if code == "InsufficientInstanceCapacity" else 400
         with self._lock:
             self._refusals = [
                 r for r in self._refusals if (r.type_name, r.subnet_id) != (type_name, subnet_id)
             ]
-            self._refusals.append(Refusal(type_name, probability, subnet_id))
+            self._refusals.append(Refusal(type_name, probability, subnet_id, code, status))
+
+    def stock(self, type_name: str, machines: int, *, subnet_id: str | None = None) -> None:
+        """From now on, EC2 has only `machines` more of `type_name` (in `subnet_id`, or across all
+        subnets when None): RunInstances gets partial fulfilment, then refusals (see the module doc)."""
+        with self._lock:
+            self._stock[(type_name, subnet_id)] = max(machines, 0)
 
     def allow(self, type_name: str | None = None) -> None:
         """Drop the refusal rules for `type_name` (every rule when None)."""
         with self._lock:
             self._refusals = [r for r in self._refusals if type_name is not None and r.type_name != type_name]
+            self._stock = {
+                k: v for k, v in self._stock.items() if type_name is not None and k[0] != type_name
+            }
 
     def throttle(self, action: str, times: int = 1) -> None:
         """Answer the next `times` calls of `action` with 503 RequestLimitExceeded."""
@@ -188,6 +215,7 @@ class FaultInjector:
         """Drop every rule and zero the counters."""
         with self._lock:
             self._refusals.clear()
+            self._stock.clear()
             self._injected.clear()
             self._calls.clear()
             self.capacity_refusals = 0
@@ -220,8 +248,11 @@ class FaultInjector:
             with self._lock:
                 if self._log is not None:
                     self._log.append(call)
-        error = self._decide(action, params)
+        sent = dict(params)  # the request as it came (the log keeps it); what moto reads may be rewritten
+        error = self._decide(action, sent)
         skew = self.clock_skew
+        if error is None and action == "RunInstances":
+            _set_params(environ, {k: sent[k] for k in ("MinCount", "MaxCount")})
         if error is None:
             return self._app(environ, start_response) if not skew else self._skewed(environ, start_response)
         status, code, message = error
@@ -267,20 +298,40 @@ class FaultInjector:
                 if head.remaining <= 0:
                     queue.pop(0)
                 return head.status, head.code, head.message
-            if action == "RunInstances" and self._refused(params):
-                self.capacity_refusals += 1
-                type_name = params.get("InstanceType", "m1.small")
-                return 500, "InsufficientInstanceCapacity", _capacity_message(type_name, params)
+            if action == "RunInstances":
+                return self._run_instances(params)
         return None
 
-    def _refused(self, params: dict[str, str]) -> bool:
+    def _run_instances(self, params: dict[str, str]) -> tuple[int, str, str] | None:
+        """A refusal, or None with `params` rewritten to the count EC2 gives (under the lock)."""
+        type_name = params.get("InstanceType", "m1.small")
+        refusal = self._refused(params)
+        if refusal is not None:
+            self.capacity_refusals += 1
+            return refusal.status, refusal.code, _refusal_message(refusal.code, type_name, params)
+        low = int(params.get("MinCount") or 1)
+        high = max(int(params.get("MaxCount") or low), low)
+        key = next(
+            (k for k in ((type_name, params.get("SubnetId")), (type_name, None)) if k in self._stock), None
+        )
+        if key is not None:
+            if self._stock[key] < low:
+                self.capacity_refusals += 1
+                return 500, "InsufficientInstanceCapacity", _capacity_message(type_name, params)
+            high = min(high, self._stock[key])
+            self._stock[key] -= high
+        params["MinCount"] = params["MaxCount"] = str(high)
+        return None
+
+    def _refused(self, params: dict[str, str]) -> Refusal | None:
         type_name = params.get("InstanceType", "m1.small")
         subnet = params.get("SubnetId")
         for rule in self._refusals:
             if rule.type_name == type_name and rule.subnet_id in (None, subnet):
                 # the draw happens only for matching calls, so a seed replays the same sequence
-                return rule.probability >= 1.0 or self._rng.random() < rule.probability
-        return False
+                hit = rule.probability >= 1.0 or self._rng.random() < rule.probability
+                return rule if hit else None
+        return None
 
 
 _TIMESTAMP = re.compile(rb"<(\w*[Tt]ime)>(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?Z</\1>")
@@ -308,6 +359,37 @@ def _capacity_message(type_name: str, params: dict[str, str]) -> str:
         f"We currently do not have sufficient {type_name} capacity in the Availability Zone you "
         f"requested ({where}). Our system will be working on provisioning additional capacity."
     )
+
+
+def _refusal_message(code: str, type_name: str, params: dict[str, str]) -> str:
+    """The message EC2 sends with a refusal `code` (the ones the lab injects; others are generic)."""
+    if code == "VcpuLimitExceeded":
+        return (
+            "You have requested more vCPU capacity than your current vCPU limit of 0 allows for the instance "
+            "bucket that the specified instance type belongs to. Please visit "
+            "http://aws.amazon.com/contact-us/ec2-request to request an adjustment to this limit."
+        )
+    if code == "InsufficientFreeAddressesInSubnet":
+        subnet = params.get("SubnetId", "")
+        return f"There are not enough free addresses in subnet '{subnet}' to satisfy the requested number of instances."
+    if code == "InsufficientInstanceCapacity":
+        return _capacity_message(type_name, params)
+    return f"{code}: {type_name} cannot be launched now."
+
+
+def _set_params(environ: WsgiEnviron, updates: dict[str, str]) -> None:
+    """Rewrite parameters of a form-encoded request (its body, read and put back) before the wrapped
+    app reads it. Requests are unsigned as far as moto cares, so the signature does not matter."""
+    if environ.get("REQUEST_METHOD") != "POST":
+        pairs = [(k, updates.get(k, v)) for k, v in parse_qsl(environ.get("QUERY_STRING", ""), True)]
+        environ["QUERY_STRING"] = urlencode(pairs)
+        return
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    body = environ["wsgi.input"].read(length) if length else b""
+    pairs = [(k, updates.get(k, v)) for k, v in parse_qsl(body.decode("utf-8", "replace"), True)]
+    new = urlencode(pairs).encode()
+    environ["wsgi.input"] = io.BytesIO(new)
+    environ["CONTENT_LENGTH"] = str(len(new))
 
 
 def _query_params(environ: WsgiEnviron) -> dict[str, str]:

@@ -88,6 +88,8 @@ async def make_cloud(
             "clock": clock,
             "retry_initial": 0.01,
             "retry_max": 0.05,
+            # exact back-off deadlines in the tests that step the clock; the jitter has its own test
+            "capacity_backoff_jitter": 0.0,
         }
         options.update(overrides)
         cloud = await Ec2Cloud(**options).start()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+from urllib.parse import parse_qs
 
 from swarm_autoscaler.adapters.ec2 import Ec2Cloud
 
@@ -21,3 +23,31 @@ async def join_command() -> tuple[str, str]:
 
 
 CloudFactory = Callable[..., Awaitable[Ec2Cloud]]
+
+
+def wire(cloud: Ec2Cloud, operation: str) -> list[dict[str, str]]:
+    """Every `operation` request as it leaves the process (botocore's `before-send` event: the signed
+    HTTP request, after serialisation), its form parameters decoded once, as EC2 reads them. What
+    moto answers is not the point here: moto accepts requests AWS reads differently."""
+    sent: list[dict[str, str]] = []
+
+    def capture(request: Any, **_: Any) -> None:
+        body = request.body
+        text = body.decode() if isinstance(body, bytes) else str(body or "")
+        sent.append({k: v[0] for k, v in parse_qs(text, keep_blank_values=True).items()})
+
+    cloud._client.meta.events.register(f"before-send.ec2.{operation}", capture)
+    return sent
+
+
+def tags_in(params: Mapping[str, str], resource: str) -> dict[str, str]:
+    """The tags a RunInstances request gives `resource` ("instance", "volume") in TagSpecifications."""
+    out: dict[str, str] = {}
+    for n in range(1, 10):
+        if params.get(f"TagSpecification.{n}.ResourceType") != resource:
+            continue
+        for m in range(1, 60):
+            key = params.get(f"TagSpecification.{n}.Tag.{m}.Key")
+            if key is not None:
+                out[key] = params[f"TagSpecification.{n}.Tag.{m}.Value"]
+    return out

@@ -36,12 +36,13 @@ async def test_launch_tags_and_lists_owned_instances(
     assert len(result.instances) == 2
     listed = await cloud.list_instances()
     assert {i.id for i in listed} == {i.id for i in result.instances}
+    # spread over the zones by default: one in each of the first two subnets
+    assert sorted(i.subnet_id for i in listed) == sorted(network.subnet_ids[:2])
+    assert sorted(i.zone for i in listed) == ["us-east-1a", "us-east-1b"]
     for instance in listed:
         assert instance.type_name == "t3.micro"
         assert instance.state in (InstanceState.PENDING, InstanceState.RUNNING)
-        assert instance.subnet_id == network.subnet_ids[0]
-        assert instance.zone == "us-east-1a"
-        assert instance.hostname.startswith("ip-10-0-0-") and "." not in instance.hostname
+        assert instance.hostname.startswith("ip-10-0-") and "." not in instance.hostname
         assert instance.tags[OWNER_TAG] == OWNER_VALUE
         assert instance.tags[CLUSTER_TAG] == result.instances[0].tags[CLUSTER_TAG]
         assert instance.tags["team"] == "science"
@@ -54,10 +55,10 @@ async def test_launch_tags_and_lists_owned_instances(
     assert raw["KeyName"] == network.key_name
     assert [g["GroupId"] for g in raw["SecurityGroups"]] == [network.security_group_id]
     assert raw["IamInstanceProfile"]["Arn"].endswith(f"/{network.instance_profile}")
-    assert cloud.stats.launch_calls == 1
+    assert cloud.stats.launch_calls == 2  # one per subnet
     assert cloud.stats.instances_requested == 2
     assert cloud.stats.instances_launched == 2
-    assert cloud.stats.api_calls["RunInstances"] == 1
+    assert cloud.stats.api_calls["RunInstances"] == 2
 
 
 async def test_user_data_runs_boot_script_then_joins_the_swarm(

@@ -1,8 +1,9 @@
-"""Spot capacity with an on-demand fallback, over the moto server with the fault injector: a type whose
-capacity is ["spot", "on-demand"] launches spot (InstanceMarketOptions, one-time, terminated on
-interruption), falls back to on-demand in the same subnet when EC2 refuses spot for capacity or price,
-skips spot there for the back-off while on-demand stays open (so the planner keeps the type), and never
-launches a warm-pool machine as spot."""
+"""Spot capacity with an on-demand fallback, over the moto server with the fault injector (standing in
+for EC2's spot refusals): a type whose capacity is ["spot", "on-demand"] launches spot
+(InstanceMarketOptions, one-time, terminated on interruption); a spot refusal in one zone (capacity,
+price) moves spot to the next subnet before on-demand is tried anywhere, while the spot quota
+(MaxSpotInstanceCountExceeded) moves the launch to on-demand at once; spot is skipped for the back-off
+while on-demand stays open (so the planner keeps the type), and a warm-pool machine is never spot."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ async def test_a_spot_type_launches_one_time_spot_tagged_as_such(make_cloud: Clo
     sent = record_launches(cloud)
     result = await cloud.launch(TYPE, 2, {})
     assert len(result.instances) == 2 and result.refused == () and result.error is None
-    assert [market(p) for p in sent] == ["spot"]
+    assert [market(p) for p in sent] == ["spot", "spot"]  # spread: one per subnet
     assert sent[0]["InstanceMarketOptions"]["SpotOptions"] == {
         "SpotInstanceType": "one-time",
         "InstanceInterruptionBehavior": "terminate",
@@ -54,27 +55,42 @@ async def test_a_spot_type_launches_one_time_spot_tagged_as_such(make_cloud: Clo
     assert all(listed[i.id].tags["managed-by"] == "swarm-autoscaler" for i in result.instances)
 
 
-@pytest.mark.parametrize(
-    "code", ["InsufficientInstanceCapacity", "SpotMaxPriceTooLow", "MaxSpotInstanceCountExceeded"]
-)
-async def test_a_refused_spot_launch_falls_back_to_on_demand_in_the_same_subnet(
+@pytest.mark.parametrize("code", ["InsufficientInstanceCapacity", "SpotMaxPriceTooLow"])
+async def test_a_spot_refusal_in_one_zone_tries_spot_in_the_next_before_on_demand(
     make_cloud: CloudFactory, network: LocalNetwork, faults: FaultInjector, clock: SteppedClock, code: str
 ) -> None:
+    first, second, third = network.subnet_ids
     cloud = await make_cloud(capacities=SPOT_FIRST, capacity_backoff_initial=60.0)
     sent = record_launches(cloud)
     faults.fail("RunInstances", 1, status=400, code=code, message="no spot for you")
     result = await cloud.launch(TYPE, 1, {})
-    assert [market(p) for p in sent] == ["spot", None]
-    assert [i.subnet_id for i in result.instances] == [network.subnet_ids[0]]
+    assert [(market(p), p["SubnetId"]) for p in sent] == [("spot", first), ("spot", second)]
+    assert [i.subnet_id for i in result.instances] == [second]
     assert result.refused == () and result.error is None
-    assert not (await cloud.list_instances())[0].spot
+    assert (await cloud.list_instances())[0].spot
     assert cloud.unavailable(clock.now) == ()  # on-demand is open: the planner keeps the type
 
-    again = await cloud.launch(TYPE, 1, {})  # spot skipped in that subnet during the back-off
-    assert [market(p) for p in sent[2:]] == [None] and len(again.instances) == 1
+    await cloud.launch(TYPE, 2, {})  # spot skipped in the first subnet during the back-off
+    assert sorted((market(p), p["SubnetId"]) for p in sent[2:]) == sorted([("spot", second), ("spot", third)])
     clock.step(60.0)
+    await cloud.launch(TYPE, 3, {})
+    assert sorted(p["SubnetId"] for p in sent[4:]) == sorted(network.subnet_ids)  # the back-off over
+
+
+async def test_the_spot_quota_moves_the_launch_to_on_demand_at_once(
+    make_cloud: CloudFactory, network: LocalNetwork, faults: FaultInjector, clock: SteppedClock
+) -> None:
+    cloud = await make_cloud(capacities=SPOT_FIRST, capacity_backoff_initial=60.0)
+    sent = record_launches(cloud)
+    faults.fail("RunInstances", 1, status=400, code="MaxSpotInstanceCountExceeded", message="quota")
+    result = await cloud.launch(TYPE, 1, {})
+    # one spot call (the quota is the region's: no other subnet is asked), then on-demand
+    assert [market(p) for p in sent] == ["spot", None]
+    assert len(result.instances) == 1 and not (await cloud.list_instances())[0].spot
+    assert cloud.unavailable(clock.now) == ()  # on-demand is open: the planner keeps the type
+    assert cloud.stats.quota_refusals == {(TYPE, "spot", "MaxSpotInstanceCountExceeded"): 1}
     await cloud.launch(TYPE, 1, {})
-    assert [market(p) for p in sent[3:]] == ["spot"]  # the back-off over: spot first again
+    assert [market(p) for p in sent[2:]] == [None]  # spot skipped everywhere during the back-off
 
 
 async def test_a_type_is_unavailable_only_once_both_capacities_are_refused_everywhere(
