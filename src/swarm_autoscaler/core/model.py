@@ -304,6 +304,9 @@ class TypePolicy:
     type kept ready to start (see core/pool.py).
     `surge_above`: while a worker of this type is up, new machines of it are launched only for more than
     this many pending tasks (0: for any; see surge.py).
+    `reserve_idle_limit`: a reserve kept only while the type is in use: once no machine of the type
+    worked for this long, its reserve is let go, and refilled only when the type works again (0: the
+    reserve is kept always; see pool.py).
     """
 
     name: str
@@ -313,6 +316,7 @@ class TypePolicy:
     minimum: int = 0
     warm_pool: int = 0
     surge_above: int = 0
+    reserve_idle_limit: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ Speed matters (tens of thousands of tasks, a thousand nodes, dozens of types eve
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from swarm_autoscaler.core.actions import Unplaceable
@@ -210,7 +210,15 @@ class Unplaced:
         chose the type, then the room left is filled with smaller tasks of any group the type can run,
         so they do not open bins of their own. Groups whose fitting types are all unavailable stay
         unplaced.
+
+        When the budget cannot hold what every type needs, it is shared fairly (max-min, `fair_shares`):
+        each type gets an equal share, a type needing less gives its surplus to the others, and the
+        remainder goes one machine each to the types first in order. Taken in order instead, the type
+        with the largest tasks took every machine and the others' work (GPU jobs, say) waited behind its
+        whole backlog (5/5/5 machines needed with room for 8 gave 5/3/0, now 3/3/2).
         """
+        if budget <= 0:
+            return []
         by_type: dict[str, list[int]] = {}
         for gi, group in enumerate(self.groups):
             if self.remaining[gi]:
@@ -218,22 +226,47 @@ class Unplaced:
                 if option is not None:
                     by_type.setdefault(option.name, []).append(gi)
         capacity = {o.name: o.capacity for o in options}
+        saved = (list(self.remaining), self.left)
+        out = self._pack(by_type, capacity, None, None)
+        need: dict[str, int] = {}
+        for b in out:
+            need[b.type_name] = need.get(b.type_name, 0) + b.count
+        if sum(need.values()) <= budget:  # the common case: one pass, the budget never binds
+            return out
+        self.remaining, self.left = saved
+        out = self._pack(by_type, capacity, fair_shares(need, budget), budget)
+        spare = budget - sum(b.count for b in out)
+        if spare > 0 and self.left:  # a type packed fewer than its share (others' bins took its tasks)
+            out += self._pack(by_type, capacity, None, spare)
+        return out
+
+    def _pack(
+        self,
+        by_type: Mapping[str, Sequence[int]],
+        capacity: Mapping[str, Vec],
+        caps: Mapping[str, int] | None,
+        budget: int | None,
+    ) -> list[NewBins]:
+        """`pack_new`'s fill, each type within its cap (None: unlimited), all within `budget`."""
         out: list[NewBins] = []
         for type_name, openers in by_type.items():
             chosen = set(openers)
             fillers = [
                 gi for gi, g in enumerate(self.groups) if gi not in chosen and g.pinned in (None, type_name)
             ]
-            while budget > 0:
+            cap = caps.get(type_name, 0) if caps is not None else None
+            while (budget is None or budget > 0) and (cap is None or cap > 0):
                 pattern = self._pattern(capacity[type_name], openers, fillers)
                 if not pattern:
                     break
-                k = min(budget, *(self.remaining[gi] // n for gi, n in pattern))
+                limits = [self.remaining[gi] // n for gi, n in pattern]
+                k = min(limits + [x for x in (budget, cap) if x is not None])
                 for gi, n in pattern:
                     self.remaining[gi] -= n * k
                     self.left -= n * k
                 out.append(NewBins(type_name, k, sum(n for _, n in pattern), tuple(pattern)))
-                budget -= k
+                budget = None if budget is None else budget - k
+                cap = None if cap is None else cap - k
         return out
 
     def _pattern(
@@ -255,6 +288,25 @@ class Unplaced:
                 pattern.append((gi, n))
                 free = minus(free, self.groups[gi].vec, n)
         return pattern
+
+
+def fair_shares(need: Mapping[str, int], budget: int) -> dict[str, int]:
+    """Max-min fair split of `budget` machines over types needing `need` (in order): equal shares, a
+    type's surplus over its need shared again among the rest, the remainder one each to the first."""
+    share = dict.fromkeys(need, 0)
+    open_ = [t for t, n in need.items() if n > 0]
+    while budget > 0 and open_:
+        each, extra = divmod(budget, len(open_))
+        if not each:
+            for type_name in open_[:extra]:
+                share[type_name] += 1
+            break
+        for type_name in open_:
+            give = min(each, need[type_name] - share[type_name])
+            share[type_name] += give
+            budget -= give
+        open_ = [t for t in open_ if share[t] < need[t]]
+    return share
 
 
 def choose_type(group: Group, options: Sequence[TypeOption]) -> TypeOption | None:

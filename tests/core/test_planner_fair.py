@@ -1,0 +1,251 @@
+"""Rules of a fair and frugal planner (issue 37), one scenario per rule, the WHOLE Plan compared.
+
+Each scenario stands in for a case a peer's unit tests (the modelled-on system's) ran against our
+planner, or for a defect measured in the simulator; each failed on the planner before its fix.
+Plain data in (the builders of tests/builders.py), the plan out: no fake, no clock but `NOW`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import pytest
+from tests.builders import (
+    CATALOGUE,
+    NOW,
+    assemble,
+    hostname,
+    launch_reason,
+    machine,
+    make_instance,
+    make_instance_type,
+    make_node,
+    make_policy,
+    make_snapshot,
+    make_task,
+    make_tasks,
+    make_worker,
+)
+from tests.builders import worker_address as addr
+
+from swarm_autoscaler.core.actions import (
+    ActivateNode,
+    Cordon,
+    DrainNode,
+    HostIdle,
+    Launch,
+    MarkNode,
+    NodeOurs,
+    NothingWaits,
+    Plan,
+    Retired,
+    RetireWorkers,
+    Start,
+    Terminate,
+)
+from swarm_autoscaler.core.model import (
+    Availability,
+    InstanceState,
+    NodeMarks,
+    Policy,
+    Snapshot,
+    TypePolicy,
+)
+from swarm_autoscaler.core.plan import plan
+
+GPU = "g4dn.xlarge"
+DRAINED = NodeMarks(ready=True, drained_since=NOW - 10)
+IDLE = NodeMarks(ready=True, empty_since=NOW - 61)  # empty past the drain delay (60 s)
+
+
+def launch(type_name: str, count: int, tasks: int) -> Launch:
+    return Launch(type_name, count, launch_reason(tasks, type_name))
+
+
+def reactivated(n: int, marks: NodeMarks = DRAINED) -> MarkNode:
+    changed = dataclasses.replace(marks, drained_since=None, empty_since=None)
+    return MarkNode(f"node-{n}", changed, "reactivated for pending work")
+
+
+def activate(n: int, tasks: int = 1) -> ActivateNode:
+    return ActivateNode(f"node-{n}", hostname(n), f"{tasks} pending task(s) fit on this drained node")
+
+
+# Six types, one pinned job shape each that fills a whole machine of its type: 150 jobs of each type
+# want 150 machines of it. With room for 50, a fair split gives each type 8 or 9.
+SIX = tuple(make_instance_type(f"t{c}.big", c, 4 * c, price=0.05 * c) for c in (2, 4, 8, 16, 32, 64))
+
+
+def pinned_jobs(per_type: int) -> tuple:  # type: ignore[type-arg]
+    return tuple(
+        make_task(f"{t.name}-{i}", t.resources.cpus, 4 * t.resources.cpus, pinned=t.name)
+        for t in SIX
+        for i in range(per_type)
+    )
+
+
+def five_each() -> tuple:  # type: ignore[type-arg]
+    """Five machines' worth of pinned work for each of three types (one job fills one machine)."""
+    shapes = (("m5.large", 2, 8), ("m5.xlarge", 4, 16), ("c5.2xlarge", 8, 16))
+    return tuple(make_task(f"{n}-{i}", c, r, pinned=n) for n, c, r in shapes for i in range(5))
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    snapshot: Snapshot
+    expected: Plan
+    policy: Policy
+
+
+def retire(n: int) -> RetireWorkers:
+    return RetireWorkers((addr(n),), "idle for at least drain_delay=60s", (HostIdle(hostname(n)),))
+
+
+def drain(n: int, reason: str) -> DrainNode:
+    expect = (HostIdle(hostname(n)), NodeOurs(f"node-{n}"), Retired(hostname(n)))
+    return DrainNode(f"node-{n}", hostname(n), reason, expect=expect)
+
+
+def gpu_base(**kw: object) -> Policy:
+    gpu = TypePolicy(GPU, **kw)  # type: ignore[arg-type]
+    return make_policy((TypePolicy("m5.large"), TypePolicy("m5.xlarge"), gpu))
+
+
+CASES = [
+    Case(
+        "at the cap, needs of 5/5/5 machines with room for 8 are split 3/3/2, not 5/3/0",
+        make_snapshot(unrunnable=five_each()),
+        Plan(
+            (launch("c5.2xlarge", 3, 3), launch("m5.xlarge", 3, 3), launch("m5.large", 2, 2)),
+            pending=15,
+            placed=(("new", 8),),
+        ),
+        make_policy(max_instances=8),
+    ),
+    Case(
+        "at the cap, 150 pinned jobs for each of 6 types with room for 50 get 9/9/8/8/8/8 machines",
+        make_snapshot(unrunnable=pinned_jobs(150), types=SIX),
+        Plan(
+            tuple(
+                launch(t.name, n, n) for t, n in zip(reversed(SIX), (9, 9, 8, 8, 8, 8), strict=True)
+            ),
+            pending=900,
+            placed=(("new", 50),),
+        ),
+        make_policy(tuple(t.name for t in SIX), max_instances=50),
+    ),
+    Case(
+        "below the cap every type gets all it needs (no share is taken from anyone)",
+        make_snapshot(unrunnable=five_each()),
+        Plan(
+            (launch("c5.2xlarge", 5, 5), launch("m5.xlarge", 5, 5), launch("m5.large", 5, 5)),
+            pending=15,
+            placed=(("new", 15),),
+        ),
+        make_policy(max_instances=20),
+    ),
+    Case(
+        "a type's base (minimum 2) stays active with its workers however long it idles",
+        assemble(machine(1, GPU, marks=IDLE), machine(2, GPU, marks=IDLE)),
+        Plan(),
+        gpu_base(minimum=2),
+    ),
+    Case(
+        "above its base a type's idle machines are drained as usual, the base's kept",
+        assemble(machine(1, GPU, marks=IDLE), machine(2, GPU, marks=IDLE), machine(3, GPU, marks=IDLE)),
+        Plan(
+            (
+                MarkNode("node-3", NodeMarks(ready=True, drained_since=NOW), "drained"),
+                retire(3),
+                drain(3, "empty for 61s (drain_delay 60s)"),
+            )
+        ),
+        gpu_base(minimum=2),
+    ),
+]
+
+
+
+def gpu_work(n: int) -> tuple:  # type: ignore[type-arg]
+    return make_tasks(n, "gpu", gpus=1, cpus=2, ram_gib=4)
+
+
+def drained_gpu(n: int) -> tuple:  # type: ignore[type-arg]
+    return machine(n, GPU, worker=False, availability=Availability.DRAIN, marks=DRAINED)
+
+
+def stopped(n: int, type_name: str) -> tuple:  # type: ignore[type-arg]
+    return make_instance(n, type_name, InstanceState.STOPPED), None, None
+
+
+def terminate(n: int, reason: str, marks: NodeMarks) -> tuple[MarkNode, Terminate]:
+    node = f"node-{n}"
+    return (
+        MarkNode(node, dataclasses.replace(marks, termination_started=NOW), "terminating"),
+        Terminate((f"i-{n:04d}",), reason, (node,), expect=(HostIdle(hostname(n)), NodeOurs(node))),
+    )
+
+
+def unowned_worker(n: int, cpus: float) -> tuple:  # type: ignore[type-arg]
+    """A node the daemon did not launch (a static base, a manager's worker) with an idle dask worker."""
+    return None, make_node(n, ours=False), make_worker(n, cpus, 16)
+
+
+LONG_IDLE = NodeMarks(ready=True, drained_since=NOW - 700)
+RESERVE_LIMIT = TypePolicy("m5.large", reserve=1, reserve_idle_limit=600.0)
+
+CASES += [
+    Case(
+        "the queue threshold counts a drained base: 4 GPU jobs below surge_above=5 launch nothing",
+        assemble(drained_gpu(1), drained_gpu(2), unrunnable=gpu_work(4)),
+        Plan(
+            (reactivated(1), reactivated(2), activate(1), activate(2)),
+            pending=4,
+            placed=(("drained", 2), ("below-surge", 2)),
+        ),
+        gpu_base(minimum=2, surge_above=5),
+    ),
+    Case(
+        "a drained GPU machine is not reactivated for CPU-only work a cheaper type fits",
+        assemble(drained_gpu(1), unrunnable=make_tasks(1)),
+        Plan((launch("m5.large", 1, 1),), pending=1, placed=(("new", 1),)),
+        gpu_base(),
+    ),
+    Case(
+        "a drained GPU machine is reactivated for GPU work",
+        assemble(drained_gpu(1), unrunnable=gpu_work(1)),
+        Plan((reactivated(1), activate(1)), pending=1, placed=(("drained", 1),)),
+        gpu_base(),
+    ),
+    Case(
+        "an empty reserve is filled by starting a stopped warm-pool machine, not by a launch",
+        assemble(stopped(1, "m5.large")),
+        Plan((Start(("i-0001",), "m5.large", "fill the reserve of 1 warm m5.large from its warm pool"),)),
+        make_policy((TypePolicy("m5.large", reserve=1, warm_pool=1),)),
+    ),
+    Case(
+        "a reserve unused past its inactivity limit is let go",
+        assemble(machine(1, worker=False, availability=Availability.DRAIN, marks=LONG_IDLE)),
+        Plan(terminate(1, "reserve unused for 700s (reserve_idle_limit 600s)", LONG_IDLE)),
+        make_policy((RESERVE_LIMIT,)),
+    ),
+    Case(
+        "a reserve past its inactivity limit is not refilled while its type stays unused",
+        make_snapshot(),
+        Plan(),
+        make_policy((RESERVE_LIMIT,)),
+    ),
+    Case(
+        "idle room on a worker the daemon does not own takes queued work before any launch",
+        assemble(machine(1, processing=make_tasks(5, "q")), unowned_worker(9, 4)),
+        Plan(pending=3, placed=(("active", 0), ("unowned", 3))),
+        make_policy(),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_rule(case: Case) -> None:
+    assert plan(case.snapshot, case.policy) == case.expected
