@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from swarm_autoscaler.core.actions import Launch
 from swarm_autoscaler.core.cluster import Bucket, Fleet
-from swarm_autoscaler.core.model import Policy, Snapshot
+from swarm_autoscaler.core.model import Policy, Snapshot, TypePolicy
 from swarm_autoscaler.core.placement import NewBins, TypeOption
 
 # Members that count towards min_instances: alive and expected to be useful.
@@ -44,6 +44,59 @@ def useful_of(cluster: Fleet, type_name: str) -> int:
     return sum(1 for m in members if m.instance is not None and m.instance.alive)
 
 
+# Buckets whose members count as a type in use now (in flight: launched for work or a reserve).
+IN_FLIGHT = (Bucket.LAUNCHED, Bucket.STARTING, Bucket.JOINING)
+
+
+def last_used(cluster: Fleet, type_name: str, now: float) -> float | None:
+    """When a machine of `type_name` last worked, as far as the fleet shows: now while one works or is
+    in flight, else the latest `empty_since` / `drained_since` mark of its machines (None: no sign)."""
+    latest: float | None = None
+    for bucket in (*SPARE, Bucket.RETIRING):
+        for m in cluster.bucket(bucket):
+            if m.type_name != type_name:
+                continue
+            if m.working or bucket in IN_FLIGHT:
+                return now
+            marks = m.node.marks if m.node is not None else None
+            if marks is None or (marks.empty_since is None and marks.drained_since is None):
+                if bucket == Bucket.ACTIVE:
+                    return now  # accepted, not yet marked empty
+                continue
+            stamp = max(t for t in (marks.empty_since, marks.drained_since) if t is not None)
+            latest = stamp if latest is None else max(latest, stamp)
+    return latest
+
+
+def reserve_expired(cluster: Fleet, tp: TypePolicy, now: float) -> float | None:
+    """How long the type has been unused when that is past its `reserve_idle_limit` (its reserve is
+    then let go and not refilled), else None. No sign of use at all counts as expired: the reserve is
+    filled once the type works, not ahead of any use."""
+    if tp.reserve_idle_limit <= 0:
+        return None
+    last = last_used(cluster, tp.name, now)
+    if last is None:
+        return float("inf")
+    return now - last if now - last >= tp.reserve_idle_limit else None
+
+
+def reserve_missing(cluster: Fleet, received: Mapping[str, int], tp: TypePolicy, now: float) -> int:
+    """How many machines the type's reserve lacks: its size less its spare (idle) machines, reserve,
+    drained, launched or joining without placed work, and active without work; 0 while the reserve is
+    expired (`reserve_expired`). Idle machines that make up the type's base (`minimum`, now always
+    active: shrink.py) are no spare: the reserve comes on top of the base."""
+    if tp.reserve <= 0 or reserve_expired(cluster, tp, now) is not None:
+        return 0
+    idle = sum(
+        1
+        for bucket in SPARE
+        for m in cluster.bucket(bucket)
+        if m.type_name == tp.name and not m.busy and m.key not in received
+    )
+    working = useful_of(cluster, tp.name) - idle
+    return tp.reserve - max(0, idle - max(0, tp.minimum - working))
+
+
 def plan_launches(
     snapshot: Snapshot,
     policy: Policy,
@@ -53,12 +106,13 @@ def plan_launches(
     options: Sequence[TypeOption],
     fill_reserve: bool,
     started: Mapping[str, int] | None = None,
+    reserve_started: Mapping[str, int] | None = None,
 ) -> LaunchBook:
     """Every launch of one plan: the new instances scale-up packed pending work onto, what
     `min_instances` lacks and, when `fill_reserve` (nothing pending), what each type's reserve lacks.
     `received`: member key -> tasks scale-up placed on it (such a member is no spare). `started`: type
     -> machines this plan starts from the warm pool (they take from the same budget and count toward
-    the bases)."""
+    the bases); `reserve_started`: those of them started to fill a reserve (they count as its spare)."""
     started = started or {}
     book = LaunchBook.of(snapshot, policy)
     book.started = sum(started.values())
@@ -68,7 +122,7 @@ def plan_launches(
     book.keep_bases(cluster, options, started)
     book.top_up(cluster, options)
     if fill_reserve:
-        book.fill_reserve(cluster, received, options)
+        book.fill_reserve(cluster, received, options, snapshot.now, reserve_started or {})
     return book
 
 
@@ -138,22 +192,22 @@ class LaunchBook:
             self.add(cheapest.name, missing, 0)
 
     def fill_reserve(
-        self, cluster: Fleet, received: Mapping[str, int], options: Sequence[TypeOption]
+        self,
+        cluster: Fleet,
+        received: Mapping[str, int],
+        options: Sequence[TypeOption],
+        now: float,
+        started: Mapping[str, int],
     ) -> None:
-        """Launch what a type's reserve lacks. Spare machines of a type are the idle ones: reserve,
-        drained, launched or joining without placed work, and active without work."""
+        """Launch what a type's reserve lacks (`reserve_missing`), less the machines started from its
+        warm pool for it (`started`)."""
         available = {o.name for o in options if o.available}
         for tp in self.policy.allowed_types:
             if tp.reserve <= 0 or tp.name not in available or self.left <= 0:
                 continue
-            spare = sum(
-                1
-                for bucket in SPARE
-                for m in cluster.bucket(bucket)
-                if m.type_name == tp.name and not m.busy and m.key not in received
-            )
             planned = self.by_type.get(tp.name, [0, 0, 0])[0]
-            missing = min(tp.reserve - spare - planned, self.left)
+            lacking = reserve_missing(cluster, received, tp, now) - started.get(tp.name, 0)
+            missing = min(lacking - planned, self.left)
             if missing > 0:
                 self.add(tp.name, missing, 0)
                 self.for_reserve[tp.name] = self.for_reserve.get(tp.name, 0) + missing

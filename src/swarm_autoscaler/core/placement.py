@@ -134,9 +134,12 @@ class Unplaced:
         self.left -= n
         return n
 
-    def fill(self, bins: Iterable[tuple[str, str, Vec]]) -> dict[str, int]:
+    def fill(
+        self, bins: Iterable[tuple[str, str, Vec]], barred: Mapping[str, frozenset[int]] | None = None
+    ) -> dict[str, int]:
         """Place pending tasks into existing bins (key, type name, free capacity), first-fit decreasing
-        per bin; returns how many tasks each bin key received (only keys that received some)."""
+        per bin; returns how many tasks each bin key received (only keys that received some).
+        `barred`: type name -> groups (by index) its bins may not take."""
         classes: dict[tuple[Vec, str], list[str]] = {}
         for key, type_name, free in bins:
             classes.setdefault((free, type_name), []).append(key)
@@ -152,7 +155,8 @@ class Unplaced:
             if not fits(floor, free):  # not even the smallest need of every kind fits
                 continue
             if type_name not in eligible:
-                eligible[type_name] = self._eligible(type_name)
+                bar = barred.get(type_name, frozenset()) if barred else frozenset()
+                eligible[type_name] = [i for i in self._eligible(type_name) if i not in bar]
             self._fill_class(free, keys, eligible[type_name], received)
         return received
 
@@ -288,6 +292,34 @@ class Unplaced:
                 pattern.append((gi, n))
                 free = minus(free, self.groups[gi].vec, n)
         return pattern
+
+
+def dearer_special(
+    groups: Sequence[Group], options: Sequence[TypeOption], type_names: Iterable[str]
+) -> dict[str, frozenset[int]]:
+    """Type name -> the groups a machine of that type is too dear for when it is idle: the type offers
+    a resource beyond CPU and memory (GPUs, a generic resource) the group does not use, and a strictly
+    cheaper type fits the group. Such a drained GPU machine is not brought back for CPU-only work: it
+    would bill at the GPU's price for work a cheaper machine takes."""
+    by_name = {o.name: o for o in options}
+    out: dict[str, frozenset[int]] = {}
+    for name in set(type_names):
+        option = by_name.get(name)
+        if option is None or option.price is None:
+            continue
+        special = [d for d, amount in enumerate(option.capacity) if d >= 2 and amount > EPS]
+        if not special:
+            continue
+        barred = set()
+        for gi, group in enumerate(groups):
+            if group.pinned is not None or any(group.vec[d] > 0 for d in special):
+                continue
+            cheaper = choose_type(group, options)
+            if cheaper is not None and cheaper.price is not None and cheaper.price < option.price:
+                barred.add(gi)
+        if barred:
+            out[name] = frozenset(barred)
+    return out
 
 
 def fair_shares(need: Mapping[str, int], budget: int) -> dict[str, int]:

@@ -57,7 +57,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from swarm_autoscaler.core.actions import Action, Cordon, DrainNode, Launch, Plan
+from swarm_autoscaler.core.actions import Action, Cordon, DrainNode, Launch, Plan, Start
 from swarm_autoscaler.core.clockmarks import future_marks
 from swarm_autoscaler.core.cluster import classify
 from swarm_autoscaler.core.consolidate import choose_cordons
@@ -67,9 +67,9 @@ from swarm_autoscaler.core.launches import LaunchBook, plan_launches
 from swarm_autoscaler.core.marks import accept_joined, keep_cordons, keep_marks, label_nodes
 from swarm_autoscaler.core.model import Policy, Snapshot
 from swarm_autoscaler.core.placement import NewBins, Unplaced, rank_types, type_capacity
-from swarm_autoscaler.core.pool import refill, repair_pool, started
+from swarm_autoscaler.core.pool import refill, repair_pool, reserve_starts, started
 from swarm_autoscaler.core.scaleup import NEW, OWN_WORKER, TIERS, Placement, scale_up
-from swarm_autoscaler.core.shrink import repair, scale_down
+from swarm_autoscaler.core.shrink import base_keys, repair, scale_down
 from swarm_autoscaler.core.steps import Facts, Step, mark, mark_actions
 from swarm_autoscaler.core.surge import BELOW_SURGE
 from swarm_autoscaler.core.vectors import Space, Vec
@@ -131,6 +131,11 @@ def _decide(
     capacity = type_capacity(snapshot, options, space)
     budget = LaunchBook.of(snapshot, policy).budget
     up = scale_up(facts, unplaced, options, capacity, budget, tracing=ledger is not None)
+    for_reserve: tuple[Start, ...] = ()
+    if idle:  # an empty reserve is filled from the warm pool before any launch (pool.reserve_starts)
+        taken = {i for s in up.start for i in s.instance_ids}
+        for_reserve = reserve_starts(facts, up.received, taken, budget - started(up.start).total())
+        up = dataclasses.replace(up, start=(*up.start, *for_reserve))
     starting = started(up.start)
     launches = plan_launches(
         snapshot,
@@ -141,6 +146,7 @@ def _decide(
         options,
         fill_reserve=idle,
         started=starting,
+        reserve_started=started(for_reserve),
     )
     # The load, decided once: `idle` (nothing pending), `short` (pending work left without capacity:
     # max_instances reached, or its types refused) or neither (every pending task placed). Idle
@@ -233,6 +239,7 @@ def _consolidate(
     """Cordon under-used workers (see consolidate.py): never one that received pending tasks (whose
     room, given to that work, counts for no other either) or that this plan drains."""
     draining = {a.node_id for a in shrink.actions if isinstance(a, DrainNode)}
+    base = base_keys(facts)  # the always-on base takes work: never cordoned
     candidates = [
         m
         for m in facts.cluster.active
@@ -241,6 +248,7 @@ def _consolidate(
         and m.key not in up.received
         and m.node is not None
         and m.node.id not in draining
+        and m.key not in base
     ]
     return tuple(
         choose_cordons(

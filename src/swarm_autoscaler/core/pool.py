@@ -28,7 +28,7 @@ where a launch takes minutes, and a stopped machine pays only for its EBS volume
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from swarm_autoscaler.core.actions import (
     Action,
@@ -44,7 +44,7 @@ from swarm_autoscaler.core.actions import (
 )
 from swarm_autoscaler.core.backoff import refused_types
 from swarm_autoscaler.core.cluster import Member
-from swarm_autoscaler.core.launches import useful_of
+from swarm_autoscaler.core.launches import reserve_missing, useful_of
 from swarm_autoscaler.core.model import InstanceState, NodeStatus
 from swarm_autoscaler.core.steps import Facts, Step
 from swarm_autoscaler.core.vectors import Vec
@@ -84,6 +84,28 @@ def start_bins(facts: Facts, capacity: Mapping[str, Vec], budget: int) -> tuple[
         key=lambda m: (order[m.type_name], -m.instance.launched_at if m.instance else 0.0, m.key),
     )[: max(0, budget)]
     return {m.key: m for m in candidates}, [(m.key, m.type_name, capacity[m.type_name]) for m in candidates]
+
+
+def reserve_starts(
+    facts: Facts, received: Mapping[str, int], taken: Collection[str], budget: int
+) -> tuple[Start, ...]:
+    """When nothing is pending: Starts of stopped pool machines for what each type's reserve lacks,
+    before any launch (a start takes seconds where a launch takes minutes, and the pool machine is
+    already paid for), within `budget`; `taken`: pool machines scale-up starts already. The started
+    machine joins, idles and is drained into the reserve like a launched one; the pool is refilled by
+    `refill` once it is short."""
+    out = []
+    for tp in facts.policy.allowed_types:
+        missing = min(reserve_missing(facts.cluster, received, tp, facts.now), budget)
+        if missing <= 0:
+            continue
+        _, bins = start_bins(facts, {tp.name: ()}, len(facts.cluster.stopped))
+        ids = tuple(sorted([key for key, _, _ in bins if key not in taken][:missing]))
+        if ids:
+            why = f"fill the reserve of {tp.reserve} warm {tp.name} from its warm pool"
+            out.append(Start(ids, tp.name, why))
+            budget -= len(ids)
+    return tuple(out)
 
 
 def start_actions(members: list[Member], received: Mapping[str, int]) -> tuple[Start, ...]:

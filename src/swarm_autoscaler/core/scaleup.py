@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from swarm_autoscaler.core.actions import ActivateNode, Start, Uncordon
 from swarm_autoscaler.core.cluster import Bucket, Member
-from swarm_autoscaler.core.placement import NewBins, TypeOption, Unplaced
+from swarm_autoscaler.core.model import Availability, NodeStatus
+from swarm_autoscaler.core.placement import NewBins, TypeOption, Unplaced, dearer_special
 from swarm_autoscaler.core.pool import POOLED, start_actions, start_bins
 from swarm_autoscaler.core.steps import Facts, Mark, mark
 from swarm_autoscaler.core.surge import BELOW_SURGE, below_threshold
@@ -25,6 +26,7 @@ from swarm_autoscaler.core.vectors import Vec
 TIERS = (Bucket.ACTIVE, Bucket.DRAINED, Bucket.RESERVE, Bucket.JOINING, Bucket.LAUNCHED, Bucket.STARTING)
 NEW = "new"
 CORDONED = "cordoned"
+UNOWNED = "unowned"  # idle room on workers whose nodes the daemon does not own (never touched)
 OWN_WORKER = "own-worker"  # queued tasks their busy worker is expected to start within tolerated_wait
 
 Bin = tuple[str, str, Vec]  # (key, type name, free room)
@@ -59,14 +61,22 @@ class _Fill:
     placed: dict[str, int] = field(default_factory=dict)
     bins: dict[str, tuple[str, Vec]] = field(default_factory=dict)
 
-    def place(self, tier: str, owner: Mapping[str, Member], bins: list[Bin]) -> list[Member]:
-        """Fill `bins` from the unplaced tasks; count what each member received. Returns the members that
-        received tasks, once each."""
+    def place(
+        self,
+        tier: str,
+        owner: Mapping[str, Member],
+        bins: list[Bin],
+        barred: Mapping[str, frozenset[int]] | None = None,
+    ) -> list[Member]:
+        """Fill `bins` from the unplaced tasks (a type's `barred` groups excepted); count what each
+        member received. Returns the members that received tasks, once each."""
         if self.tracing:
             self.bins.update((key, (type_name, free)) for key, type_name, free in bins)
-        got = self.unplaced.fill(bins)
+        got = self.unplaced.fill(bins, barred)
         self.placed[tier] = sum(got.values())
         members: dict[str, Member] = {}
+        if tier == UNOWNED:  # not ours: no member of ours received anything
+            return []
         for key, n in got.items():
             member = owner[key]
             self.received[member.key] = self.received.get(member.key, 0) + n
@@ -88,8 +98,13 @@ def scale_up(
     activate: list[Member] = []
     for tier in TIERS:
         if unplaced.left:
-            got = fill.place(tier.value, *_tier_bins(facts, tier, capacity))
-            activate += got if tier in (Bucket.DRAINED, Bucket.RESERVE) else []
+            owner, bins = _tier_bins(facts, tier, capacity)
+            asleep = tier in (Bucket.DRAINED, Bucket.RESERVE)
+            barred = dearer_special(unplaced.groups, options, (b[1] for b in bins)) if asleep else None
+            got = fill.place(tier.value, owner, bins, barred)
+            activate += got if asleep else []
+        if tier == Bucket.ACTIVE and unplaced.left:
+            fill.place(UNOWNED, *_unowned_bins(facts))
         if tier == Bucket.ACTIVE and unplaced.left:
             for member in fill.place(CORDONED, *_cordoned_bins(facts)):
                 why = f"{fill.received[member.key]} pending task(s) fit on this cordoned worker"
@@ -158,6 +173,25 @@ def _tier_bins(
             owner[m.key] = m
             bins.append((m.key, m.type_name, capacity[m.type_name]))
     return owner, bins
+
+
+def _unowned_bins(facts: Facts) -> tuple[dict[str, Member], list[Bin]]:
+    """Free room on workers of nodes the daemon does not own (a static base, a manager's worker) comes
+    right after its own active workers: dask sends them work as it does to ours, and they cost nothing
+    more. Before, such room was ignored and the daemon launched beside it. Only their room is used:
+    they are never marked, cordoned, drained or retired (not ours), and the members are not counted as
+    having received work (no mark of ours is written on their nodes). Their type is their node's
+    `instance-type` label, if any, for pinned tasks."""
+    owner = {
+        w.address: m
+        for m in (*facts.cluster.unowned, *facts.cluster.manager)
+        if m.node is not None
+        and m.node.status == NodeStatus.READY
+        and m.node.availability == Availability.ACTIVE
+        for w in m.workers
+        if not w.retiring and w.address in facts.demand.free
+    }
+    return owner, [(a, m.type_name, facts.demand.free[a]) for a, m in owner.items()]
 
 
 def _cordoned_bins(facts: Facts) -> tuple[dict[str, Member], list[Bin]]:

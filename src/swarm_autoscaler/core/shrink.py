@@ -34,7 +34,7 @@ from swarm_autoscaler.core.actions import (
     Terminate,
 )
 from swarm_autoscaler.core.cluster import Member, broken_reason
-from swarm_autoscaler.core.launches import useful, useful_of
+from swarm_autoscaler.core.launches import reserve_expired, useful, useful_of
 from swarm_autoscaler.core.model import NodeStatus
 from swarm_autoscaler.core.pool import PoolRoom
 from swarm_autoscaler.core.steps import Facts, Mark, Step, mark
@@ -147,6 +147,8 @@ def scale_down(
         room.stop(m, reason, _idle_and_ours(m)) or terminate(m, reason, _idle_and_ours(m), facts.now)
         for m in chosen
     ]
+    if not cordoned_only:
+        ends += [terminate(m, why, _idle_and_ours(m), facts.now) for m, why in _expired_reserve(facts, launching)]
     return Step(
         (*drain.actions, *(a for s in ends for a in s.actions)),
         (*drain.marks, *(m for s in ends for m in s.marks)),
@@ -171,7 +173,7 @@ def _drain(facts: Facts, received: Mapping[str, int], cordoned_only: bool = Fals
         for m in facts.cluster.active
         if _empty_for(facts, m, received, delay) and (m.cordoned or not cordoned_only)
     ]
-    kept = _holders_kept(facts.cluster.active, due)
+    kept = _holders_kept(facts.cluster.active, due) | _base_kept(facts, due)
     for member in (m for m in due if m.key not in kept):
         node = member.node
         assert node is not None
@@ -192,6 +194,33 @@ def _drain(facts: Facts, received: Mapping[str, int], cordoned_only: bool = Fals
         drain.append(DrainNode(node.id, node.hostname, reason, expect=expect))
         marks.append(mark(node.id, "drained", drained_since=facts.now, empty_since=None, cordoned_since=None))
     return Step((*retire, *drain), tuple(marks))
+
+
+def _base_kept(facts: Facts, due: Sequence[Member]) -> frozenset[str]:
+    """The keys of due members kept active as their type's base (`TypePolicy.minimum`): the base is
+    always on, with its workers; retired and drained for idleness, its machines billed with no worker
+    and the queue threshold (surge.py) no longer saw them. The base is counted among the type's active
+    members; the first due ones by key make up what the others lack."""
+    leaving = {m.key for m in due}
+    kept: set[str] = set()
+    for tp in facts.policy.allowed_types:
+        if tp.minimum <= 0:
+            continue
+        staying = sum(1 for m in facts.cluster.active if m.type_name == tp.name and m.key not in leaving)
+        mine = sorted(m.key for m in due if m.type_name == tp.name)
+        kept.update(mine[: max(0, tp.minimum - staying)])
+    return frozenset(kept)
+
+
+def base_keys(facts: Facts) -> frozenset[str]:
+    """Keys of the active members that make up each type's base (the first `minimum` by key): never
+    cordoned by consolidation, which would leave the base up without taking work."""
+    keys: set[str] = set()
+    for tp in facts.policy.allowed_types:
+        if tp.minimum > 0:
+            mine = sorted(m.key for m in facts.cluster.active if m.type_name == tp.name)
+            keys.update(mine[: tp.minimum])
+    return frozenset(keys)
 
 
 def _empty_for(facts: Facts, member: Member, received: Mapping[str, int], delay: float) -> bool:
@@ -215,6 +244,23 @@ def _holders_kept(active: Sequence[Member], due: Sequence[Member]) -> frozenset[
     if not open_holders:
         return frozenset(m.key for m in holders)
     return frozenset({max(m.key for m in open_holders)})
+
+
+def _expired_reserve(facts: Facts, launching: Collection[str]) -> list[tuple[Member, str]]:
+    """Reserve machines of a type unused past its `reserve_idle_limit` (launches.reserve_expired), with
+    the reason: a reserve is kept warm for work that comes back soon, not for ever (the peer's
+    inactivity limit of its hot buffer). Never while the plan launches the type, never a busy one."""
+    out = []
+    for member in facts.cluster.reserve:
+        tp = facts.policy.type_policy(member.type_name)
+        if tp is None or member.busy or member.type_name in launching or member.node is None:
+            continue
+        unused = reserve_expired(facts.cluster, tp, facts.now)
+        if unused is not None:
+            limit = f"reserve_idle_limit {tp.reserve_idle_limit:g}s"
+            since = f"{unused:.0f}s" if unused != float("inf") else "ever"
+            out.append((member, f"reserve unused for {since} ({limit})"))
+    return out
 
 
 def _beyond_reserve(

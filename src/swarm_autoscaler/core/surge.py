@@ -3,7 +3,9 @@
 A type may carry `TypePolicy.surge_above` = N > 0: while a worker of that type is up and takes tasks
 (an active, uncordoned member with a connected worker), new machines of the type are launched only when
 more than N pending tasks would go on them; N or fewer wait for the machines already there (dask runs
-them as room frees up). With no such worker (none up yet, or all cordoned or drained) the threshold does
+them as room frees up). A drained or reserve machine of the type counts as such a worker: it is the
+base, drained or not, and scale-up activates it for the queue (before, a drained base launched surge
+machines for a queue an active one held back). With no such worker (none up yet, or all cordoned or drained) the threshold does
 not apply: a task no worker can start would otherwise wait for ever. This is the always-on base plus
 queue-length surge of a GPU fleet (scale-out only past a queue length): base capacity from `min_instances` or a
 `reserve`, surge machines only for a real queue. `tolerated_wait` is the other knob of the same trade:
@@ -33,6 +35,9 @@ def below_threshold(
     for b in new_bins:
         tasks[b.type_name] = tasks.get(b.type_name, 0) + b.count * b.tasks_each
     up = {m.type_name for m in cluster.active if m.workers and not m.cordoned}
+    # A drained or reserve machine of the type is base capacity too (scale-up activates it for the
+    # queue): counted as up, so a drained base holds a short queue as an active one does.
+    up |= {m.type_name for m in (*cluster.drained, *cluster.reserve)}
     held = {}
     for type_name, n in tasks.items():
         tp = policy.type_policy(type_name)

@@ -14,12 +14,13 @@ last job completes; and in any case at `deadline_s` after the trace's lower-boun
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from swarm_autoscaler.core.actions import Plan
-from swarm_autoscaler.core.model import InstanceState, InstanceType, Policy, Snapshot
+from swarm_autoscaler.core.model import InstanceState, InstanceType, Policy, PoolPhase, Snapshot
 from swarm_autoscaler.daemon.loop import InFlightCloud
 from swarm_autoscaler.daemon.tick import ActConfig, Ports, TickResult, run_tick
 from swarm_autoscaler_lab.sim.trace import Job
@@ -221,4 +222,18 @@ def _finished(run: Run, strategy: Strategy, now: float) -> bool:
         return True
     world = run.world
     booting = any(i.state is InstanceState.PENDING for i in world.instances.values())
-    return not booting and len(world.alive()) <= settled_fleet(run.policy)
+    return not booting and len(world.alive()) <= settled_fleet(run.policy) and _pools_settled(run)
+
+
+def _pools_settled(run: Run) -> bool:
+    """No machine prepares for a warm pool, and every pool is full while the maximum leaves room to
+    prepare one beside the settled fleet: pools refill one machine at a time when the bases and
+    reserves leave a single free place, and a run that ended between two refills ended with one still
+    preparing (a live machine without a node, read as a leak)."""
+    policy, world = run.policy, run.world
+    if any(i.pool is PoolPhase.PREPARE for i in world.alive()):
+        return False
+    if policy.max_instances <= settled_fleet(policy):
+        return True
+    stopped = Counter(i.type_name for i in world.instances.values() if i.state is InstanceState.STOPPED)
+    return all(stopped[tp.name] >= tp.warm_pool for tp in policy.allowed_types)
