@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import pytest
 from tests.builders import (
-    CATALOGUE,
     NOW,
     assemble,
     hostname,
@@ -37,7 +36,6 @@ from swarm_autoscaler.core.actions import (
     Launch,
     MarkNode,
     NodeOurs,
-    NothingWaits,
     Plan,
     Retired,
     RetireWorkers,
@@ -128,9 +126,7 @@ CASES = [
         "at the cap, 150 pinned jobs for each of 6 types with room for 50 get 9/9/8/8/8/8 machines",
         make_snapshot(unrunnable=pinned_jobs(150), types=SIX),
         Plan(
-            tuple(
-                launch(t.name, n, n) for t, n in zip(reversed(SIX), (9, 9, 8, 8, 8, 8), strict=True)
-            ),
+            tuple(launch(t.name, n, n) for t, n in zip(reversed(SIX), (9, 9, 8, 8, 8, 8), strict=True)),
             pending=900,
             placed=(("new", 50),),
         ),
@@ -165,7 +161,6 @@ CASES = [
         gpu_base(minimum=2),
     ),
 ]
-
 
 
 def gpu_work(n: int) -> tuple:  # type: ignore[type-arg]
@@ -241,6 +236,103 @@ CASES += [
         "idle room on a worker the daemon does not own takes queued work before any launch",
         assemble(machine(1, processing=make_tasks(5, "q")), unowned_worker(9, 4)),
         Plan(pending=3, placed=(("unowned", 3),)),
+        make_policy(),
+    ),
+]
+
+
+# ------------------------------------------------------------------------------------ spot notices
+# A rebalance recommendation (EC2: this spot machine is at raised risk) is advice, not an interruption:
+# Karpenter only records an event for it. Before, it was handled as one: busy workers were retired and
+# their running work redone elsewhere.
+
+REBALANCE = NOW - 10
+LET_GO = f"EC2 gave notice at {REBALANCE:.0f} that it takes i-0001 back"
+
+
+def rebalanced(parts: tuple, interrupted: bool = False) -> tuple:  # type: ignore[type-arg]
+    inst, node, worker = parts
+    inst = dataclasses.replace(inst, spot=True, rebalance_at=REBALANCE)
+    if interrupted:
+        inst = dataclasses.replace(inst, interrupted_at=REBALANCE)
+    return inst, node, worker
+
+
+def busy(n: int) -> tuple:  # type: ignore[type-arg]
+    running = [dataclasses.replace(t, executing=True) for t in make_tasks(2, f"run{n}-")]
+    return machine(n, processing=running)
+
+
+def rebalance_cordon(n: int) -> Cordon:
+    why = f"EC2 recommends rebalancing i-{n:04d} (notice at {REBALANCE:.0f}): it takes no new task"
+    return Cordon(f"node-{n}", hostname(n), (addr(n),), why, (NodeOurs(f"node-{n}"),))
+
+
+def replacement(n: int) -> Launch:
+    why = f"1 to replace i-{n:04d} early (EC2 recommends rebalancing it)"
+    return Launch("m5.large", 1, why)
+
+
+def cordoned(parts: tuple) -> tuple:  # type: ignore[type-arg]
+    inst, node, worker = parts
+    node = dataclasses.replace(node, marks=NodeMarks(ready=True, cordoned_since=NOW - 5))
+    return inst, node, dataclasses.replace(worker, retiring=True)
+
+
+CASES += [
+    Case(
+        "a rebalance recommendation on a busy machine: replacement launched early, worker cordoned",
+        assemble(rebalanced(busy(1))),
+        Plan((replacement(1), rebalance_cordon(1))),
+        make_policy(),
+    ),
+    Case(
+        "once cordoned for a rebalance recommendation, a busy machine is left to finish its work",
+        assemble(cordoned(rebalanced(busy(1)))),
+        Plan(),
+        make_policy(),
+    ),
+    Case(
+        "an idle machine with a rebalance recommendation is let go at once, as for an interruption",
+        assemble(rebalanced(machine(1))),
+        Plan(
+            (
+                MarkNode("node-1", NodeMarks(ready=True, termination_started=NOW), "terminating"),
+                RetireWorkers(
+                    (addr(1),), f"{LET_GO}: its results move to workers that stay", (NodeOurs("node-1"),)
+                ),
+                DrainNode("node-1", hostname(1), LET_GO, (Retired(hostname(1)), NodeOurs("node-1"))),
+                Terminate(
+                    ("i-0001",),
+                    f"{LET_GO}: let go",
+                    ("node-1",),
+                    expect=(HostIdle(hostname(1)), Retired(hostname(1)), NodeOurs("node-1")),
+                ),
+            )
+        ),
+        make_policy(),
+    ),
+    Case(
+        "an interruption warning on a busy machine is handled as before: retired, drained, replaced",
+        assemble(rebalanced(busy(1), interrupted=True)),
+        Plan(
+            (
+                MarkNode("node-1", NodeMarks(ready=True, termination_started=NOW), "terminating"),
+                launch("m5.large", 1, 2),
+                RetireWorkers(
+                    (addr(1),), f"{LET_GO}: its results move to workers that stay", (NodeOurs("node-1"),)
+                ),
+                DrainNode("node-1", hostname(1), LET_GO, (Retired(hostname(1)), NodeOurs("node-1"))),
+                Terminate(
+                    ("i-0001",),
+                    f"{LET_GO}: let go",
+                    ("node-1",),
+                    expect=(HostIdle(hostname(1)), Retired(hostname(1)), NodeOurs("node-1")),
+                ),
+            ),
+            pending=2,
+            placed=(("new", 2),),
+        ),
         make_policy(),
     ),
 ]

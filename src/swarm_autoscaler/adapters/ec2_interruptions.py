@@ -13,7 +13,8 @@ What one `poll_once` does, in order, so that no notice is lost:
    malformed and deleted: it would come back forever and teaches nothing;
 3. re-read the instances named from EC2 and keep those that carry our ownership tags, live, launched
    (or started) before the notice; tag each with the notice's time (`INTERRUPTED_TAG`, read back into
-   `Instance.interrupted_at` by every listing, so a restart finds it: the queue gives a notice once);
+   `Instance.interrupted_at` by every listing, so a restart finds it: the queue gives a notice once;
+   a rebalance recommendation under `REBALANCE_TAG`, read into `Instance.rebalance_at`: advice only);
 4. delete the messages handled. When EC2 cannot be read or tagged, nothing is deleted: the messages
    become visible again after the queue's visibility timeout and are handled then.
 
@@ -41,6 +42,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from swarm_autoscaler.adapters.ec2_support import (
     INTERRUPTED_TAG,
+    REBALANCE_TAG,
     is_transient,
     to_endpoint_error,
     to_instance,
@@ -134,24 +136,32 @@ class OwnedInstances(Protocol):
 async def mark_interrupted(cloud: OwnedInstances, notices: Sequence[Notice]) -> frozenset[str]:
     """Tag every owned, live instance among `notices` with its earliest notice's time (once: a machine
     already tagged keeps its first notice). Returns the ids that are ours. A notice given before the
-    machine's launch (or last start from the warm pool) is stale and skipped. Raises EndpointError."""
-    earliest: dict[str, float] = {}
+    machine's launch (or last start from the warm pool) is stale and skipped. A rebalance
+    recommendation is advice, not a notice (core/interrupt.py): it is kept under its own tag
+    (`REBALANCE_TAG`). Raises EndpointError."""
+    earliest: dict[tuple[str, str], float] = {}
     for notice in notices:
-        earliest[notice.instance_id] = min(notice.at, earliest.get(notice.instance_id, notice.at))
+        tag = REBALANCE_TAG if notice.kind == REBALANCE else INTERRUPTED_TAG
+        key = (notice.instance_id, tag)
+        earliest[key] = min(notice.at, earliest.get(key, notice.at))
     if not earliest:
         return frozenset()
     try:
-        found = await cloud._describe_ids(sorted(earliest))
+        found = await cloud._describe_ids(sorted({i for i, _ in earliest}))
         owned = [raw for raw in found if cloud._owned(raw)]
         for raw in owned:
             instance = to_instance(raw)
-            at = earliest[raw["InstanceId"]]
-            if instance is None or raw["State"]["Name"] not in _LIVE or instance.interrupted_at is not None:
+            if instance is None or raw["State"]["Name"] not in _LIVE:
                 continue
-            if at < instance.launched_at:
-                continue
-            tag = [{"Key": INTERRUPTED_TAG, "Value": f"{at:.0f}"}]
-            await cloud._call("create_tags", Resources=[instance.id], Tags=tag)
+            for tag, noted in (
+                (INTERRUPTED_TAG, instance.interrupted_at),
+                (REBALANCE_TAG, instance.rebalance_at),
+            ):
+                at = earliest.get((instance.id, tag))
+                if at is None or noted is not None or at < instance.launched_at:
+                    continue
+                value = [{"Key": tag, "Value": f"{at:.0f}"}]
+                await cloud._call("create_tags", Resources=[instance.id], Tags=value)
     except (ClientError, BotoCoreError) as exc:
         raise to_endpoint_error(cloud.endpoint, "tagging interrupted instances", exc) from None
     return frozenset(raw["InstanceId"] for raw in owned)

@@ -203,6 +203,8 @@ CAPACITY_TAG = "swarm-autoscaler/capacity"
 # When EC2 gave notice that it takes the machine back (epoch seconds; see `ec2_interruptions`): a notice
 # is read from the queue once, so it is kept where the daemon's restart finds it.
 INTERRUPTED_TAG = "swarm-autoscaler/interrupted-at"
+# When EC2 recommended rebalancing the machine (a spot machine at raised risk): advice, kept apart.
+REBALANCE_TAG = "swarm-autoscaler/rebalance-at"
 
 
 def node_labels(tags: Mapping[str, str]) -> dict[str, str]:
@@ -229,6 +231,7 @@ def to_instance(raw: Mapping[str, Any]) -> Instance | None:
         pool=_pool_phase(tags.get(POOL_TAG)),
         spot=raw.get("InstanceLifecycle") == "spot" or tags.get(CAPACITY_TAG) == "spot",
         interrupted_at=_number(tags.get(INTERRUPTED_TAG)) or None,
+        rebalance_at=_number(tags.get(REBALANCE_TAG)) or None,
     )
 
 

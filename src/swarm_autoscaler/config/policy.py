@@ -83,4 +83,5 @@ def _type_policy(name: str, allowed: AllowedType, known: InstanceType | None) ->
         minimum=allowed.min,
         warm_pool=allowed.warm_pool,
         surge_above=allowed.surge_above,
+        reserve_idle_limit=allowed.reserve_idle_limit,
     )

@@ -186,6 +186,11 @@ class AllowedType(BaseModel):
         le=MAX_FLEET,
         description="Machines of this type always running (the base capacity; on top of the global minimum's count).",
     )
+    reserve_idle_limit: Duration = Field(
+        default=0.0,
+        description="Let the reserve go once no machine of this type worked for this long; refill it "
+        "when the type works again (0: keep the reserve always).",
+    )
     warm_pool: int = Field(
         default=0,
         ge=0,

@@ -42,7 +42,10 @@ removed once down (rule 4); otherwise it is left out.
    label and the lifecycle marks prove nothing: a node without the ownership label that matches no
    owned instance is never touched, even when it goes down
 2b. instance alive with an interruption notice
-   (`interrupted_at`, see core/interrupt.py)           -> interrupted
+   (`interrupted_at`, see core/interrupt.py), or with
+   a rebalance recommendation (`rebalance_at`) and
+   nothing on its workers                              -> interrupted (a busy one goes on by the rules
+   below: the recommendation is advice, interrupt.py)
 3. instance stopped, or stopping with a pool for its
    type (its node not marked `termination_started`)    -> stopped for the first `warm_pool` of its type
    (newest instance first, then id); beyond that -> broken ("stopped outside the warm pool")
@@ -355,7 +358,9 @@ def _instance_bucket(member: Member, now: float, policy: Policy) -> Bucket:
     young = now - inst.launched_at < policy.max_start_time
     if node is not None and node.is_manager:
         return Bucket.MANAGER
-    if inst.alive and inst.interrupted_at is not None:
+    if inst.alive and (
+        inst.interrupted_at is not None or (inst.rebalance_at is not None and not member.busy)
+    ):
         return Bucket.INTERRUPTED  # until EC2 lists it as shutting down (core/interrupt.py)
     ending = node is not None and node.marks.termination_started is not None
     if _stopped_for_pool(inst, policy) and not ending:

@@ -18,6 +18,14 @@ What the planner does, in the same plan, for each interrupted machine:
    still moves results, the termination is skipped and planned again next tick; for a spot warning
    EC2 may come first, which loses nothing dask has not moved already.
 
+A **rebalance recommendation** (`Instance.rebalance_at`: EC2 says a spot machine is at raised risk,
+usually well before any warning) is advice, as Karpenter treats it: a busy machine is not taken from
+its work. Its worker is cordoned (it takes no new task; its running tasks finish undisturbed) and one
+replacement of its type is launched at once (`replacements`: in the plan that cordons it, so once), so
+that capacity is there if the warning follows. Once its workers run and hold nothing it is in the
+`interrupted` bucket (cluster.py) and let go as above. Before, a recommendation was handled as a
+warning: busy workers were retired and their running work redone elsewhere.
+
 The machine stays in the bucket (its node marked terminating) until EC2 lists it as shutting down, so
 each tick plans the steps still to do again. It is never stopped into the warm pool (the pool's steps
 never see the bucket).
@@ -30,6 +38,7 @@ import dataclasses
 from swarm_autoscaler.core.actions import (
     Action,
     Check,
+    Cordon,
     DrainNode,
     HostIdle,
     NodeOurs,
@@ -66,9 +75,43 @@ def pending_view(snapshot: Snapshot) -> Snapshot:
     )
 
 
+def advised(facts: Facts) -> list[Member]:
+    """Busy active machines with a rebalance recommendation and no warning, not yet cordoned."""
+    return [
+        m
+        for m in facts.cluster.active
+        if m.instance is not None
+        and m.instance.rebalance_at is not None
+        and m.node is not None
+        and m.workers
+        and m.node.marks.cordoned_since is None
+    ]
+
+
+def rebalancing(member: Member) -> bool:
+    """The member's machine carries a rebalance recommendation: it takes no new work."""
+    return member.instance is not None and member.instance.rebalance_at is not None
+
+
+def replacements(facts: Facts) -> dict[str, tuple[str, ...]]:
+    """Type -> the machines a replacement is launched for now (those cordoned in this plan)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for member in advised(facts):
+        out[member.type_name] = (*out.get(member.type_name, ()), member.key)
+    return out
+
+
+def _advise(member: Member) -> Cordon:
+    inst, node = member.instance, member.node
+    assert inst is not None and inst.rebalance_at is not None and node is not None
+    why = f"EC2 recommends rebalancing {inst.id} (notice at {inst.rebalance_at:.0f}): it takes no new task"
+    return Cordon(node.id, node.hostname, tuple(w.address for w in member.workers), why, (NodeOurs(node.id),))
+
+
 def let_go(facts: Facts) -> Step:
-    """Retire, drain and terminate every interrupted machine (see the module docstring)."""
-    actions: list[Action] = []
+    """Retire, drain and terminate every interrupted machine; cordon the busy ones EC2 recommends
+    rebalancing (see the module docstring)."""
+    actions: list[Action] = [_advise(m) for m in advised(facts)]
     marks: list[Mark] = []
     for member in facts.cluster.interrupted:
         step = _let_go(member, facts.now)
@@ -79,8 +122,10 @@ def let_go(facts: Facts) -> Step:
 
 def _let_go(member: Member, now: float) -> Step:
     inst, node = member.instance, member.node
-    assert inst is not None and inst.interrupted_at is not None
-    why = f"EC2 gave notice at {inst.interrupted_at:.0f} that it takes {inst.id} back"
+    assert inst is not None
+    at = inst.interrupted_at if inst.interrupted_at is not None else inst.rebalance_at
+    assert at is not None
+    why = f"EC2 gave notice at {at:.0f} that it takes {inst.id} back"
     actions: list[Action] = []
     ours: tuple[Check, ...] = (NodeOurs(node.id),) if node is not None else ()
     if member.workers:

@@ -107,18 +107,25 @@ def plan_launches(
     fill_reserve: bool,
     started: Mapping[str, int] | None = None,
     reserve_started: Mapping[str, int] | None = None,
+    replace: Mapping[str, tuple[str, ...]] | None = None,
 ) -> LaunchBook:
     """Every launch of one plan: the new instances scale-up packed pending work onto, what
     `min_instances` lacks and, when `fill_reserve` (nothing pending), what each type's reserve lacks.
     `received`: member key -> tasks scale-up placed on it (such a member is no spare). `started`: type
     -> machines this plan starts from the warm pool (they take from the same budget and count toward
-    the bases); `reserve_started`: those of them started to fill a reserve (they count as its spare)."""
+    the bases); `reserve_started`: those of them started to fill a reserve (they count as its spare);
+    `replace`: type -> machines EC2 recommends rebalancing, each replaced by one launch now."""
     started = started or {}
     book = LaunchBook.of(snapshot, policy)
     book.started = sum(started.values())
     book.budget = max(0, book.budget - book.started)
     for bins in new_bins:
         book.add(bins.type_name, bins.count, bins.count * bins.tasks_each)
+    for type_name, ids in (replace or {}).items():
+        count = min(len(ids), book.left)
+        if count > 0:
+            book.add(type_name, count, 0)
+            book.for_replacement[type_name] = ids[:count]
     book.keep_bases(cluster, options, started)
     book.top_up(cluster, options)
     if fill_reserve:
@@ -135,6 +142,8 @@ class LaunchBook:
     by_type: dict[str, list[int]] = field(default_factory=dict)  # type -> [count, tasks, for minimum]
     for_reserve: dict[str, int] = field(default_factory=dict)  # type -> launched to fill its reserve
     for_base: dict[str, int] = field(default_factory=dict)  # type -> launched to keep its base
+    # type -> machines EC2 recommends rebalancing, each replaced by one launch
+    for_replacement: dict[str, tuple[str, ...]] = field(default_factory=dict)
     started: int = 0  # machines the plan starts from the warm pool (they count toward the minimum)
 
     @staticmethod
@@ -218,15 +227,19 @@ class LaunchBook:
             parts = []
             if tasks:
                 parts.append(f"{tasks} pending task(s) need new capacity; cheapest fitting type: {type_name}")
+            replaced = self.for_replacement.get(type_name, ())
+            if replaced:
+                parts.append(
+                    f"{len(replaced)} to replace {', '.join(replaced)} early (EC2 recommends rebalancing it)"
+                )
             for_reserve = self.for_reserve.get(type_name, 0)
             for_base = self.for_base.get(type_name, 0)
             if for_base:
                 tp = self.policy.type_policy(type_name)
                 parts.append(f"{for_base} to keep the base of {tp.minimum if tp else 0} {type_name} running")
-            if for_minimum - for_reserve - for_base > 0:
-                parts.append(
-                    f"{for_minimum - for_reserve - for_base} to keep min_instances={self.policy.min_instances}"
-                )
+            for_min = for_minimum - for_reserve - for_base - len(replaced)
+            if for_min > 0:
+                parts.append(f"{for_min} to keep min_instances={self.policy.min_instances}")
             if for_reserve:
                 tp = self.policy.type_policy(type_name)
                 parts.append(

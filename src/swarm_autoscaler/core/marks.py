@@ -109,7 +109,8 @@ def keep_cordons(
             marks.append(mark(node.id, "worker takes tasks again", cordoned_since=None))
             continue
         waiting = sum(1 for w in member.workers for t in w.processing if not t.executing)
-        if waiting and node.id not in uncordoned:
+        rebalancing = member.instance is not None and member.instance.rebalance_at is not None
+        if waiting and node.id not in uncordoned and not rebalancing:  # (advice: it stays cordoned)
             actions.append(uncordon_action(member, f"{waiting} task(s) wait on this cordoned worker"))
     return tuple(marks), tuple(actions)
 

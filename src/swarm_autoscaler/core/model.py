@@ -137,7 +137,9 @@ class Instance:
     its node gets them once it joins. `pool`: its warm pool phase, None for a machine launched to work.
     `spot`: a spot instance (EC2 may interrupt it, and it cannot be stopped into the warm pool).
     `interrupted_at`: when EC2 gave notice that it takes the machine back (a spot interruption warning,
-    a rebalance recommendation or a scheduled retirement; kept in a tag), None without a notice.
+    or a scheduled retirement; kept in a tag), None without a notice. `rebalance_at`: when EC2
+    recommended rebalancing it (a spot machine at raised risk; advice, not a notice: see
+    core/interrupt.py), None without one.
     """
 
     id: str
@@ -152,6 +154,7 @@ class Instance:
     pool: PoolPhase | None = None
     spot: bool = False
     interrupted_at: float | None = None
+    rebalance_at: float | None = None
 
     @property
     def alive(self) -> bool:

@@ -62,7 +62,7 @@ from swarm_autoscaler.core.clockmarks import future_marks
 from swarm_autoscaler.core.cluster import classify
 from swarm_autoscaler.core.consolidate import choose_cordons
 from swarm_autoscaler.core.demand import Group, estimate_demand
-from swarm_autoscaler.core.interrupt import let_go, pending_view
+from swarm_autoscaler.core.interrupt import let_go, pending_view, replacements
 from swarm_autoscaler.core.launches import LaunchBook, plan_launches
 from swarm_autoscaler.core.marks import accept_joined, keep_cordons, keep_marks, label_nodes
 from swarm_autoscaler.core.model import Policy, Snapshot
@@ -147,6 +147,7 @@ def _decide(
         fill_reserve=idle,
         started=starting,
         reserve_started=started(for_reserve),
+        replace=replacements(facts),
     )
     # The load, decided once: `idle` (nothing pending), `short` (pending work left without capacity:
     # max_instances reached, or its types refused) or neither (every pending task placed). Idle

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from swarm_autoscaler.core.actions import ActivateNode, Start, Uncordon
 from swarm_autoscaler.core.cluster import Bucket, Member
+from swarm_autoscaler.core.interrupt import rebalancing
 from swarm_autoscaler.core.model import Availability, NodeStatus
 from swarm_autoscaler.core.placement import NewBins, TypeOption, Unplaced, dearer_special
 from swarm_autoscaler.core.pool import POOLED, start_actions, start_bins
@@ -166,7 +167,8 @@ def _tier_bins(
         return owner, [
             (m.key, m.type_name, capacity[m.type_name]) for m in members if m.type_name in capacity
         ]
-    owner = {w.address: m for m in members if not m.cordoned for w in m.workers}
+    # A machine EC2 recommends rebalancing takes no new work (interrupt.py): it offers no room.
+    owner = {w.address: m for m in members if not m.cordoned and not rebalancing(m) for w in m.workers}
     bins = [(a, m.type_name, facts.demand.free[a]) for a, m in owner.items()]
     for m in members:  # activated or restarted nodes whose worker is starting: in-flight capacity
         if not m.workers and m.type_name in capacity and _worker_expected(facts, m):
@@ -196,7 +198,9 @@ def _unowned_bins(facts: Facts) -> tuple[dict[str, Member], list[Bin]]:
 
 def _cordoned_bins(facts: Facts) -> tuple[dict[str, Member], list[Bin]]:
     """Free room on cordoned workers comes right after active workers: they are up and paid for."""
-    owner = {w.address: m for m in facts.cluster.active if m.cordoned for w in m.workers}
+    owner = {
+        w.address: m for m in facts.cluster.active if m.cordoned and not rebalancing(m) for w in m.workers
+    }
     return owner, [(a, m.type_name, facts.demand.free[a]) for a, m in owner.items()]
 
 

@@ -148,7 +148,9 @@ def scale_down(
         for m in chosen
     ]
     if not cordoned_only:
-        ends += [terminate(m, why, _idle_and_ours(m), facts.now) for m, why in _expired_reserve(facts, launching)]
+        ends += [
+            terminate(m, why, _idle_and_ours(m), facts.now) for m, why in _expired_reserve(facts, launching)
+        ]
     return Step(
         (*drain.actions, *(a for s in ends for a in s.actions)),
         (*drain.marks, *(m for s in ends for m in s.marks)),

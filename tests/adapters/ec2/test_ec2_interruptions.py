@@ -118,7 +118,7 @@ async def test_a_spot_warning_tags_our_machine_and_is_deleted(
     assert await left_in(sqs, queue_url) == 0
 
 
-async def test_rebalance_and_scheduled_change_count_and_a_second_notice_keeps_the_first_time(
+async def test_rebalance_and_scheduled_change_count_and_are_kept_apart(
     make_cloud: CloudFactory, sqs: Any, queue_url: str
 ) -> None:
     cloud = await make_cloud()
@@ -142,11 +142,16 @@ async def test_rebalance_and_scheduled_change_count_and_a_second_notice_keeps_th
     await notices.poll_once()
     await sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps(health))
     await notices.poll_once()
+    later = event("EC2 Instance Rebalance Recommendation", machine.id, first + 120)
+    await sqs.send_message(QueueUrl=queue_url, MessageBody=later)
+    await notices.poll_once()
     await notices.close()
 
-    assert kinds == [REBALANCE, SCHEDULED_CHANGE]
+    assert kinds == [REBALANCE, SCHEDULED_CHANGE, REBALANCE]
     (listed,) = await cloud.list_instances()
-    assert listed.interrupted_at == pytest.approx(first, abs=1)  # the first notice's time stays
+    # A rebalance recommendation is advice (core/interrupt.py): its own tag, not an interruption's.
+    assert listed.rebalance_at == pytest.approx(first, abs=1)  # a second one keeps the first time
+    assert listed.interrupted_at == pytest.approx(first + 60, abs=1)
 
 
 async def test_another_clusters_machine_is_never_tagged(
