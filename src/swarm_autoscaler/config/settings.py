@@ -245,7 +245,7 @@ class Ec2Settings(Ec2AccessSettings):
     allowed_types: AllowedTypes = Field(
         description='Instance types the fleet may use, as a JSON object: type name -> {"ami_id" (required), '
         '"reserve" (drained machines kept warm, default 0), "reserve_idle_limit" (a duration: the reserve is let '
-        'go once no machine of the type worked for this long, and refilled when it works again; default 0: '
+        "go once no machine of the type worked for this long, and refilled when it works again; default 0: "
         'kept always), "min" (machines of the type always running, '
         'default 0), "warm_pool" (stopped machines kept ready to start, default 0; each costs its EBS '
         'volume), "price_per_hour" (USD, overrides the catalogue), '
