@@ -39,17 +39,18 @@ NODES = 150
 
 
 def _plan(nodes: list[Any], now: float) -> Any:
-    from swarm_autoscaler.core.actions import Cordon, DrainNode, MarkNode, NodeOurs, NothingWaits, Plan
+    from swarm_autoscaler.core.actions import Cordon, DrainNode, NodeOurs, NodeUpdate, NothingWaits, Plan
 
     actions: list[Any] = []
     for i, node in enumerate(nodes):
         host = node.hostname
         if i < 60:
-            actions.append(MarkNode(node.id, dataclasses.replace(node.marks, empty_since=now), "empty"))
+            actions.append(NodeUpdate(node.id, "empty", dataclasses.replace(node.marks, empty_since=now)))
         elif i < 105:
             address = f"tcp://10.1.{i // 250}.{i % 250}:8786"
             expect = (NodeOurs(node.id), NothingWaits(host))
-            actions.append(Cordon(node.id, host, (address,), "consolidate", expect=expect))
+            marks = dataclasses.replace(node.marks, cordoned_since=now)
+            actions.append(Cordon(node.id, host, (address,), "consolidate", expect, marks))
         else:
             actions.append(DrainNode(node.id, host, "empty", expect=(NodeOurs(node.id),)))
     return Plan(actions=tuple(actions))
@@ -123,7 +124,7 @@ async def measure_dockerd(repetitions: int) -> list[dict[str, Any]]:
     from pathlib import Path
 
     from swarm_autoscaler.adapters.swarm import SwarmOrchestrator
-    from swarm_autoscaler.core.actions import MarkNode, Plan
+    from swarm_autoscaler.core.actions import NodeUpdate, Plan
     from swarm_autoscaler.core.model import OWNERSHIP_LABEL, NodeMarks, Snapshot
     from swarm_autoscaler.daemon.act import ActConfig, Ports, act
     from swarm_autoscaler_lab.localcloud.dockerd import LocalSwarm
@@ -145,7 +146,9 @@ async def measure_dockerd(repetitions: int) -> list[dict[str, Any]]:
                         nodes = tuple(await orch.list_nodes())
                         snapshot = Snapshot(time.time(), (), (), nodes, (), ())
                         marks = tuple(
-                            MarkNode(workers[i % 3].id, NodeMarks(empty_since=1e9 + rep * 1000 + i), "bench")
+                            NodeUpdate(
+                                workers[i % 3].id, "bench", NodeMarks(empty_since=1e9 + rep * 1000 + i)
+                            )
                             for i in range(NODES)
                         )
                         started = time.perf_counter()

@@ -32,7 +32,7 @@ class _NoCloud:
 
 
 def _plan(nodes: list[Any], now: float) -> Any:
-    from swarm_autoscaler.core.actions import DrainNode, MarkNode, NodeOurs, Plan
+    from swarm_autoscaler.core.actions import DrainNode, NodeOurs, Plan
     from swarm_autoscaler.core.model import Availability
 
     actions: list[Any] = []
@@ -40,8 +40,7 @@ def _plan(nodes: list[Any], now: float) -> Any:
         if node.availability is not Availability.ACTIVE:
             continue
         marks = dataclasses.replace(node.marks, drained_since=now)
-        actions.append(MarkNode(node.id, marks, "drained"))
-        actions.append(DrainNode(node.id, node.hostname, "empty", expect=(NodeOurs(node.id),)))
+        actions.append(DrainNode(node.id, node.hostname, "empty", (NodeOurs(node.id),), marks))
     return Plan(actions=tuple(actions))
 
 

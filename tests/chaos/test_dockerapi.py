@@ -134,7 +134,9 @@ async def test_the_adapter_reads_ownership_and_writes_marks_through_the_api() ->
         assert listed["ip-10-0-255-1"].is_manager and not listed["ip-10-0-255-1"].ours
         await orch.mark(ours.id, NodeMarks(ready=True, empty_since=5.0))
         await orch.set_availability(ours.id, Availability.DRAIN)
-        await orch.add_labels(theirs.id, {OWNERSHIP_LABEL: "c1"})  # what LabelNode does when a machine joins
+        await orch.add_labels(
+            theirs.id, {OWNERSHIP_LABEL: "c1"}
+        )  # what a NodeUpdate does when a machine joins
         listed = {n.hostname: n for n in await orch.list_nodes()}
         assert listed["ip-10-0-0-1"].marks == NodeMarks(ready=True, empty_since=5.0)
         assert listed["ip-10-0-0-1"].availability is Availability.DRAIN

@@ -14,7 +14,7 @@ from swarm_autoscaler.core.actions import (
     Cordon,
     DrainNode,
     Launch,
-    MarkNode,
+    NodeUpdate,
     Plan,
     RemoveNode,
     RetireWorkers,
@@ -412,19 +412,23 @@ class _World:
 
     def carry_out(self, action: object, now: float) -> None:
         match action:
-            case MarkNode(node_id=node_id, marks=marks):
+            case NodeUpdate(node_id=node_id, marks=marks) if marks is not None:
                 self.nodes[node_id] = dataclasses.replace(self.nodes[node_id], marks=marks)
             case ActivateNode(node_id=node_id) | DrainNode(node_id=node_id):
                 active = isinstance(action, ActivateNode)
                 availability = Availability.ACTIVE if active else Availability.DRAIN
-                self.nodes[node_id] = dataclasses.replace(self.nodes[node_id], availability=availability)
+                node = self.nodes[node_id]
+                marks = (
+                    action.marks if isinstance(action, DrainNode) and action.marks is not None else node.marks
+                )
+                self.nodes[node_id] = dataclasses.replace(node, availability=availability, marks=marks)
             case RetireWorkers(addresses=addresses):
                 for a in addresses:
                     self.workers[a] = dataclasses.replace(self.workers[a], retiring=True)
             case (
                 Cordon(node_id=node_id, addresses=addresses) | Uncordon(node_id=node_id, addresses=addresses)
             ):
-                self.cordon(node_id, addresses, now if isinstance(action, Cordon) else None)
+                self.cordon(node_id, addresses, now if isinstance(action, Cordon) else None, action.marks)
             case Terminate(instance_ids=ids, node_ids=node_ids):
                 for iid in ids:
                     self.instances[iid] = dataclasses.replace(
@@ -439,10 +443,13 @@ class _World:
                     iid = f"new-{type_name}-{k}"
                     self.instances[iid] = Instance(iid, type_name, InstanceState.PENDING, now, f"host-{iid}")
 
-    def cordon(self, node_id: str, addresses: tuple[str, ...], since: float | None) -> None:
-        """Cordon (since = now) or uncordon (None): the node's mark and the workers' status."""
+    def cordon(
+        self, node_id: str, addresses: tuple[str, ...], since: float | None, planned: NodeMarks | None
+    ) -> None:
+        """Cordon (since = now) or uncordon (None): the node's marks (as planned, when the action carries
+        them) and the workers' status."""
         node = self.nodes[node_id]
-        marks = dataclasses.replace(node.marks, cordoned_since=since)
+        marks = planned if planned is not None else dataclasses.replace(node.marks, cordoned_since=since)
         self.nodes[node_id] = dataclasses.replace(node, marks=marks)
         for a in addresses:
             self.workers[a] = dataclasses.replace(self.workers[a], retiring=since is not None)

@@ -120,7 +120,7 @@ def test_a_terminated_instance_counts_only_while_a_node_of_its_lingers() -> None
 
 
 def test_the_lingering_node_of_a_terminated_machine_is_labelled_ours_and_removed_once_down() -> None:
-    from swarm_autoscaler.core.actions import LabelNode, RemoveNode
+    from swarm_autoscaler.core.actions import NodeUpdate, RemoveNode
     from swarm_autoscaler.core.model import OWNERSHIP_LABEL
     from swarm_autoscaler.core.plan import plan
 
@@ -128,5 +128,5 @@ def test_the_lingering_node_of_a_terminated_machine_is_labelled_ours_and_removed
     inst = replace(make_instance(2, state=InstanceState.TERMINATED), labels=labels)
     down = make_node(2, status=NodeStatus.DOWN, marks=NodeMarks(), ours=False)
     actions = plan(make_snapshot([inst], [down]), POLICY).actions
-    assert [type(a) for a in actions] == [LabelNode, RemoveNode], actions
+    assert [type(a) for a in actions] == [NodeUpdate, RemoveNode], actions
     assert dict(actions[0].labels)[OWNERSHIP_LABEL] == "c"  # type: ignore[union-attr]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from tests.builders import NOW, assemble, machine, make_policy, make_task
 
-from swarm_autoscaler.core.actions import DrainNode, MarkNode, Plan, Terminate
+from swarm_autoscaler.core.actions import DrainNode, NodeUpdate, Plan, Terminate
 from swarm_autoscaler.core.clockmarks import FUTURE_TOLERANCE
 from swarm_autoscaler.core.model import Availability, NodeMarks, NodeStatus
 from swarm_autoscaler.core.plan import plan
@@ -16,9 +16,9 @@ AHEAD = (600.0, 3600.0)  # how far ahead the clock that wrote the mark was
 RESTAMP = "mark stamped in the future (a clock ahead): delay restarts now"
 
 
-def restamp(n: int, why: str = RESTAMP, **changes: float | None) -> MarkNode:
-    """The MarkNode of a ready node whose marks become `changes` (MarkNode carries the whole marks)."""
-    return MarkNode(f"node-{n}", NodeMarks(ready=True, **changes), why)  # type: ignore[arg-type]
+def restamp(n: int, why: str = RESTAMP, **changes: float | None) -> NodeUpdate:
+    """The NodeUpdate of a ready node whose marks become `changes` (it carries the whole marks)."""
+    return NodeUpdate(f"node-{n}", why, NodeMarks(ready=True, **changes))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("ahead", AHEAD)

@@ -12,7 +12,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.core.randomized import policies, snapshots
 
-from swarm_autoscaler.core.actions import DrainNode, MarkNode, Plan, RemoveNode, RetireWorkers, Terminate
+from swarm_autoscaler.core.actions import (
+    Cordon,
+    DrainNode,
+    NodeUpdate,
+    Plan,
+    RemoveNode,
+    RetireWorkers,
+    Terminate,
+    Uncordon,
+)
 from swarm_autoscaler.core.clockmarks import TIME_MARKS
 from swarm_autoscaler.core.model import NodeMarks, Policy, Snapshot, Task
 from swarm_autoscaler.core.plan import plan
@@ -48,7 +57,8 @@ def shift(snapshot: Snapshot, d: float) -> Snapshot:
 
 def shift_plan(result: Plan, d: float) -> Plan:
     def moved(action: object) -> object:
-        if not isinstance(action, MarkNode):
+        # every action that carries a node's marks (None: unchanged)
+        if not isinstance(action, NodeUpdate | DrainNode | Cordon | Uncordon) or action.marks is None:
             return action
         return dataclasses.replace(action, marks=_marks(action.marks, d))
 
@@ -59,7 +69,8 @@ def time_driven(result: Plan, now: float) -> bool:
     """A decision that depends on time: a mark stamped now, or a delay or an age that ran out."""
     disruptive = (DrainNode, RemoveNode, RetireWorkers, Terminate)
     return any(
-        isinstance(a, disruptive) or (isinstance(a, MarkNode) and now in dataclasses.astuple(a.marks))
+        isinstance(a, disruptive)
+        or (isinstance(a, NodeUpdate) and a.marks is not None and now in dataclasses.astuple(a.marks))
         for a in result.actions
     )
 

@@ -30,9 +30,8 @@ from swarm_autoscaler.core.actions import (
     Cordon,
     DrainNode,
     HostIdle,
-    LabelNode,
     Launch,
-    MarkNode,
+    NodeUpdate,
     NothingWaits,
     NoWorker,
     Plan,
@@ -328,8 +327,8 @@ def test_one_worker_of_each_type_stays_uncordoned() -> None:
 
 
 def _marks(result: Plan, node_id: str, before: NodeMarks) -> tuple[dict[str, object], str]:
-    """The fields the plan's MarkNode changes on the node (it carries the node's whole new marks)."""
-    [mark] = [a for a in result.of_kind(MarkNode) if a.node_id == node_id]  # type: ignore[union-attr]
+    """The fields the plan's NodeUpdate changes on the node (it carries the node's whole new marks)."""
+    [mark] = [a for a in result.of_kind(NodeUpdate) if a.node_id == node_id]  # type: ignore[union-attr]
     new = mark.marks  # type: ignore[union-attr]
     changed = {
         f.name: getattr(new, f.name)
@@ -422,7 +421,7 @@ def test_every_joined_node_missing_its_launch_labels_gets_them() -> None:
     inst, node, worker = machine(2)
     labelled = (dataclasses.replace(inst, labels={"instance-type": "m5.large"}), node, worker)
     result = plan(assemble(bare, labelled), make_policy())
-    assert [(a.node_id, a.labels) for a in result.of_kind(LabelNode)] == [
+    assert [(a.node_id, a.labels) for a in result.of_kind(NodeUpdate) if a.labels] == [  # type: ignore[union-attr]
         ("node-2", (("instance-type", "m5.large"),))
     ]  # type: ignore[union-attr]
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 from tests.builders import NOW, make_instance, make_node, make_policy, make_snapshot
 
 from swarm_autoscaler.adapters.ec2_support import render_start_user_data, render_user_data
-from swarm_autoscaler.core.actions import ActivateNode, DrainNode, LabelNode, NodeOurs, NodePaused, Terminate
+from swarm_autoscaler.core.actions import ActivateNode, DrainNode, NodeOurs, NodePaused, NodeUpdate, Terminate
 from swarm_autoscaler.core.cluster import TYPE_LABEL, classify
 from swarm_autoscaler.core.model import OWNERSHIP_LABEL, Availability, NodeMarks, NodeStatus
 from swarm_autoscaler.core.plan import plan
@@ -41,7 +41,7 @@ def test_a_node_joined_paused_is_taken_in_labels_then_a_rechecked_activation() -
         snapshot = snapshot_for(inst, node, policy)
         assert [m.key for m in classify(snapshot, policy).joining] == ["i-0001"]
         result = plan(snapshot, policy)
-        labels = result.of_kind(LabelNode)
+        labels = [a for a in result.of_kind(NodeUpdate) if a.labels]  # type: ignore[attr-defined]
         assert [dict(a.labels) for a in labels] == [LABELS]  # type: ignore[attr-defined]
         (activate,) = result.of_kind(ActivateNode)
         assert activate.expect == (NodeOurs("node-1"), NodePaused("node-1"))  # type: ignore[attr-defined]

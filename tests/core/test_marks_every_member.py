@@ -9,7 +9,7 @@ import dataclasses
 
 from tests.builders import NOW, assemble, machine, make_policy, make_task
 
-from swarm_autoscaler.core.actions import MarkNode, Uncordon
+from swarm_autoscaler.core.actions import NodeUpdate, Uncordon
 from swarm_autoscaler.core.model import NodeMarks
 from swarm_autoscaler.core.plan import plan
 
@@ -18,7 +18,9 @@ CORDONED = NodeMarks(ready=True, empty_since=NOW - 10, cordoned_since=NOW - 30)
 
 def test_every_idle_member_starts_its_drain_delay() -> None:
     snapshot = assemble(machine(1), machine(2), machine(3))  # three idle workers, no mark yet
-    marked = {a.node_id for a in plan(snapshot, make_policy()).actions if isinstance(a, MarkNode)}
+    marked = {
+        a.node_id for a in plan(snapshot, make_policy()).actions if isinstance(a, NodeUpdate) and a.marks
+    }
     assert marked == {"node-1", "node-2", "node-3"}
 
 
@@ -31,5 +33,5 @@ def test_a_task_waiting_on_a_cordoned_worker_uncordons_it_whatever_members_come_
     )
     actions = plan(snapshot, make_policy()).actions
     assert [a.node_id for a in actions if isinstance(a, Uncordon)] == ["node-3"]
-    stale = [a for a in actions if isinstance(a, MarkNode) and a.node_id == "node-2"]
-    assert stale and stale[0].marks.cordoned_since is None
+    stale = [a for a in actions if isinstance(a, NodeUpdate) and a.node_id == "node-2"]
+    assert stale and stale[0].marks is not None and stale[0].marks.cordoned_since is None

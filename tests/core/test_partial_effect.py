@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.core.randomized import apply, policies, worlds
 
-from swarm_autoscaler.core.actions import LabelNode, Launch, MarkNode, Plan, RetireWorkers
+from swarm_autoscaler.core.actions import Launch, NodeUpdate, Plan, RetireWorkers
 from swarm_autoscaler.core.model import OWNERSHIP_LABEL, Node, Policy, Snapshot
 from swarm_autoscaler.core.plan import plan
 
@@ -26,13 +26,13 @@ def _carry_out_some(snapshot: Snapshot, first: Plan, took: list[bool]) -> Snapsh
     """The snapshot after the actions flagged in `took` took effect (the others did not)."""
     done = Plan(tuple(a for a, yes in zip(first.actions, took, strict=False) if yes))
     after = apply(snapshot, done)
-    labels = {a.node_id: dict(a.labels) for a in done.actions if isinstance(a, LabelNode)}
+    labels = {a.node_id: dict(a.labels) for a in done.actions if isinstance(a, NodeUpdate) and a.labels}
 
     def labelled(node: Node) -> Node:
         if node.id not in labels:
             return node
         merged = {**node.labels, **labels[node.id]}
-        # (a LabelNode carrying the ownership label makes its node ours, as the adapters read it)
+        # (a NodeUpdate carrying the ownership label makes its node ours, as the adapters read it)
         return dataclasses.replace(node, labels=merged, ours=node.ours or OWNERSHIP_LABEL in labels[node.id])
 
     return dataclasses.replace(after, nodes=tuple(labelled(n) for n in after.nodes))
@@ -49,9 +49,8 @@ def test_after_a_partly_carried_out_plan_nothing_already_true_is_asked_again(
     nodes = {n.id: n for n in world.nodes}
     for action in second.actions:
         match action:
-            case MarkNode(node_id=node_id, marks=marks):
+            case NodeUpdate(node_id=node_id, marks=marks, labels=labels):
                 assert nodes[node_id].marks != marks, f"a mark the node already carries: {action}"
-            case LabelNode(node_id=node_id, labels=labels):
                 held = {k for k, v in labels if nodes[node_id].labels.get(k) == v}
                 assert not held, f"labels the node already carries: {action}"
     alive = sum(1 for i in world.instances if i.alive)

@@ -16,7 +16,7 @@ from tests.builders import (
     make_snapshot,
 )
 
-from swarm_autoscaler.core.actions import LabelNode, RemoveNode, Terminate
+from swarm_autoscaler.core.actions import NodeUpdate, RemoveNode, Terminate
 from swarm_autoscaler.core.cluster import classify
 from swarm_autoscaler.core.demand import estimate_demand
 from swarm_autoscaler.core.model import (
@@ -73,9 +73,9 @@ def test_a_machine_terminated_as_broken_just_as_it_joined_is_checked_then_labell
     assert violations(first, Fresh((node,), ())) == (f"{hostname(1)} joined the swarm since the plan",)
     # Tick 2: joined, unlabelled, no worker: labelled ours first, and terminated with its node.
     second = plan(make_snapshot(instances=[inst], nodes=[node]), policy).actions
-    assert [type(a) for a in second] == [type(second[0]), LabelNode, Terminate]
-    label, end = second[1], second[2]
-    assert isinstance(label, LabelNode) and label.labels == ((OWNERSHIP_LABEL, "c1"),)
+    assert [type(a) for a in second] == [NodeUpdate, Terminate]  # its marks and labels: one update
+    label, end = second
+    assert isinstance(label, NodeUpdate) and label.labels == ((OWNERSHIP_LABEL, "c1"),)
     assert isinstance(end, Terminate) and end.node_ids == ("node-1",)
     assert violations(end, Fresh((node,), ())) != ()  # not ours until the label is written
     assert violations(end, Fresh((replace(node, ours=True),), ())) == ()

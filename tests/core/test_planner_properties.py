@@ -14,8 +14,8 @@ from swarm_autoscaler.core.actions import (
     Cordon,
     DrainNode,
     HostIdle,
-    LabelNode,
     Launch,
+    NodeUpdate,
     Plan,
     RemoveNode,
     Retired,
@@ -187,10 +187,10 @@ def test_every_disruptive_action_carries_expectations_that_hold_on_its_snapshot(
     @given(worlds(), policies())
     def sample(snapshot: Snapshot, policy: Policy) -> None:
         actions = plan(snapshot, policy).actions
-        # act re-checks after the plan's gentle actions: a LabelNode carrying the ownership label has
+        # act re-checks after the plan's gentle actions: a NodeUpdate carrying the ownership label has
         # made its node ours by then
         claimed = {
-            a.node_id for a in actions if isinstance(a, LabelNode) and OWNERSHIP_LABEL in dict(a.labels)
+            a.node_id for a in actions if isinstance(a, NodeUpdate) and OWNERSHIP_LABEL in dict(a.labels)
         }
         nodes = tuple(dataclasses.replace(n, ours=True) if n.id in claimed else n for n in snapshot.nodes)
         fresh = Fresh(nodes, snapshot.workers)

@@ -27,15 +27,15 @@ from tests.builders import worker_address as addr
 from tests.core.randomized import apply
 
 from swarm_autoscaler.core.actions import (
+    Action,
     ActivateNode,
     Cordon,
     DrainNode,
     HostIdle,
-    LabelNode,
     Launch,
-    MarkNode,
     NodeDown,
     NodeOurs,
+    NodeUpdate,
     NoTasks,
     NothingWaits,
     NotJoined,
@@ -75,27 +75,48 @@ def launch(type_name: str, count: int, tasks: int) -> Launch:
 
 @dataclass(frozen=True)
 class Marked:
-    """An expected MarkNode, written as the changes to node `n`'s marks in the case's snapshot: the
-    Case turns it into the MarkNode carrying the node's complete new marks."""
+    """An expected change of node `n`'s marks, written as the changes to its marks in the case's
+    snapshot. The Case resolves it where the plan carries a node's marks (`core.updates`): the node's
+    NodeUpdate with its complete new marks, or its DrainNode when the expected plan drains it; an
+    expected Cordon or Uncordon carries the node's resolved marks with `cordoned_since` set (now) or
+    cleared."""
 
     n: int
     why: str
     changes: dict[str, float | bool | None]
 
 
-def mark(n: int, why: str, **changes: float | bool | None) -> MarkNode:
+def mark(n: int, why: str, **changes: float | bool | None) -> NodeUpdate:
     return Marked(n, why, changes)  # type: ignore[return-value]  # resolved by Case.__post_init__
 
 
 def _resolved(expected: Plan, snapshot: Snapshot) -> Plan:
     marks = {n.id: n.marks for n in snapshot.nodes}
-    actions = tuple(
-        MarkNode(f"node-{a.n}", replace(marks[f"node-{a.n}"], **a.changes), a.why)  # type: ignore[arg-type]
-        if isinstance(a, Marked)
-        else a
-        for a in expected.actions
-    )
-    return replace(expected, actions=actions)
+    draining = {a.node_id for a in expected.actions if isinstance(a, DrainNode)}
+    for a in expected.actions:
+        if isinstance(a, Marked):
+            node = f"node-{a.n}"
+            marks[node] = replace(marks[node], **a.changes)  # type: ignore[arg-type]
+    actions: list[Action] = []
+    for a in expected.actions:
+        match a:
+            case Marked(n=n) if f"node-{n}" in draining:
+                continue
+            case Marked(n=n, why=why):
+                actions.append(NodeUpdate(f"node-{n}", why, marks[f"node-{n}"]))
+            case DrainNode(node_id=node) if marks[node] != _observed(snapshot, node):
+                actions.append(replace(a, marks=marks[node]))
+            case Cordon(node_id=node):
+                actions.append(replace(a, marks=replace(marks[node], cordoned_since=NOW)))
+            case Uncordon(node_id=node):
+                actions.append(replace(a, marks=replace(marks[node], cordoned_since=None)))
+            case _:
+                actions.append(a)
+    return replace(expected, actions=tuple(actions))
+
+
+def _observed(snapshot: Snapshot, node_id: str) -> NodeMarks:
+    return next(n.marks for n in snapshot.nodes if n.id == node_id)
 
 
 def labelled(parts: Machine, instance_labels: dict[str, str], node_labels: dict[str, str]) -> Machine:
@@ -551,16 +572,7 @@ SCALE_DOWN = [
                 {"instance-type": "m5.large"},
             ),
         ),
-        Plan(
-            (
-                LabelNode(
-                    "node-1",
-                    "ip-10-0-0-1",
-                    (("instance-type", "m5.large"),),
-                    "labels its instance was launched with",
-                ),
-            )
-        ),
+        Plan((NodeUpdate("node-1", LABELS_WHY, labels=(("instance-type", "m5.large"),)),)),
         make_policy(consolidate_below=0.0),  # two idle workers: consolidation is another case's subject
     ),
     Case(
@@ -755,7 +767,7 @@ REPAIR = [
                 labelled(busy_large(1), OWNED, {"instance-type": "m5.large"})  # type: ignore[arg-type]
             )
         ),
-        Plan((LabelNode("node-1", hostname(1), ((OWNERSHIP_LABEL, "c1"),), LABELS_WHY),)),
+        Plan((NodeUpdate("node-1", LABELS_WHY, labels=((OWNERSHIP_LABEL, "c1"),)),)),
     ),
     Case(
         "the node of an instance being terminated is recognised by hostname: labelled ours and removed once down",
@@ -769,7 +781,7 @@ REPAIR = [
         ),
         Plan(
             (
-                LabelNode("node-1", hostname(1), tuple(sorted(OWNED.items())), LABELS_WHY),
+                NodeUpdate("node-1", LABELS_WHY, labels=tuple(sorted(OWNED.items()))),
                 removal(1, "its instance is shutting-down"),
             )
         ),

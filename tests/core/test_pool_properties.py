@@ -14,7 +14,7 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from tests.core.pooled import pooled_worlds
 
-from swarm_autoscaler.core.actions import HostIdle, LabelNode, Launch, NodeOurs, Plan, Start, Stop, Terminate
+from swarm_autoscaler.core.actions import HostIdle, Launch, NodeOurs, NodeUpdate, Plan, Start, Stop, Terminate
 from swarm_autoscaler.core.cluster import classify
 from swarm_autoscaler.core.launches import useful_of
 from swarm_autoscaler.core.model import OWNERSHIP_LABEL, InstanceState, Policy, Snapshot
@@ -62,7 +62,7 @@ def _check(snapshot: Snapshot, policy: Policy, result: Plan) -> None:
             assert set(action.expect) == {HostIdle(instances[iid].hostname), NodeOurs(action.node_ids[0])}
     # a Stop's expectations hold on its own snapshot (after the plan's labels made its node ours)
     claimed = {
-        a.node_id for a in result.actions if isinstance(a, LabelNode) and OWNERSHIP_LABEL in dict(a.labels)
+        a.node_id for a in result.actions if isinstance(a, NodeUpdate) and OWNERSHIP_LABEL in dict(a.labels)
     }
     nodes = tuple(dataclasses.replace(n, ours=True) if n.id in claimed else n for n in snapshot.nodes)
     fresh = Fresh(nodes, snapshot.workers)

@@ -17,9 +17,9 @@ from swarm_autoscaler.core.actions import (
     DrainNode,
     HostIdle,
     Launch,
-    MarkNode,
     NodeDown,
     NodeOurs,
+    NodeUpdate,
     NotJoined,
     NoWorker,
     Plan,
@@ -239,12 +239,12 @@ async def test_without_a_fresh_read_no_disruptive_action_runs() -> None:
     other, _ = w.machine(2)
     w.workload.fail_observe = EndpointError("tcp://scheduler", "connection refused")
     outcomes = await w.act(
-        MarkNode(other, NodeMarks(empty_since=w.clock.now), "empty"),
-        MarkNode(node, NodeMarks(drained_since=w.clock.now), "drained"),  # goes with the drain
-        DrainNode(node, host, "empty", expect=(NodeOurs(node),)),
+        NodeUpdate(other, "empty", NodeMarks(empty_since=w.clock.now)),
+        # the drain carries its node's marks: written only with it
+        DrainNode(node, host, "empty", (NodeOurs(node),), NodeMarks(drained_since=w.clock.now)),
     )
-    assert [o.kind or "ok" for o in outcomes] == ["ok", "skipped", "skipped"]
-    assert "no fresh read" in outcomes[2].detail and "connection refused" in outcomes[2].detail
+    assert [o.kind or "ok" for o in outcomes] == ["ok", "skipped"]
+    assert "no fresh read" in outcomes[1].detail and "connection refused" in outcomes[1].detail
     assert w.swarm.nodes[node].availability == "active"
     assert w.swarm.nodes[node].marks.drained_since is None  # no mark of a drain that did not happen
 
@@ -253,12 +253,19 @@ async def test_gentle_actions_run_before_the_fresh_read_and_the_disruptive_ones(
     w = World()
     node, host = w.machine(1)
     outcomes = await w.act(
-        Cordon(node, host, ("tcp://10.0.0.1:1",), "light", expect=(NodeOurs(node),)),
-        MarkNode(node, NodeMarks(empty_since=w.clock.now), "empty"),
+        Cordon(
+            node,
+            host,
+            ("tcp://10.0.0.1:1",),
+            "light",
+            (NodeOurs(node),),
+            NodeMarks(empty_since=w.clock.now, cordoned_since=w.clock.now),  # the planner's complete marks
+        ),
+        NodeUpdate(node, "empty", NodeMarks(empty_since=w.clock.now)),
         Launch("m5.large", 1, "pending"),
     )
     assert all(o.ok for o in outcomes)
-    assert [type(o.action) for o in outcomes] == [Cordon, MarkNode, Launch]  # plan order
+    assert [type(o.action) for o in outcomes] == [Cordon, NodeUpdate, Launch]  # plan order
     marks = w.swarm.nodes[node].marks
     assert marks.empty_since == w.clock.now and marks.cordoned_since == w.clock.now  # both kept
 
@@ -274,7 +281,7 @@ async def test_launches_carry_the_ownership_label_and_the_placement_label() -> N
 async def test_150_node_actions_run_concurrently_within_the_bound() -> None:
     w = World(SlowSwarm(delay=0.05))
     nodes = [w.machine(n, worker=False) for n in range(1, 151)]
-    actions: list[Action] = [MarkNode(node, NodeMarks(empty_since=1.0), "empty") for node, _ in nodes[:75]]
+    actions: list[Action] = [NodeUpdate(node, "empty", NodeMarks(empty_since=1.0)) for node, _ in nodes[:75]]
     actions += [DrainNode(node, host, "empty", expect=(NodeOurs(node),)) for node, host in nodes[75:]]
     started = time.perf_counter()
     outcomes = await w.act(*actions, concurrency=16)
@@ -307,7 +314,7 @@ async def test_the_deadline_stops_starting_work_and_lets_what_runs_finish() -> N
     # would be unknown and the next plan would ask for it again, for ever); what has not started waits
     w = World(SlowSwarm(delay=0.2))
     nodes = [w.machine(n, worker=False) for n in range(1, 21)]
-    actions = [MarkNode(node, NodeMarks(empty_since=1.0), "empty") for node, _ in nodes]
+    actions = [NodeUpdate(node, "empty", NodeMarks(empty_since=1.0)) for node, _ in nodes]
     started = time.perf_counter()
     outcomes = await w.act(*actions, concurrency=2, deadline=0.5)
     elapsed = time.perf_counter() - started
@@ -326,7 +333,7 @@ async def test_a_step_still_running_one_deadline_later_is_cut() -> None:
     w = World(SlowSwarm(delay=2.0))
     node, _ = w.machine(1, worker=False)
     started = time.perf_counter()
-    outcomes = await w.act(MarkNode(node, NodeMarks(empty_since=1.0), "empty"), deadline=0.2)
+    outcomes = await w.act(NodeUpdate(node, "empty", NodeMarks(empty_since=1.0)), deadline=0.2)
     assert time.perf_counter() - started < 0.2 * 2 + 0.3  # the hard stop: one deadline past the deadline
     assert outcomes[0].kind == "deadline" and "hard stop" in outcomes[0].detail
 
@@ -335,11 +342,10 @@ async def test_a_drain_running_at_the_deadline_finishes_with_its_marks() -> None
     w = World(SlowSwarm(delay=0.15))
     node, host = w.machine(1)
     outcomes = await w.act(
-        MarkNode(node, NodeMarks(empty_since=1.0), "empty"),
-        DrainNode(node, host, "empty", expect=(NodeOurs(node),)),
+        DrainNode(node, host, "empty", (NodeOurs(node),), NodeMarks(empty_since=1.0)),
         deadline=0.2,
     )
-    assert [o.ok for o in outcomes] == [True, True]  # one job: the marks, then the drain, past the deadline
+    assert [o.ok for o in outcomes] == [True]  # one job: the marks, then the drain, past the deadline
     assert w.swarm.nodes[node].availability == "drain"
 
 
@@ -424,6 +430,6 @@ async def test_a_machine_given_notice_before_its_node_joined_is_labelled_drained
     planned = plan(snapshot, small_policy(max_instances=4))
     outcomes = await act(planned, snapshot, w.ports, config=ActConfig(CLUSTER))
     by_kind = {type(o.action).__name__: o for o in outcomes}
-    assert {"LabelNode", "DrainNode", "Terminate"} <= set(by_kind), outcomes
-    assert all(by_kind[k].ok for k in ("LabelNode", "DrainNode", "Terminate")), outcomes
+    assert {"NodeUpdate", "DrainNode", "Terminate"} <= set(by_kind), outcomes
+    assert all(by_kind[k].ok for k in ("NodeUpdate", "DrainNode", "Terminate")), outcomes
     assert terminated(w) == ["i-0001"], host

@@ -18,10 +18,9 @@ from swarm_autoscaler.core.actions import (
     ActivateNode,
     DrainNode,
     HostIdle,
-    LabelNode,
     Launch,
-    MarkNode,
     NodeOurs,
+    NodeUpdate,
     NotJoined,
     NoWorker,
     Plan,
@@ -95,10 +94,8 @@ async def test_one_nodes_actions_never_interleave_and_run_in_plan_order() -> Non
         action
         for node in nodes
         for action in (
-            MarkNode(node, NodeMarks(empty_since=1.0), "first"),
-            LabelNode(node, node, (("zone", "a"),), "labels"),
+            NodeUpdate(node, "marks and labels", NodeMarks(empty_since=2.0), (("zone", "a"),)),
             ActivateNode(node, node, "activate"),
-            MarkNode(node, NodeMarks(empty_since=2.0), "second"),
         )
     ]
     outcomes = await w.act(*actions, concurrency=16)
@@ -108,10 +105,9 @@ async def test_one_nodes_actions_never_interleave_and_run_in_plan_order() -> Non
         # each update ends before the node's next one starts, in the order the plan gave them
         assert mine == [
             (step, what)
-            for what in ("mark 2.0 labels", "availability active")  # marks+labels: ONE update, last marks win
+            for what in ("mark 2.0 labels", "availability active")  # marks+labels: ONE update
             for step in ("start", "end")
         ]
-        assert swarm.nodes[node].marks.empty_since == 2.0  # the later mark is the one that stays
     assert swarm.most_in_flight == 3  # the three nodes' updates still ran side by side
 
 
@@ -121,7 +117,8 @@ async def test_a_concurrency_of_one_runs_one_action_at_a_time() -> None:
         w = World(swarm)
         nodes = [w.machine(n, worker=False)[0] for n in range(1, 6)]
         outcomes = await w.act(
-            *(MarkNode(node, NodeMarks(empty_since=1.0), "empty") for node in nodes), concurrency=concurrency
+            *(NodeUpdate(node, "empty", NodeMarks(empty_since=1.0)) for node in nodes),
+            concurrency=concurrency,
         )
         assert all(o.ok for o in outcomes) and swarm.updates_done == 5
         assert swarm.most_in_flight == 1
@@ -297,7 +294,7 @@ async def test_a_cordoned_worker_whose_retirement_was_cut_short_is_retired_again
     w.ports = Ports(w.cloud, w.swarm, workload)
     policy = small_policy(5)
     first = plan(w.snapshot(), policy)
-    assert [type(a) for a in first.actions] == [MarkNode, RetireWorkers, DrainNode]
+    assert [type(a) for a in first.actions] == [RetireWorkers, DrainNode]  # the drain carries the marks
     outcomes = await asyncio.wait_for(
         act(first, w.snapshot(), w.ports, config=ActConfig(CLUSTER, deadline=0.2)), BOUND
     )
@@ -305,11 +302,7 @@ async def test_a_cordoned_worker_whose_retirement_was_cut_short_is_retired_again
     snapshot = w.snapshot()
     assert classify(snapshot, policy).active  # not "retiring": a later plan acts on it
     assert w.swarm.nodes[node].marks == cordoned  # the cordon mark stays with its worker
-    assert [o.kind for o in outcomes] == [
-        "skipped",
-        "deadline",
-        "skipped",
-    ]  # cut at the hard stop; drain skipped
+    assert [o.kind for o in outcomes] == ["deadline", "skipped"]  # cut at the hard stop; drain skipped
     again = plan(snapshot, policy).actions
     assert (
         RetireWorkers((address,), f"idle for at least drain_delay={policy.drain_delay:g}s", (HostIdle(host),))
@@ -322,15 +315,9 @@ async def test_the_marks_of_a_node_whose_drain_is_skipped_are_skipped_with_it() 
     w = World()
     theirs, host = w.machine(1, labels={}, worker=False)  # not ours: its drain is skipped
     before = w.swarm.nodes[theirs].marks
-    drained_mark = MarkNode(theirs, NodeMarks(drained_since=w.clock.now), "drained")
-    outcomes = await w.act(drained_mark, DrainNode(theirs, host, "empty", expect=(NodeOurs(theirs),)))
-    assert outcomes[0] == Outcome(
-        drained_mark,
-        False,
-        "skipped: its node's drain does not go ahead (the next plan marks it again)",
-        kind="skipped",
-    )
-    assert outcomes[1].kind == "skipped" and "ownership label" in outcomes[1].detail
+    drain = DrainNode(theirs, host, "empty", (NodeOurs(theirs),), NodeMarks(drained_since=w.clock.now))
+    (outcome,) = await w.act(drain)
+    assert outcome.kind == "skipped" and "ownership label" in outcome.detail
     assert w.swarm.nodes[theirs].marks == before
 
 
@@ -338,7 +325,7 @@ async def test_the_oldest_waiting_actions_start_first_and_the_deadline_leaves_th
     swarm = OrderedSwarm(delay=0.1)
     w = World(swarm)
     nodes = [w.machine(n, worker=False)[0] for n in range(1, 7)]
-    marks = [MarkNode(node, NodeMarks(empty_since=float(n)), "empty") for n, node in enumerate(nodes)]
+    marks = [NodeUpdate(node, "empty", NodeMarks(empty_since=float(n))) for n, node in enumerate(nodes)]
     waited = {nodes[4]: 7, nodes[5]: 3}  # these two were planned and left over the last ticks
     outcomes = await act(
         Plan(tuple(marks)),

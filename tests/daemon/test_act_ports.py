@@ -13,9 +13,8 @@ from tests.fakes import CATALOGUE, FakeCloud, FakeWorkload, SteppedClock, small_
 from swarm_autoscaler.core.actions import (
     ActivateNode,
     DrainNode,
-    LabelNode,
     Launch,
-    MarkNode,
+    NodeUpdate,
     Plan,
     RemoveNode,
     RetireWorkers,
@@ -71,8 +70,7 @@ async def test_node_actions_reach_the_node_they_name() -> None:
         (
             DrainNode(first, "h1", "empty"),
             ActivateNode(second, "h2", "work"),
-            MarkNode(second, NodeMarks(ready=True), "why"),
-            LabelNode(second, "h2", (("zone", "a"),), "why"),
+            NodeUpdate(second, "why", NodeMarks(ready=True), (("zone", "a"),)),
         )
     )
     await world.swarm.set_availability(second, Availability.DRAIN)
@@ -81,7 +79,6 @@ async def test_node_actions_reach_the_node_they_name() -> None:
         (True, "drained"),
         (True, "activated"),
         (True, "marked and labelled"),  # ONE node update for the node's marks and labels
-        (True, "marked and labelled"),
     ]
     nodes = world.swarm.nodes
     assert nodes[first].availability == Availability.DRAIN
@@ -150,7 +147,7 @@ async def test_launch_failures_are_outcomes_of_their_kind() -> None:
 async def test_a_mark_on_a_node_missing_from_the_snapshot_is_an_error_outcome() -> None:
     world = World()
     [outcome] = await act(
-        Plan((MarkNode("node9999", NodeMarks(ready=True), "why"),)), await world.snapshot(), world.ports
+        Plan((NodeUpdate("node9999", "why", NodeMarks(ready=True)),)), await world.snapshot(), world.ports
     )
     assert (outcome.ok, outcome.kind, outcome.detail) == (False, "error", "node node9999 not in the snapshot")
 

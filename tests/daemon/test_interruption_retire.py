@@ -93,7 +93,7 @@ async def test_an_interrupted_busy_worker_is_retired_with_its_results_kept_and_n
     assert ("terminate", ("i-0001",)) in cloud.calls, plans
     assert any(kind == "launch" for kind, _ in cloud.calls), plans  # the replacement, at once
     assert nodes[HOSTS[0]] not in {n.id for n in await swarm.list_nodes()}  # removed with its machine
-    assert plans[0] == {"MarkNode": 2, "Launch": 1, "RetireWorkers": 1, "DrainNode": 1, "Terminate": 1}
+    assert plans[0] == {"NodeUpdate": 1, "Launch": 1, "RetireWorkers": 1, "DrainNode": 1, "Terminate": 1}
     # No task lost: the held results were moved, the running tasks ran again elsewhere.
     assert await client.gather(held) == [k + 100 for k in range(6)]
     assert await client.gather(running) == [k * k for k in range(4)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tests.fakes import CATALOGUE, FakeCloud, FakeLock, FakeWorkload, SteppedClock, small_policy
 
-from swarm_autoscaler.core.actions import DrainNode, MarkNode, Plan, RetireWorkers
+from swarm_autoscaler.core.actions import DrainNode, NodeUpdate, Plan, RetireWorkers
 from swarm_autoscaler.core.model import GIB, NodeMarks, Resources, Task
 from swarm_autoscaler.daemon.jobs import Outcome
 from swarm_autoscaler.daemon.loop import Daemon, InFlightCloud
@@ -15,16 +15,16 @@ from swarm_autoscaler.daemon.waiting import WARN_AFTER_TICKS, Waiting, key
 from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
 
 DRAIN = DrainNode("n1", "h1", "empty")
-MARK = MarkNode("n2", NodeMarks(empty_since=1.0), "empty")
+MARK = NodeUpdate("n2", "empty", NodeMarks(empty_since=1.0))
 
 
-def left(action: DrainNode | MarkNode | RetireWorkers) -> Outcome:
+def left(action: DrainNode | NodeUpdate | RetireWorkers) -> Outcome:
     return Outcome(action, False, "left to the next tick", kind="deadline")
 
 
 def test_an_action_planned_again_with_another_reason_is_the_same_wait() -> None:
     assert key(DRAIN) == key(DrainNode("n1", "h1", "another reason"))
-    assert key(MARK) == key(MarkNode("n2", NodeMarks(empty_since=9.0), "later"))
+    assert key(MARK) == key(NodeUpdate("n2", "later", NodeMarks(empty_since=9.0)))
     assert key(DRAIN) != key(DrainNode("n2", "h2", "empty"))
     assert key(RetireWorkers(("b", "a"), "idle")) == key(RetireWorkers(("a", "b"), "idle"))
 

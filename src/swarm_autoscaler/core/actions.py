@@ -141,34 +141,41 @@ class RetireWorkers:
 @dataclass(frozen=True, slots=True)
 class Cordon:
     """Stop the scheduler giving the node's worker new tasks, so that it empties and can be drained;
-    its running tasks finish undisturbed. Marks the node first (`cordoned_since`), so that a restart
-    knows the worker was cordoned and not retired."""
+    its running tasks finish undisturbed. Writes `marks` first (the node's complete marks with
+    `cordoned_since` set, filled in by the planner), so that a restart knows the worker was cordoned and
+    not retired."""
 
     node_id: str
     hostname: str
     addresses: tuple[str, ...]
     reason: str
     expect: tuple[Check, ...] = ()
+    marks: NodeMarks | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Uncordon:
-    """Let a cordoned node's worker take new tasks again, then clear the node's `cordoned_since` mark."""
+    """Let a cordoned node's worker take new tasks again, then write `marks` (the node's complete marks
+    with `cordoned_since` cleared, filled in by the planner)."""
 
     node_id: str
     hostname: str
     addresses: tuple[str, ...]
     reason: str
+    marks: NodeMarks | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class DrainNode:
-    """Set an empty node's availability to drain."""
+    """Set an empty node's availability to drain, after writing `marks` (the node's complete new marks,
+    None: unchanged): the node's update of the disruptive phase. Its marks wait for the drain: skipped
+    with it (a drain's marks written without it would outlive a drain that did not happen)."""
 
     node_id: str
     hostname: str
     reason: str
     expect: tuple[Check, ...] = ()
+    marks: NodeMarks | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,24 +202,18 @@ class Stop:
 
 
 @dataclass(frozen=True, slots=True)
-class MarkNode:
-    """Write a node's lifecycle marks: `marks` is the node's complete new NodeMarks (its marks in the
-    snapshot with the plan's changes applied). A Cordon or Uncordon of the same node comes later in the
-    plan and changes `cordoned_since` on top of it."""
+class NodeUpdate:
+    """A node's bookkeeping for one phase, written in ONE orchestrator call: `marks` is the node's
+    complete new NodeMarks (its marks in the snapshot with the plan's changes applied; None: unchanged),
+    `labels` the labels its instance was launched with that it lacks (other labels are kept). The
+    planner emits at most one per node (`core.updates`); a node whose marks must wait for its drain
+    carries them in its DrainNode instead, and a Cordon or Uncordon of the node carries the marks it
+    leaves (its `cordoned_since` changed on top of these)."""
 
     node_id: str
-    marks: NodeMarks
     reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class LabelNode:
-    """Give a joined node the labels its instance was launched with (other labels are kept)."""
-
-    node_id: str
-    hostname: str
-    labels: tuple[tuple[str, str], ...]
-    reason: str
+    marks: NodeMarks | None = None
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,8 +232,7 @@ Action = (
     | RetireWorkers
     | DrainNode
     | Terminate
-    | MarkNode
-    | LabelNode
+    | NodeUpdate
     | RemoveNode
     | Cordon
     | Uncordon

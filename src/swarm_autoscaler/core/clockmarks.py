@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from swarm_autoscaler.core.model import Snapshot
+from swarm_autoscaler.core.steps import KEEP, Keep, Mark, mark
 
 # Marks at most this far ahead of now are left alone: two replicas' readings of EC2's clock differ by
 # about a second (its Date header has whole seconds), and a delay a few seconds late is harmless.
@@ -42,3 +43,28 @@ def future_marks(snapshot: Snapshot) -> Iterator[tuple[str, dict[str, float]]]:
         ahead = {name: snapshot.now for name in TIME_MARKS if (getattr(node.marks, name) or 0.0) > limit}
         if ahead:
             yield node.id, ahead
+
+
+RESTAMPED = "mark stamped in the future (a clock ahead): delay restarts now"
+
+
+def restamps(snapshot: Snapshot) -> tuple[Mark, ...]:
+    """The Mark restamping each node's future marks with now (`future_marks`), field by field."""
+    out = []
+    for node_id, ahead in future_marks(snapshot):
+
+        def at(name: str, ahead: dict[str, float] = ahead) -> float | Keep:
+            return ahead.get(name, KEEP)
+
+        out.append(
+            mark(
+                node_id,
+                RESTAMPED,
+                empty_since=at("empty_since"),
+                drained_since=at("drained_since"),
+                termination_started=at("termination_started"),
+                down_since=at("down_since"),
+                cordoned_since=at("cordoned_since"),
+            )
+        )
+    return tuple(out)

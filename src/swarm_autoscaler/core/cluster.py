@@ -4,7 +4,7 @@ A *member* is one machine as the daemon sees it: an owned EC2 instance, the swar
 hostname (if it joined) and the dask workers on that node (matched by hostname). Nodes that match no
 owned instance are members too (instance None), so that nothing observed is silently dropped.
 A node matched by hostname to an owned instance belongs to that member even before it carries the
-ownership label: the planner gives it the label (LabelNode), and every disruptive action on a node
+ownership label: the planner gives it the label (a NodeUpdate), and every disruptive action on a node
 expects `NodeOurs`, so `act` touches it only once the label is there.
 
 Lifecycle of a machine (the buckets, in the order a healthy machine passes through them)::

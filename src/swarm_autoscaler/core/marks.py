@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from swarm_autoscaler.core.actions import ActivateNode, LabelNode, NodeOurs, NodePaused, Uncordon
+from swarm_autoscaler.core.actions import ActivateNode, NodeOurs, NodePaused, Uncordon
 from swarm_autoscaler.core.cluster import Bucket, Fleet, Member
 from swarm_autoscaler.core.model import Availability, NodeStatus
 from swarm_autoscaler.core.scaleup import uncordon_action
 from swarm_autoscaler.core.steps import Facts, Mark, mark
+from swarm_autoscaler.core.updates import Labels
 
 # Buckets whose nodes get the labels their instance was launched with. Among them is the ownership
 # label: every node matched by hostname to an owned instance gets it, whatever its state, so that the
@@ -115,7 +116,11 @@ def keep_cordons(
     return tuple(marks), tuple(actions)
 
 
-def label_nodes(cluster: Fleet) -> tuple[LabelNode, ...]:
+# The reason a node is given the labels its instance was launched with (see `label_nodes`).
+LAUNCH_LABELS = "labels its instance was launched with"
+
+
+def label_nodes(cluster: Fleet) -> tuple[Labels, ...]:
     """A joined node gets the labels its instance was launched with that it lacks (swarm placement
     constraints and the ownership label rely on them). Manager nodes are never labelled."""
     out = []
@@ -127,7 +132,7 @@ def label_nodes(cluster: Fleet) -> tuple[LabelNode, ...]:
             continue
         missing = tuple(sorted((k, v) for k, v in inst.labels.items() if node.labels.get(k) != v))
         if missing:
-            out.append(LabelNode(node.id, node.hostname, missing, "labels its instance was launched with"))
+            out.append(Labels(node.id, missing, LAUNCH_LABELS))
     return tuple(out)
 
 

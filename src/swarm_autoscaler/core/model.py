@@ -193,7 +193,7 @@ class NodeMarks:
 
 # The node label (and instance tag) that says a machine belongs to this daemon's cluster; its value is
 # the cluster's name. Launches carry it among the instance's labels, the planner copies it onto the
-# node when it joins (LabelNode), and the adapters set `Node.ours` from it.
+# node when it joins (a NodeUpdate), and the adapters set `Node.ours` from it.
 OWNERSHIP_LABEL = "swarm-autoscaler.cluster"
 
 

@@ -42,8 +42,10 @@ A machine whose worker runs or queues a task, or holds unique data, is never dra
 terminated, unless EC2 gave notice it takes it back (interrupt.py: its worker is retired whatever it
 holds, so that dask moves its results and runs its tasks elsewhere before EC2 comes). Every disruptive action targets one machine and carries in `expect` what it was planned on
 (shrink.py and consolidate.py list them), for `act` to re-check right before it runs. Actions come in
-the order they should run: marks, labels, repairs, uncordons, activations, starts, launches, cordons,
-then scale-down (retirements before drains, then terminations and stops).
+the order they should run: node updates (one per node: its marks and labels, `core.updates`), repairs,
+uncordons, activations, starts, launches, cordons, then scale-down (retirements before drains, then
+terminations and stops); `core.kinds` says in which phase act runs each kind. A drained node's marks
+ride in its DrainNode, a cordoned node's in its Cordon or Uncordon: act computes no mark.
 
 Each step is a function of the frozen `Facts` and of what earlier steps decided, passed explicitly
 (`received`, the launched types); each only adds actions: none rewrites another's output or sees its
@@ -58,7 +60,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from swarm_autoscaler.core.actions import Action, Cordon, DrainNode, Launch, Plan, Start
-from swarm_autoscaler.core.clockmarks import future_marks
+from swarm_autoscaler.core.clockmarks import restamps
 from swarm_autoscaler.core.cluster import classify
 from swarm_autoscaler.core.consolidate import choose_cordons
 from swarm_autoscaler.core.demand import Group, estimate_demand
@@ -70,8 +72,9 @@ from swarm_autoscaler.core.placement import NewBins, Unplaced, rank_types, type_
 from swarm_autoscaler.core.pool import refill, repair_pool, reserve_starts, started
 from swarm_autoscaler.core.scaleup import NEW, OWN_WORKER, TIERS, Placement, scale_up
 from swarm_autoscaler.core.shrink import base_keys, repair, scale_down
-from swarm_autoscaler.core.steps import Facts, Step, mark, mark_actions
+from swarm_autoscaler.core.steps import Facts, Step
 from swarm_autoscaler.core.surge import BELOW_SURGE
+from swarm_autoscaler.core.updates import node_updates
 from swarm_autoscaler.core.vectors import Space, Vec
 
 __all__ = ["BELOW_SURGE", "NEW", "OWN_WORKER", "TIERS", "Trace", "plan", "plan_traced"]
@@ -209,12 +212,16 @@ def _assemble(
     if quiet and facts.policy.consolidate_below > 0:
         cordons = _consolidate(facts, up, shrink, *room)
     # First: any later decision on the same node overrides a restamp.
-    why = "mark stamped in the future (a clock ahead): delay restarts now"
-    restamped = tuple(mark(node_id, why, **ahead) for node_id, ahead in future_marks(facts.snapshot))
-    changes = (*restamped, *up.marks, *fixed.marks, *marks, *stale, *shrink.marks, *leaving.marks)
-    return (
-        *mark_actions(facts.snapshot, changes, fixed.removed),
-        *label_nodes(facts.cluster),
+    changes = (
+        *restamps(facts.snapshot),
+        *up.marks,
+        *fixed.marks,
+        *marks,
+        *stale,
+        *shrink.marks,
+        *leaving.marks,
+    )
+    steps: tuple[Action, ...] = (
         *accept_joined(facts.cluster, facts.policy.join_paused),
         *fixed.actions,
         *up.uncordon,
@@ -227,6 +234,8 @@ def _assemble(
         *leaving.actions,
         *shrink.actions,
     )
+    updates, actions = node_updates(facts.snapshot, changes, label_nodes(facts.cluster), fixed.removed, steps)
+    return (*updates, *actions)
 
 
 def _consolidate(

@@ -1,22 +1,22 @@
-"""What every planning step reads (`Facts`) and returns (`Step`), and how marks are merged. Pure.
+"""What every planning step reads (`Facts`) and returns (`Step`), and how marks are typed. Pure.
 
 plan() runs its steps as functions: each reads the same frozen facts plus, explicitly, what an earlier
 step decided (which members received tasks, which types are launched), and returns its actions and
-the mark changes it wants. No step sees another's side effects; plan() alone assembles the output.
+the mark changes it wants (`Mark`, typed field by field: mypy checks every name and value). No step
+sees another's side effects; plan() alone assembles the output (`core.updates`: one update per node
+per phase).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable, Mapping
+import enum
 from dataclasses import dataclass
+from typing import TypeVar
 
-from swarm_autoscaler.core.actions import Action, MarkNode
+from swarm_autoscaler.core.actions import Action
 from swarm_autoscaler.core.cluster import Fleet, Member
 from swarm_autoscaler.core.demand import Demand
 from swarm_autoscaler.core.model import NodeMarks, Policy, Snapshot
-
-MarkValue = float | bool | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,19 +33,77 @@ class Facts:
         return self.snapshot.now
 
 
+class Keep(enum.Enum):
+    """A mark a change leaves as it is (distinct from None, which clears a time mark)."""
+
+    KEEP = "keep"
+
+
+KEEP = Keep.KEEP
+T = TypeVar("T")
+
+
+def _pick(new: T | Keep, old: T) -> T:
+    return old if isinstance(new, Keep) else new
+
+
+@dataclass(frozen=True, slots=True)
+class MarkChanges:
+    """The marks a step changes on one node, typed field by field like `NodeMarks` (KEEP: unchanged)."""
+
+    ready: bool | Keep = KEEP
+    empty_since: float | Keep | None = KEEP
+    drained_since: float | Keep | None = KEEP
+    termination_started: float | Keep | None = KEEP
+    down_since: float | Keep | None = KEEP
+    cordoned_since: float | Keep | None = KEEP
+
+    def then(self, later: MarkChanges) -> MarkChanges:
+        """These changes followed by `later` (a later value wins)."""
+        return MarkChanges(
+            _pick(later.ready, self.ready),
+            _pick(later.empty_since, self.empty_since),
+            _pick(later.drained_since, self.drained_since),
+            _pick(later.termination_started, self.termination_started),
+            _pick(later.down_since, self.down_since),
+            _pick(later.cordoned_since, self.cordoned_since),
+        )
+
+    def applied(self, marks: NodeMarks) -> NodeMarks:
+        """`marks` with these changes made."""
+        return NodeMarks(
+            _pick(self.ready, marks.ready),
+            _pick(self.empty_since, marks.empty_since),
+            _pick(self.drained_since, marks.drained_since),
+            _pick(self.termination_started, marks.termination_started),
+            _pick(self.down_since, marks.down_since),
+            _pick(self.cordoned_since, marks.cordoned_since),
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class Mark:
-    """A change a step wants in one node's marks (field name -> new value; None clears), and why."""
+    """A change a step wants in one node's marks, and why."""
 
     node_id: str
     why: str
-    changes: tuple[tuple[str, MarkValue], ...]
+    changes: MarkChanges
 
 
-def mark(node_id: str, why: str, **changes: MarkValue) -> Mark:
-    unknown = set(changes) - {f.name for f in dataclasses.fields(NodeMarks)}
-    assert not unknown, unknown
-    return Mark(node_id, why, tuple(changes.items()))
+def mark(
+    node_id: str,
+    why: str,
+    *,
+    ready: bool | Keep = KEEP,
+    empty_since: float | Keep | None = KEEP,
+    drained_since: float | Keep | None = KEEP,
+    termination_started: float | Keep | None = KEEP,
+    down_since: float | Keep | None = KEEP,
+    cordoned_since: float | Keep | None = KEEP,
+) -> Mark:
+    """A Mark changing the named marks of `node_id` (None clears a time mark)."""
+    changes = MarkChanges(ready, empty_since, drained_since, termination_started, down_since, cordoned_since)
+    return Mark(node_id, why, changes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,25 +114,6 @@ class Step:
     actions: tuple[Action, ...] = ()
     marks: tuple[Mark, ...] = ()
     removed: frozenset[str] = frozenset()
-
-
-def mark_actions(snapshot: Snapshot, marks: Iterable[Mark], removed: frozenset[str]) -> list[MarkNode]:
-    """One MarkNode per node whose marks change, carrying its complete new NodeMarks. Changes apply in
-    the order given (a later step's value wins); the reasons of every change are kept, in order."""
-    current: Mapping[str, NodeMarks] = {n.id: n.marks for n in snapshot.nodes}
-    changes: dict[str, dict[str, MarkValue]] = {}
-    why: dict[str, list[str]] = {}
-    for m in marks:
-        changes.setdefault(m.node_id, {}).update(m.changes)
-        why.setdefault(m.node_id, []).append(m.why)
-    out = []
-    for node_id in sorted(changes):
-        if node_id in removed:
-            continue
-        new = dataclasses.replace(current[node_id], **changes[node_id])  # type: ignore[arg-type]
-        if new != current[node_id]:
-            out.append(MarkNode(node_id, new, "; ".join(dict.fromkeys(why[node_id]))))
-    return out
 
 
 def node_of(member: Member) -> str:

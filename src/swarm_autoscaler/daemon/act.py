@@ -1,5 +1,7 @@
-"""Carrying a plan out: in three phases, concurrently within a bound, by a deadline, re-checking every
-disruptive action against a fresh read right before it runs.
+"""Carrying a plan out: a generic executor of the table of kinds (`core.kinds`: phase, lane, re-check,
+batching), concurrently within a bound, by a deadline, re-checking every disruptive action against a
+fresh read right before it runs. act decides nothing about a node: each node update (marks, labels,
+availability) is written as the plan states it (`core.updates`).
 
 1. **Gentle actions first** (activations, uncordons, launches, and the marks and labels of nodes that
    have another action in the plan): nothing they do can hurt a busy machine, and they make the world
@@ -10,16 +12,16 @@ disruptive action against a fresh read right before it runs.
    only copy of a result) cancels its node's drain and termination in this same act.
 3. **Read again if a retirement ran, then drains, cordons, terminations and removals**, each re-checked
    on the latest read; so is the activation of a node that joined paused (`Policy.join_paused`),
-   whose labels phase 1 wrote. A drain and its node's marks are one job. Terminations are batched into ONE
-   `Cloud.terminate` call; node updates run concurrently (one node's actions always run one after
-   another, in plan order).
+   whose labels phase 1 wrote. A drain carries its node's marks (written with it, skipped with it).
+   Terminations are batched into ONE `Cloud.terminate` call; node updates run concurrently (one node's
+   actions always run one after another, in plan order).
 4. **Terminations are fenced first** (`fencing`): their hosts are fenced in one scheduler call (no
    worker there, connected now or later, gets a task any more), each Terminate is re-checked on the
    workers the fence saw, and only then does the batch go to EC2. A skipped or failed termination lifts
    its host's fence.
 
-**Bookkeeping lane.** The marks and labels of nodes with nothing else in the plan (each node's in ONE
-node update) run beside the three phases, in their own lane (`jobs`): they never hold a slot a
+**Bookkeeping lane.** The NodeUpdate of a node with nothing else in the plan runs beside the three
+phases, in their own lane (`jobs`): they never hold a slot a
 retirement or a drain is waiting for.
 
 An action is skipped (outcome kind "skipped", with every reason) when its precondition no longer holds
@@ -40,29 +42,15 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from swarm_autoscaler.core.actions import (
-    Action,
-    ActivateNode,
-    Cordon,
-    DrainNode,
-    LabelNode,
-    MarkNode,
-    Plan,
-    RemoveNode,
-    RetireWorkers,
-    Stop,
-    Terminate,
-)
+from swarm_autoscaler.core.actions import Action, NodeUpdate, Plan, Stop, Terminate
+from swarm_autoscaler.core.kinds import Lane, Phase, kind_of
 from swarm_autoscaler.core.model import Snapshot
 from swarm_autoscaler.core.recheck import Fresh, violations
-from swarm_autoscaler.daemon.fencing import fence_terminations, lifted, unfence
-from swarm_autoscaler.daemon.jobs import ActionRefused, Age, Job, Outcome, Runner, StillLeader, left
+from swarm_autoscaler.daemon.fencing import Ending, fence_terminations, lifted, unfence
+from swarm_autoscaler.daemon.jobs import ActionRefused, Age, Outcome, Runner, StillLeader, left
 from swarm_autoscaler.daemon.perform import READ_CUT, Doer, Ports
 
 __all__ = ["DEFAULT_ACT", "ActConfig", "ActionRefused", "Outcome", "Ports", "StillLeader", "act"]
-
-DISRUPTIVE = (DrainNode, Cordon, Terminate, Stop, RemoveNode)
-BOOK = (MarkNode, LabelNode)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,12 +80,12 @@ async def act(
     cancelled (kind "cancelled"). `age(action)`: the ticks it has waited (oldest start first)."""
     runner = Runner(config.concurrency, config.deadline, still_leader, age)
     doer = Doer(ports, snapshot, config.cluster_name)
-    bookkeeping, gentle, retires, disruptive = _lanes(plan.actions)
+    bookkeeping, phases = _phases(plan.actions)
     async with asyncio.TaskGroup() as group:
-        book = group.create_task(runner.run([doer.bookkeeping_job(a) for a in bookkeeping]))
-        outcomes = await runner.run(_node_jobs(doer, gentle))
-        if retires or disruptive:
-            outcomes += await _disrupt(retires, disruptive, doer, runner)
+        book = group.create_task(runner.run([doer.job(a, Lane.BOOKKEEPING) for a in bookkeeping]))
+        outcomes = await runner.run([doer.job(a) for a in phases[Phase.GENTLE]])
+        if phases[Phase.RETIRE] or phases[Phase.DISRUPT]:
+            outcomes += await _disrupt(phases[Phase.RETIRE], phases[Phase.DISRUPT], doer, runner)
     outcomes += book.result()
     by_action: defaultdict[int, list[Outcome]] = defaultdict(list)
     for outcome in outcomes:  # the same action object may stand twice in a plan: one outcome each
@@ -105,56 +93,22 @@ async def act(
     return tuple(by_action[id(a)].pop(0) for a in plan.actions)
 
 
-def _lanes(
-    actions: Sequence[Action],
-) -> tuple[list[list[Action]], list[Action], list[RetireWorkers], list[Action]]:
-    """Split a plan: per node, the marks and labels of nodes with nothing else to do (bookkeeping);
-    the gentle actions; the retirements; the disruptive actions with the marks of the nodes they drain
-    (those go with the drain). A drained node's labels are gentle, written first: the ownership label
-    among them is what the drain's own re-check wants to see (`NodeOurs`). Held back with the drain, a
-    node that joined unlabelled (EC2 gave notice before it joined) was never labelled, so never drained
-    nor terminated: found by a fresh-clone run."""
-    drained = {a.node_id for a in actions if isinstance(a, DrainNode)}
-    busy = {getattr(a, "node_id", None) for a in actions if not isinstance(a, BOOK)} - {None}
-    bookkeeping: dict[str, list[Action]] = {}
-    gentle: list[Action] = []
-    retires: list[RetireWorkers] = []
-    disruptive: list[Action] = []
+def _phases(actions: Sequence[Action]) -> tuple[list[Action], dict[Phase, list[Action]]]:
+    """The plan by phase (`core.kinds`), in plan order; and apart, in the bookkeeping lane, the
+    NodeUpdates of nodes with nothing else in the plan."""
+    busy = {getattr(a, "node_id", None) for a in actions if not isinstance(a, NodeUpdate)} - {None}
+    bookkeeping: list[Action] = []
+    phases: dict[Phase, list[Action]] = {phase: [] for phase in Phase}
     for a in actions:
-        if isinstance(a, RetireWorkers):
-            retires.append(a)
-        elif isinstance(a, DISRUPTIVE) or _rechecked(a) or (isinstance(a, MarkNode) and a.node_id in drained):
-            disruptive.append(a)
-        elif isinstance(a, BOOK) and a.node_id not in busy:
-            bookkeeping.setdefault(a.node_id, []).append(a)
+        if isinstance(a, NodeUpdate) and a.node_id not in busy:
+            bookkeeping.append(a)
         else:
-            gentle.append(a)
-    return list(bookkeeping.values()), gentle, retires, disruptive
-
-
-def _rechecked(action: Action) -> bool:
-    """An activation that takes in a node joined paused: re-checked on the fresh read of phase 2, after
-    phase 1 wrote its labels (its ownership label is what the re-check wants to see)."""
-    return isinstance(action, ActivateNode) and bool(action.expect)
-
-
-def _node_jobs(doer: Doer, actions: Sequence[Action]) -> list[Job]:
-    """One job per action, except that a node's marks and labels become one job (one node update)."""
-    book: dict[str, list[Action]] = {}
-    order: list[Action | str] = []
-    for a in actions:
-        if isinstance(a, BOOK):
-            if a.node_id not in book:
-                book[a.node_id] = []
-                order.append(a.node_id)
-            book[a.node_id].append(a)
-        else:
-            order.append(a)
-    return [doer.node_job(book[x]) if isinstance(x, str) else doer.job(x) for x in order]
+            phases[kind_of(a).phase].append(a)
+    return bookkeeping, phases
 
 
 async def _disrupt(
-    retires: list[RetireWorkers], disruptive: list[Action], doer: Doer, runner: Runner
+    retires: list[Action], disruptive: list[Action], doer: Doer, runner: Runner
 ) -> list[Outcome]:
     """Phases 2 and 3: each step re-checked on a read taken right before it."""
     fresh = await doer.fresh_read(runner.grace())
@@ -169,10 +123,8 @@ async def _disrupt(
         return outcomes + left(disruptive, "deadline")
     checked, runnable = _recheck(disruptive, fresh, kept, doer.hosts_of)
     outcomes += checked
-    runnable, unmarked = _with_their_drains(runnable)
-    outcomes += unmarked
-    ending: list[Terminate | Stop] = [a for a in runnable if isinstance(a, Terminate | Stop)]
-    jobs = _drain_jobs(doer, [a for a in runnable if not isinstance(a, Terminate | Stop)])
+    ending: list[Ending] = [a for a in runnable if isinstance(a, Terminate | Stop)]  # the batched kinds
+    jobs = [doer.job(a) for a in runnable if not kind_of(a).batched]
     if ending and not isinstance(fresh, str):  # (runnable at all only on a fresh read)
         skipped, ending, note = await fence_terminations(
             doer.ports.workload, ending, fresh, doer.hosts_of, runner.grace()
@@ -185,43 +137,9 @@ async def _disrupt(
         if stops:
             jobs.append(doer.stop_batch(stops, "" if terminations else note))
     done = await runner.run(jobs)
-    failed = [o.action for o in done if isinstance(o.action, Terminate | Stop) and not o.ok]
+    failed = [o.action for o in done if kind_of(o.action).batched and not o.ok]
     await unfence(doer.ports.workload, lifted(failed, (), doer.hosts_of))  # it did not happen: lift its fence
     return outcomes + done
-
-
-def _drain_jobs(doer: Doer, actions: Sequence[Action]) -> list[Job]:
-    """A drain and its node's marks and labels (before it in the plan) as ONE job; the rest one each."""
-    marks: dict[str, list[Action]] = {}
-    jobs: list[Job] = []
-    for a in actions:
-        if isinstance(a, BOOK):
-            marks.setdefault(a.node_id, []).append(a)
-        elif isinstance(a, DrainNode):
-            jobs.append(doer.node_job([*marks.pop(a.node_id, []), a]))
-        else:
-            jobs.append(doer.job(a))
-    jobs += [doer.node_job(m) for m in marks.values()]  # (none: `_with_their_drains` kept only those)
-    return jobs
-
-
-def _with_their_drains(actions: Sequence[Action]) -> tuple[list[Action], list[Outcome]]:
-    """The marks of a node to drain (among `actions`, in plan order, before its DrainNode) run only when
-    its drain does, in its drain's job; the others are skipped. Written in the first phase, a drain's
-    mark (it clears the cordon mark: the worker is being retired) would outlive a retirement or drain
-    that then did not happen, and a cordoned worker without its mark looks retiring to the planner,
-    which then waits on it forever (found by the chaos test: a retirement cut short by the deadline left
-    two machines that way)."""
-    draining = {a.node_id for a in actions if isinstance(a, DrainNode)}
-    keep: list[Action] = []
-    skipped: list[Outcome] = []
-    for action in actions:
-        if isinstance(action, BOOK) and action.node_id not in draining:
-            why = "skipped: its node's drain does not go ahead (the next plan marks it again)"
-            skipped.append(Outcome(action, False, why, kind="skipped"))
-        else:
-            keep.append(action)
-    return keep, skipped
 
 
 def _recheck(

@@ -35,10 +35,11 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from swarm_autoscaler.core.actions import Action
+from swarm_autoscaler.core.kinds import Lane
 from swarm_autoscaler.errors import AutoscalerError, LockLostError
 
-SAFETY = "safety"
-BOOKKEEPING = "bookkeeping"
+SAFETY = Lane.SAFETY
+BOOKKEEPING = Lane.BOOKKEEPING
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +80,7 @@ class Job:
     perform: Perform
     node_id: str | None = None
     finish_past_deadline: bool = False
-    lane: str = SAFETY
+    lane: Lane = SAFETY
 
 
 class Runner:
@@ -119,7 +120,7 @@ class Runner:
     def oldest_first(self, jobs: Sequence[Job]) -> list[Job]:
         """Jobs whose actions waited the most ticks first; plan order among equals (sort is stable).
         All the jobs of one node share its oldest age, so that one node's jobs keep their plan order
-        (a Cordon's mark builds on the node's MarkNode written before it)."""
+        (a Cordon comes after its node's NodeUpdate)."""
         ages = [max((self._age(a) for a in j.actions), default=0) for j in jobs]
         per_node: dict[str, int] = {}
         for job, a in zip(jobs, ages, strict=True):
@@ -134,7 +135,7 @@ class Runner:
             return []
         ordered = self.oldest_first(jobs)
         first_wave: set[int] = set()
-        per_lane: defaultdict[str, int] = defaultdict(int)
+        per_lane: defaultdict[Lane, int] = defaultdict(int)
         for job in ordered:
             if per_lane[job.lane] < self._slots[job.lane]:
                 first_wave.add(id(job))

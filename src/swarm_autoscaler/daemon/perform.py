@@ -1,13 +1,13 @@
 """Performing single actions through the ports for `act`, and the fresh reads it re-checks against.
 
-A node's marks and launch labels are written in ONE node update (`Orchestrator.mark`); a mark the node
-already carries is not written again.
+A node's marks and launch labels are written in ONE node update (`Orchestrator.mark`), exactly as the
+plan's NodeUpdate, DrainNode, Cordon or Uncordon states them (complete marks: nothing is computed here);
+marks the node already carries in the snapshot, with no label, are not written again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -16,9 +16,8 @@ from swarm_autoscaler.core.actions import (
     ActivateNode,
     Cordon,
     DrainNode,
-    LabelNode,
     Launch,
-    MarkNode,
+    NodeUpdate,
     RemoveNode,
     RetireWorkers,
     Start,
@@ -27,10 +26,11 @@ from swarm_autoscaler.core.actions import (
     Uncordon,
 )
 from swarm_autoscaler.core.cluster import TYPE_LABEL
+from swarm_autoscaler.core.kinds import Lane, kind_of
 from swarm_autoscaler.core.model import OWNERSHIP_LABEL, Availability, NodeMarks, Snapshot
 from swarm_autoscaler.core.ports import Cloud, Orchestrator, Workload
 from swarm_autoscaler.core.recheck import Fresh
-from swarm_autoscaler.daemon.jobs import BOOKKEEPING, SAFETY, ActionRefused, Job, Outcome
+from swarm_autoscaler.daemon.jobs import ActionRefused, Job, Outcome
 
 READ_CUT = "the read was still running at the hard stop (one deadline past the tick's deadline)"
 
@@ -45,14 +45,13 @@ class Ports:
 
 
 class Doer:
-    """Performs single actions through the ports, and the fresh reads. Keeps the lifecycle marks it
-    wrote, so that a node's second mark in one act builds on its first."""
+    """Performs single actions through the ports, and the fresh reads."""
 
     def __init__(self, ports: Ports, snapshot: Snapshot, cluster_name: str) -> None:
         self.ports = ports
         self.now = snapshot.now
         self.cluster_name = cluster_name
-        self.marks = {n.id: n.marks for n in snapshot.nodes}
+        self._marks = {n.id: n.marks for n in snapshot.nodes}  # as observed: what needs no write
         self._node_host = {n.id: n.hostname for n in snapshot.nodes}
         self._instance_host = {i.id: i.hostname for i in snapshot.instances}
         self._worker_host = {w.address: w.hostname for w in snapshot.workers}
@@ -104,38 +103,22 @@ class Doer:
                     out[hosts[address]] = f"the scheduler kept worker {address} (it refused to retire it)"
         return out
 
-    def job(self, action: Action) -> Job:
+    def job(self, action: Action, lane: Lane = Lane.SAFETY) -> Job:
+        """One action as one job, serialised on its node, run past the hard stop when its kind says."""
         node_id: str | None = getattr(action, "node_id", None)
-        # A cancelled RunInstances or StartInstances may still start machines: they run to their end.
-        return Job((action,), lambda: self.perform(action), node_id, isinstance(action, Launch | Start))
+        past = kind_of(action).finish_past_deadline
+        return Job((action,), lambda: self.perform(action), node_id, past, lane)
 
-    def node_job(self, actions: Sequence[Action], lane: str = SAFETY) -> Job:
-        """One job for one node's actions: its MarkNode and LabelNode written in ONE node update, then
-        the rest (a drain, say) in order."""
-        node_id: str = getattr(actions[0], "node_id")  # noqa: B009 - every action here has one
-        book = [a for a in actions if isinstance(a, MarkNode | LabelNode)]
-        rest = [a for a in actions if not isinstance(a, MarkNode | LabelNode)]
-
-        async def perform() -> str:
-            done = [await self._bookkeep(node_id, book)] if book else []
-            done += [await self.perform(a) for a in rest]
-            return "; ".join(done)
-
-        return Job(tuple(actions), perform, node_id, lane=lane)
-
-    def bookkeeping_job(self, actions: Sequence[Action]) -> Job:
-        """A node's marks and labels alone, in the bookkeeping lane."""
-        return self.node_job(actions, BOOKKEEPING)
-
-    async def _bookkeep(self, node_id: str, actions: Sequence[Action]) -> str:
-        marks = next((a.marks for a in reversed(actions) if isinstance(a, MarkNode)), None)
-        labels = {k: v for a in actions if isinstance(a, LabelNode) for k, v in a.labels}
+    async def _write(self, node_id: str, marks: NodeMarks | None, labels: dict[str, str]) -> str:
+        """ONE node update: the complete `marks` (None: unchanged) and `labels` added."""
         if marks is None:
             await self.ports.orchestrator.add_labels(node_id, labels)
             return "labelled"
-        if marks == self.marks.get(node_id) and not labels:
+        if node_id not in self._marks:
+            raise ActionRefused("error", f"node {node_id} not in the snapshot")
+        if marks == self._marks[node_id] and not labels:
             return "already marked (nothing written)"
-        await self._mark(node_id, labels or None, **dataclasses.asdict(marks))
+        await self.ports.orchestrator.mark(node_id, marks, labels or None)
         return "marked and labelled" if labels else "marked"
 
     def terminate_batch(self, actions: Sequence[Terminate], note: str) -> Job:
@@ -190,12 +173,14 @@ class Doer:
                     await self.ports.workload.uncordon(kept)
                     return f"retired {len(retired)}; scheduler kept {', '.join(kept)} (set running again)"
                 return f"retired {len(retired)}"
-            case Cordon(node_id=node_id, addresses=addresses):
-                await self._mark(node_id, cordoned_since=self.now)  # first: a restart must see it
+            case Cordon(node_id=node_id, addresses=addresses, marks=marks):
+                if marks is not None:  # first: a restart must see it
+                    await self._write(node_id, marks, {})
                 return f"cordoned {len(await self.ports.workload.cordon(addresses))}"
-            case Uncordon(node_id=node_id, addresses=addresses):
+            case Uncordon(node_id=node_id, addresses=addresses, marks=marks):
                 done = await self.ports.workload.uncordon(addresses)
-                await self._mark(node_id, cordoned_since=None)
+                if marks is not None:
+                    await self._write(node_id, marks, {})
                 return f"uncordoned {len(done)}"
         return await self._perform_on_node(action)
 
@@ -205,25 +190,17 @@ class Doer:
             case ActivateNode(node_id=node_id):
                 await orchestrator.set_availability(node_id, Availability.ACTIVE)
                 return "activated"
-            case DrainNode(node_id=node_id):
+            case DrainNode(node_id=node_id, marks=marks):
+                # its marks first, in the same job: they are written only when the drain goes ahead
+                marked = [await self._write(node_id, marks, {})] if marks is not None else []
                 await orchestrator.set_availability(node_id, Availability.DRAIN)
-                return "drained"
-            case MarkNode(node_id=node_id) | LabelNode(node_id=node_id):
-                return await self._bookkeep(node_id, [action])
+                return "; ".join([*marked, "drained"])
+            case NodeUpdate(node_id=node_id, marks=marks, labels=labels):
+                return await self._write(node_id, marks, dict(labels))
             case RemoveNode(node_id=node_id):
                 await orchestrator.remove(node_id)
                 return "removed"
         raise ActionRefused("error", f"unknown action {action!r}")  # pragma: no cover - exhaustive above
-
-    async def _mark(
-        self, node_id: str, labels: dict[str, str] | None = None, **changes: float | bool | None
-    ) -> None:
-        current = self.marks.get(node_id)
-        if current is None:
-            raise ActionRefused("error", f"node {node_id} not in the snapshot")
-        updated: NodeMarks = dataclasses.replace(current, **changes)  # type: ignore[arg-type]
-        await self.ports.orchestrator.mark(node_id, updated, labels)
-        self.marks[node_id] = updated
 
     async def _start(self, ids: tuple[str, ...], type_name: str) -> str:
         result = await self.ports.cloud.start_instances(ids)

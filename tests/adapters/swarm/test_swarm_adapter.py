@@ -109,7 +109,9 @@ async def test_a_node_is_ours_only_once_it_carries_our_cluster_label(local_swarm
         node = await node_named(orch, WORKERS[1])
         await orch.add_labels(node.id, {"instance-type": "m5.large"})  # a user's placement label
         assert not (await node_named(orch, WORKERS[1])).ours
-        await orch.add_labels(node.id, {ports.OWNERSHIP_LABEL: "own-test"})  # what LabelNode writes on join
+        await orch.add_labels(
+            node.id, {ports.OWNERSHIP_LABEL: "own-test"}
+        )  # what a NodeUpdate writes on join
         await orch.mark(node.id, NodeMarks(ready=True))  # marks keep the ownership label
         seen = await node_named(orch, WORKERS[1])
         assert seen.ours and seen.labels[ports.OWNERSHIP_LABEL] == "own-test"
