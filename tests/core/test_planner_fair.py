@@ -34,8 +34,8 @@ from swarm_autoscaler.core.actions import (
     DrainNode,
     HostIdle,
     Launch,
-    MarkNode,
     NodeOurs,
+    NodeUpdate,
     Plan,
     Retired,
     RetireWorkers,
@@ -61,9 +61,9 @@ def launch(type_name: str, count: int, tasks: int) -> Launch:
     return Launch(type_name, count, launch_reason(tasks, type_name))
 
 
-def reactivated(n: int, marks: NodeMarks = DRAINED) -> MarkNode:
+def reactivated(n: int, marks: NodeMarks = DRAINED) -> NodeUpdate:
     changed = dataclasses.replace(marks, drained_since=None, empty_since=None)
-    return MarkNode(f"node-{n}", changed, "reactivated for pending work")
+    return NodeUpdate(f"node-{n}", "reactivated for pending work", changed)
 
 
 def activate(n: int, tasks: int = 1) -> ActivateNode:
@@ -101,9 +101,10 @@ def retire(n: int) -> RetireWorkers:
     return RetireWorkers((addr(n),), "idle for at least drain_delay=60s", (HostIdle(hostname(n)),))
 
 
-def drain(n: int, reason: str) -> DrainNode:
+def drain(n: int, reason: str, marks: NodeMarks | None = None) -> DrainNode:
+    """The expected drain of node `n`, carrying the node's new marks (`core.updates`)."""
     expect = (HostIdle(hostname(n)), NodeOurs(f"node-{n}"), Retired(hostname(n)))
-    return DrainNode(f"node-{n}", hostname(n), reason, expect=expect)
+    return DrainNode(f"node-{n}", hostname(n), reason, expect, marks)
 
 
 def gpu_base(**kw: object) -> Policy:
@@ -153,9 +154,8 @@ CASES = [
         assemble(machine(1, GPU, marks=IDLE), machine(2, GPU, marks=IDLE), machine(3, GPU, marks=IDLE)),
         Plan(
             (
-                MarkNode("node-3", NodeMarks(ready=True, drained_since=NOW), "drained"),
                 retire(3),
-                drain(3, "empty for 61s (drain_delay 60s)"),
+                drain(3, "empty for 61s (drain_delay 60s)", NodeMarks(ready=True, drained_since=NOW)),
             )
         ),
         gpu_base(minimum=2),
@@ -175,10 +175,10 @@ def stopped(n: int, type_name: str) -> tuple:  # type: ignore[type-arg]
     return make_instance(n, type_name, InstanceState.STOPPED), None, None
 
 
-def terminate(n: int, reason: str, marks: NodeMarks) -> tuple[MarkNode, Terminate]:
+def terminate(n: int, reason: str, marks: NodeMarks) -> tuple[NodeUpdate, Terminate]:
     node = f"node-{n}"
     return (
-        MarkNode(node, dataclasses.replace(marks, termination_started=NOW), "terminating"),
+        NodeUpdate(node, "terminating", dataclasses.replace(marks, termination_started=NOW)),
         Terminate((f"i-{n:04d}",), reason, (node,), expect=(HostIdle(hostname(n)), NodeOurs(node))),
     )
 
@@ -265,7 +265,8 @@ def busy(n: int) -> tuple:  # type: ignore[type-arg]
 
 def rebalance_cordon(n: int) -> Cordon:
     why = f"EC2 recommends rebalancing i-{n:04d} (notice at {REBALANCE:.0f}): it takes no new task"
-    return Cordon(f"node-{n}", hostname(n), (addr(n),), why, (NodeOurs(f"node-{n}"),))
+    marks = NodeMarks(ready=True, cordoned_since=NOW)  # the node's marks, cordoned now (`core.updates`)
+    return Cordon(f"node-{n}", hostname(n), (addr(n),), why, (NodeOurs(f"node-{n}"),), marks)
 
 
 def replacement(n: int) -> Launch:
@@ -297,11 +298,18 @@ CASES += [
         assemble(rebalanced(machine(1))),
         Plan(
             (
-                MarkNode("node-1", NodeMarks(ready=True, termination_started=NOW), "terminating"),
                 RetireWorkers(
                     (addr(1),), f"{LET_GO}: its results move to workers that stay", (NodeOurs("node-1"),)
                 ),
-                DrainNode("node-1", hostname(1), LET_GO, (Retired(hostname(1)), NodeOurs("node-1"))),
+                DrainNode(
+                    "node-1",
+                    hostname(1),
+                    LET_GO,
+                    (Retired(hostname(1)), NodeOurs("node-1")),
+                    NodeMarks(
+                        ready=True, termination_started=NOW
+                    ),  # the terminating mark rides with the drain
+                ),
                 Terminate(
                     ("i-0001",),
                     f"{LET_GO}: let go",
@@ -317,12 +325,19 @@ CASES += [
         assemble(rebalanced(busy(1), interrupted=True)),
         Plan(
             (
-                MarkNode("node-1", NodeMarks(ready=True, termination_started=NOW), "terminating"),
                 launch("m5.large", 1, 2),
                 RetireWorkers(
                     (addr(1),), f"{LET_GO}: its results move to workers that stay", (NodeOurs("node-1"),)
                 ),
-                DrainNode("node-1", hostname(1), LET_GO, (Retired(hostname(1)), NodeOurs("node-1"))),
+                DrainNode(
+                    "node-1",
+                    hostname(1),
+                    LET_GO,
+                    (Retired(hostname(1)), NodeOurs("node-1")),
+                    NodeMarks(
+                        ready=True, termination_started=NOW
+                    ),  # the terminating mark rides with the drain
+                ),
                 Terminate(
                     ("i-0001",),
                     f"{LET_GO}: let go",
