@@ -165,6 +165,20 @@ class KeeperSettings(BaseSettings):
         "(at least 16 characters; never logged). Users get tokens of their own (docs/keeper.md#tokens).",
         json_schema_extra={"example": EXAMPLE_TOKEN},
     )
+    secrets_key: SecretStr | None = Field(
+        default=None,
+        description="32 random bytes in base64 that seal the clusters' private keys in redis (AES-GCM): a "
+        "dump of redis then holds none. Every replica needs the same key. Prefer "
+        "AUTOSCALER_KEEPER_SECRETS_KEY_FILE with a swarm secret. Unset with AUTOSCALER_REDIS_URL: the keys "
+        "are stored in the clear and the keeper logs a warning at start (docs/security.md).",
+        json_schema_extra={"example": "<the output of: openssl rand -base64 32>"},
+    )
+    secrets_key_file: str | None = Field(
+        default=None,
+        description="A file holding AUTOSCALER_KEEPER_SECRETS_KEY (a swarm secret: /run/secrets/<name>); "
+        "used when AUTOSCALER_KEEPER_SECRETS_KEY is unset.",
+        json_schema_extra={"example": "/run/secrets/keeper-secrets-key"},
+    )
     name: ClusterName = Field(
         default="keeper",
         description="This keeper's name: its ownership tag on the primaries and its redis key prefix. Keep it "

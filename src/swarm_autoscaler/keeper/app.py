@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import errno
 from collections.abc import AsyncIterator, Awaitable
+from pathlib import Path
 from typing import TypeVar
 
 import structlog
@@ -33,6 +34,7 @@ from swarm_autoscaler.keeper.adapters.redis_credentials import RedisCredentials
 from swarm_autoscaler.keeper.adapters.redis_leases import RedisLocks
 from swarm_autoscaler.keeper.adapters.redis_tokens import RedisTokens
 from swarm_autoscaler.keeper.adapters.redis_usage import RedisUsage
+from swarm_autoscaler.keeper.adapters.sealing import Sealer, key_from_text
 from swarm_autoscaler.keeper.adapters.tags import worker_tags
 from swarm_autoscaler.keeper.adapters.tls import make_credentials
 from swarm_autoscaler.keeper.api import build_keeper_app
@@ -180,10 +182,34 @@ def _locks(config: KeeperConfig) -> RedisLocks | InProcessLocks:
 
 
 def _credentials(config: KeeperConfig) -> RedisCredentials | InProcessCredentials:
-    """The clusters' TLS credentials: in redis when the replicas share one (they must agree on them)."""
+    """The clusters' TLS credentials: in redis when the replicas share one (they must agree on them),
+    sealed with the secrets key when one is set."""
     if config.redis.url is None:
         return InProcessCredentials(make_credentials)
-    return RedisCredentials(config.redis.url.get_secret_value(), config.keeper.name, make_credentials)
+    sealer = _sealer(config)
+    if sealer is None:
+        log.warning(
+            "the clusters' private keys are stored in redis in the clear: set AUTOSCALER_KEEPER_SECRETS_KEY_FILE "
+            "(a swarm secret) to seal them (docs/security.md)"
+        )
+    url = config.redis.url.get_secret_value()
+    return RedisCredentials(url, config.keeper.name, make_credentials, sealer=sealer)
+
+
+def _sealer(config: KeeperConfig) -> Sealer | None:
+    keeper = config.keeper
+    if keeper.secrets_key is not None:
+        return Sealer(key_from_text(keeper.secrets_key.get_secret_value()))
+    if keeper.secrets_key_file:
+        setting = "AUTOSCALER_KEEPER_SECRETS_KEY_FILE"
+        try:
+            text = Path(keeper.secrets_key_file).read_text()
+        except OSError as exc:
+            raise ConfigurationError(
+                f"{setting}: cannot read {keeper.secrets_key_file} ({exc.strerror})"
+            ) from None
+        return Sealer(key_from_text(text, setting))
+    return None
 
 
 def _unhealthy(keeper: Keeper) -> str | None:
