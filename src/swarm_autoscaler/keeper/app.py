@@ -186,14 +186,17 @@ def _credentials(config: KeeperConfig) -> RedisCredentials | InProcessCredential
     sealed with the secrets key when one is set."""
     if config.redis.url is None:
         return InProcessCredentials(make_credentials)
-    sealer = _sealer(config)
-    if sealer is None:
-        log.warning(
-            "the clusters' private keys are stored in redis in the clear: set AUTOSCALER_KEEPER_SECRETS_KEY_FILE "
-            "(a swarm secret) to seal them (docs/security.md)"
-        )
     url = config.redis.url.get_secret_value()
-    return RedisCredentials(url, config.keeper.name, make_credentials, sealer=sealer)
+    return RedisCredentials(url, config.keeper.name, make_credentials, sealer=_sealer(config))
+
+
+def _at_rest(config: KeeperConfig) -> str:
+    """How the clusters' private keys are kept, for the start line (the clear text is the operator's cue)."""
+    if config.redis.url is None:
+        return "in memory only"
+    if config.keeper.secrets_key is None and not config.keeper.secrets_key_file:
+        return "IN THE CLEAR in redis: set AUTOSCALER_KEEPER_SECRETS_KEY_FILE (docs/security.md)"
+    return "sealed in redis"
 
 
 def _sealer(config: KeeperConfig) -> Sealer | None:
@@ -259,6 +262,7 @@ async def run_keeper(config: KeeperConfig) -> int:
                 check_interval_s=config.keeper.check_interval,
                 idle_timeout_s=config.keeper.idle_timeout,
                 locks="redis" if config.redis.url else "in-process: single replica (no AUTOSCALER_REDIS_URL)",
+                private_keys_at_rest=_at_rest(config),
             )
             await keeper.run(stop)
 
