@@ -54,6 +54,7 @@ def build_policy(
         node_down_timeout=timing.node_down_timeout,
         consolidate_below=timing.consolidate_below,
         consolidate_under_load=timing.consolidate_under_load,
+        max_unready_share=timing.max_unready_share,
         tolerated_wait=timing.tolerated_wait,
         max_launch_per_tick=max_launch_per_tick,
         subnets=subnets,

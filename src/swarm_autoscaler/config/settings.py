@@ -158,6 +158,17 @@ class TimingSettings(BaseSettings):
             "nothing is pending."
         ),
     )
+    max_unready_share: float = Field(
+        default=0.45,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "The safety stop: while more than this share of the daemon's nodes (and at least two) are down "
+            "or unreachable, as in a network partition, scale-down halts: no idle machine is retired, "
+            "drained, stopped or terminated and no long-down machine is terminated; scale-up goes on. "
+            "Cluster Autoscaler's default (--max-total-unready-percentage). 1 turns it off."
+        ),
+    )
     tolerated_wait: Duration = Field(
         default=120.0,
         description=(

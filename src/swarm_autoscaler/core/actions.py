@@ -261,12 +261,14 @@ class Plan:
     `pending` counts the tasks waiting for capacity (unrunnable plus the estimated queue);
     `placed` maps each bucket name to how many pending tasks were virtually assigned there
     (`own-worker`: left queued on their busy worker, expected to start there within `tolerated_wait`).
+    `halted`: why scale-down halts in this plan (the safety stop, `core.safety`; "" when it runs).
     """
 
     actions: tuple[Action, ...] = ()
     unplaceable: tuple[Unplaceable, ...] = ()
     pending: int = 0
     placed: tuple[tuple[str, int], ...] = ()
+    halted: str = ""
 
     def of_kind(self, kind: type[Action]) -> tuple[Action, ...]:
         return tuple(a for a in self.actions if isinstance(a, kind))

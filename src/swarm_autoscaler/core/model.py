@@ -341,6 +341,9 @@ class Policy:
       there within this long buys no new instance (0 = every queued task may buy one).
     - `subnets`: the subnets a launch may use (empty: one, chosen by EC2). A type counts as refused for
       capacity only while it is refused in every one of them (see backoff.py).
+    - `max_unready_share`: the safety stop (safety.py): while more than this share of our nodes are
+      down or unreachable (and at least two), scale-down and the termination of long-down machines halt;
+      scale-up goes on (1 = never).
     - `join_paused`: machines join the swarm paused (the dynamic mode's boot script), and the planner
       sets a node active once it takes it in (see `cluster` and `marks.accept_joined`): a paused node
       never accepted is still joining, so a machine nobody accepted never takes a task.
@@ -359,6 +362,7 @@ class Policy:
     tolerated_wait: float = 120.0
     subnets: tuple[str, ...] = ()
     join_paused: bool = False
+    max_unready_share: float = 0.45
 
     def type_policy(self, name: str) -> TypePolicy | None:
         for tp in self.allowed_types:

@@ -38,6 +38,9 @@ maximum is the machines alive now. The recipe:
    `join_paused`, take in the nodes that joined paused (set them active, re-checked); a mark
    stamped in the future (by a clock ahead of the cloud's) is restamped now (clockmarks.py).
 
+The safety stop (safety.py): while more than `max_unready_share` of our nodes are down or unreachable,
+steps 5 and 6 and the termination of long-down machines (step 4) halt; scale-up goes on (`Plan.halted`).
+
 A machine whose worker runs or queues a task, or holds unique data, is never drained, retired or
 terminated, unless EC2 gave notice it takes it back (interrupt.py: its worker is retired whatever it
 holds, so that dask moves its results and runs its tasks elsewhere before EC2 comes). Every disruptive action targets one machine and carries in `expect` what it was planned on
@@ -70,6 +73,7 @@ from swarm_autoscaler.core.marks import accept_joined, keep_cordons, keep_marks,
 from swarm_autoscaler.core.model import Policy, Snapshot
 from swarm_autoscaler.core.placement import NewBins, Unplaced, rank_types, type_capacity
 from swarm_autoscaler.core.pool import refill, repair_pool, reserve_starts, started
+from swarm_autoscaler.core.safety import halt_reason
 from swarm_autoscaler.core.scaleup import NEW, OWN_WORKER, TIERS, Placement, scale_up
 from swarm_autoscaler.core.shrink import base_keys, repair, scale_down
 from swarm_autoscaler.core.steps import Facts, Step
@@ -160,9 +164,11 @@ def _decide(
     # `consolidate_under_load`: consolidation under load empties them. Consolidation itself runs when
     # `settled`.
     short = unplaced.left > 0
-    settled = idle or (not short and policy.consolidate_under_load)
+    # The safety stop (safety.py): while too many of our nodes are down, nothing is scaled down.
+    halted = halt_reason(facts.cluster, policy.max_unready_share)
+    settled = (idle or (not short and policy.consolidate_under_load)) and not halted
     shrink = Step()
-    if short or settled:
+    if (short or settled) and not halted:
         launching = set(launches.by_type) | set(starting)
         shrink = scale_down(
             facts,
@@ -181,8 +187,10 @@ def _decide(
         prices = {t.name: t.price_per_hour for t in snapshot.instance_types} | {
             o.name: o.price for o in options
         }
-    actions = _assemble(facts, up, (launches, refills), shrink, settled, (capacity, space, prices))
-    result = Plan(actions, unplaceable, demand.pending, up.placed)
+    actions = _assemble(
+        facts, up, (launches, refills), shrink, (settled, bool(halted)), (capacity, space, prices)
+    )
+    result = Plan(actions, unplaceable, demand.pending, up.placed, halted)
     if ledger is None:
         return result, None
     return result, Trace(demand.groups, up.bins, tuple(ledger), up.new_bins, capacity, space)
@@ -193,13 +201,15 @@ def _assemble(
     up: Placement,
     launching: tuple[LaunchBook, tuple[Launch, ...]],
     shrink: Step,
-    settled: bool,
+    load: tuple[bool, bool],
     room: tuple[Mapping[str, Vec], Space, Mapping[str, float | None]],
 ) -> tuple[Action, ...]:
     """The bookkeeping and repair steps, consolidation when it may run (`settled`: nothing is pending,
-    or every pending task was placed on existing capacity), and every action in order."""
+    or every pending task was placed on existing capacity), and every action in order. `halted`: the
+    safety stop holds the termination of long-down machines too."""
     launches, refills = launching
-    fixed = repair(facts)
+    settled, halted = load
+    fixed = repair(facts, halted)
     pooled = repair_pool(facts)
     fixed = Step((*fixed.actions, *pooled.actions), fixed.marks, fixed.removed | pooled.removed)
     leaving = let_go(facts)

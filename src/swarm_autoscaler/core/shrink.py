@@ -65,15 +65,16 @@ def _broken_checks(member: Member) -> tuple[Check, ...]:
     return (work, NotJoined(host) if member.node is None else NodeOurs(member.node.id))
 
 
-def repair(facts: Facts) -> Step:
+def repair(facts: Facts, halted: bool = False) -> Step:
     """Broken instances, vanished, long-down or terminated machines' nodes, and terminations that did
-    not take. Runs even while work is pending."""
+    not take. Runs even while work is pending. `halted` (the safety stop, safety.py): a machine whose
+    node stayed down is not terminated (its down mark is still kept)."""
     cluster, policy, now = facts.cluster, facts.policy, facts.now
     steps = []
     steps += [
         terminate(m, broken_reason(m, policy), _broken_checks(m), now) for m in cluster.broken if not m.busy
     ]
-    steps += [_repair_disconnected(facts, m) for m in cluster.disconnected]
+    steps += [_repair_disconnected(facts, m, halted) for m in cluster.disconnected]
     steps += [_remove_terminated(m) for m in cluster.terminating]
     again = "termination requested earlier did not take; asking again"
     steps += [terminate(m, again, _idle_and_ours(m), now) for m in cluster.terminating if _stuck(facts, m)]
@@ -91,7 +92,7 @@ def _remove(member: Member, reason: str) -> Step:
     return Step((RemoveNode(node.id, node.hostname, reason, expect=expect),), removed=frozenset({node.id}))
 
 
-def _repair_disconnected(facts: Facts, member: Member) -> Step:
+def _repair_disconnected(facts: Facts, member: Member, halted: bool = False) -> Step:
     """A node whose instance is gone is removed once down; one down past `node_down_timeout` is
     removed with its instance (one Terminate, which removes the node too)."""
     node, inst, now = member.node, member.instance, facts.now
@@ -103,7 +104,7 @@ def _repair_disconnected(facts: Facts, member: Member) -> Step:
     if down_since is None:
         return Step(marks=(mark(node.id, f"node is {node.status}", down_since=now),))
     timeout = facts.policy.node_down_timeout
-    if now - down_since < timeout or member.busy:
+    if now - down_since < timeout or member.busy or halted:
         return Step()
     reason = f"node {node.status} for {now - down_since:g}s (node_down_timeout {timeout:g}s)"
     # (A disconnected member's instance is alive: one shutting down is in the terminating bucket.)

@@ -198,6 +198,7 @@ class Daemon:
     waiting: Waiting = field(default_factory=Waiting, repr=False)
     _standby_logged: bool = field(default=False, repr=False)
     _unplaceable_logged: frozenset[tuple[str, str]] = field(default=frozenset(), repr=False)
+    _halted: str = field(default="", repr=False)  # the safety stop's reason as last logged
     _leadership: Leadership | None = field(default=None, repr=False)
 
     @property
@@ -303,10 +304,19 @@ class Daemon:
             plan=result.plan.summary(),
         )
         self._log_unplaceable(result)
+        self._log_halt(result.plan.halted)
         for outcome in result.outcomes:
             _log_outcome(self.cluster_name, outcome)
         if not result.acted and result.plan.actions:
             log.info("standby: would act", cluster=self.cluster_name, plan=result.plan.summary())
+
+    def _log_halt(self, halted: str) -> None:
+        """One warning when the safety stop halts scale-down (core.safety), one line when it lifts."""
+        if halted and not self._halted:
+            log.warning("scale-down halted", cluster=self.cluster_name, reason=halted)
+        elif self._halted and not halted:
+            log.info("scale-down resumed: enough nodes are back", cluster=self.cluster_name)
+        self._halted = halted
 
     def _log_unplaceable(self, result: TickResult) -> None:
         """One warning per reason when tasks become unplaceable for it (the tick line has the count):

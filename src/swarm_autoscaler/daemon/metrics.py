@@ -59,6 +59,12 @@ class Metrics:
         self.unplaceable = Gauge(
             "autoscaler_unplaceable_tasks", "Tasks no allowed instance type can run", ["cluster"], registry=r
         )
+        self.halted = Gauge(
+            "autoscaler_scale_down_halted",
+            "1 while the safety stop halts scale-down (too many of our nodes down or unreachable), else 0",
+            ["cluster"],
+            registry=r,
+        )
         self.actions = Counter(
             "autoscaler_actions",
             "Actions carried out, by kind and outcome",
@@ -162,6 +168,7 @@ class Metrics:
         self.last_success.labels(self.cluster).set(result.snapshot.now)
         self.pending.labels(self.cluster).set(result.plan.pending)
         self.unplaceable.labels(self.cluster).set(len(result.plan.unplaceable))
+        self.halted.labels(self.cluster).set(1 if result.plan.halted else 0)
         self.instances.labels(self.cluster).set(sum(1 for i in result.snapshot.instances if i.alive))
         self.max_instances.labels(self.cluster).set(result.policy.max_instances)
         self.buckets.clear()
