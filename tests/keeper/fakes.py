@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import itertools
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from swarm_autoscaler.errors import EndpointError
 from swarm_autoscaler.keeper.lifecycle import Probe
@@ -24,6 +25,8 @@ class FakeHosts:
         self.alive: dict[str, int] = {}
         self.created = 0
         self.updates = 0
+        self.listings = 0
+        self.workers: dict[str, list[dict[str, Any]]] = {}
         self.terminate_calls: list[str] = []
         self.create_delay = create_delay
         self.fail = False
@@ -36,7 +39,15 @@ class FakeHosts:
 
     async def list_clusters(self) -> tuple[Cluster, ...]:
         self._check()
+        self.listings += 1
         return tuple(c for cid, c in self.clusters.items() if self.alive.get(cid, 0) > 0)
+
+    def listing(self, cluster_id: str) -> tuple[float, tuple[dict[str, Any], ...]] | None:
+        """As `Ec2Primaries.listing`: `workers[cluster_id]` (entries in DescribeInstances' shape),
+        stamped with the number of listings so far; None before the first."""
+        if not self.listings:
+            return None
+        return float(self.listings), tuple(self.workers.get(cluster_id, ()))
 
     async def find(self, key: ClusterKey) -> tuple[Cluster, ...]:
         self._check()

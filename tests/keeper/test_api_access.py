@@ -18,7 +18,7 @@ from swarm_autoscaler.keeper.adapters.redis_tokens import RedisTokens
 from swarm_autoscaler.keeper.adapters.redis_usage import RedisUsage
 from swarm_autoscaler.keeper.adapters.tls import make_credentials
 from swarm_autoscaler.keeper.api import build_keeper_app
-from swarm_autoscaler.keeper.credentials import InProcessCredentials, primary_token
+from swarm_autoscaler.keeper.credentials import InProcessCredentials, listing_token, primary_token
 from swarm_autoscaler.keeper.lifecycle import KeeperTiming
 from swarm_autoscaler.keeper.limits import Limits
 from swarm_autoscaler.keeper.metrics import KeeperMetrics
@@ -45,6 +45,7 @@ class World:
     admin: dict[str, str]
     alice_cluster: str
     routes: set[tuple[str, str]]
+    hosts: FakeHosts
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -59,8 +60,9 @@ async def world(redis_server: RedisServer) -> AsyncIterator[World]:
     budgets = RedisBudgets(redis_server.url, name)
     await budgets.set("w1", 100.0)
     now = [NOW]
+    hosts = FakeHosts()
     keeper = Keeper(
-        FakeHosts(), FakeProbe(), SharedLocks(lambda: now[0]).for_replica("a"), KeeperTiming(),
+        hosts, FakeProbe(), SharedLocks(lambda: now[0]).for_replica("a"), KeeperTiming(),
         interval=0.05, clock=lambda: now[0], limits=Limits(5, usage=usage, store=budgets),
     )  # fmt: skip
     credentials = InProcessCredentials(make_credentials)
@@ -79,7 +81,7 @@ async def world(redis_server: RedisServer) -> AsyncIterator[World]:
             Machine("i-b", "bob", "w9", "kc-b", "m5.large", NOW - 600),
         ]
         await usage.record(readings(machines, NOW), NOW)
-        yield World(client, tokens, alice, bob, admin, cluster["id"], served)
+        yield World(client, tokens, alice, bob, admin, cluster["id"], served, hosts)
     await keeper.stop()
     await tokens.close()
     await usage.close()
@@ -103,7 +105,10 @@ ADMIN_ROUTES = [
     ("DELETE", "/v1/wallets/{wallet_id}/budget", "/v1/wallets/w1/budget", 204),
 ]
 BODY = {"budget_usd": 5}  # sent with every request: only the budget's PUT reads it
-OWN_TOKEN_ROUTES = [("GET", "/v1/primaries/{cluster_id}/credentials")]
+OWN_TOKEN_ROUTES = [
+    ("GET", "/v1/primaries/{cluster_id}/credentials"),
+    ("GET", "/v1/primaries/{cluster_id}/instances"),
+]
 LISTING = [("GET", "/v1/clusters")]
 OPEN = [("GET", "/healthz"), ("GET", "/metrics")]
 
@@ -185,6 +190,32 @@ async def test_the_primary_route_takes_only_its_one_time_token(world: World) -> 
     assert (
         await world.client.get(path, headers=bearer(primary_token(ADMIN_TOKEN, world.alice_cluster)))
     ).status == 200
+
+
+async def test_the_listing_route_takes_only_its_cluster_s_listing_token(world: World) -> None:
+    """A cluster's autoscaler reads its instances from the keeper (one DescribeInstances by the keeper
+    for every cluster) with a read-only token of its own cluster: no other token opens it, and its token
+    opens no other cluster's listing nor the credentials route."""
+    path = f"/v1/primaries/{world.alice_cluster}/instances"
+    own = bearer(listing_token(ADMIN_TOKEN, world.alice_cluster))
+    others = (
+        {},
+        world.alice,
+        world.admin,
+        bearer(primary_token(ADMIN_TOKEN, world.alice_cluster)),
+        bearer(listing_token(ADMIN_TOKEN, "kc-another")),
+    )
+    for who in others:
+        assert (await world.client.get(path, headers=who)).status == 401
+    credentials = f"/v1/primaries/{world.alice_cluster}/credentials"
+    assert (await world.client.get(credentials, headers=own)).status == 401
+    entry = {"InstanceId": "i-w1", "State": {"Name": "running"}}  # (as Ec2Primaries gives it)
+    world.hosts.workers[world.alice_cluster] = [entry]
+    await world.hosts.list_clusters()  # the keeper's listing: one read for every cluster
+    response = await world.client.get(path, headers=own)
+    assert response.status == 200
+    body = await response.json()
+    assert body["cluster_id"] == world.alice_cluster and body["instances"] == [entry]
 
 
 async def test_healthz_and_metrics_need_no_token(world: World) -> None:

@@ -446,12 +446,17 @@ def load_keeper_settings(env_file: str | os.PathLike[str] | None = None) -> Keep
 
 
 def cluster_env(
-    config: KeeperConfig, cluster_id: str, worker_tags: Mapping[str, str] | None = None
+    config: KeeperConfig,
+    cluster_id: str,
+    worker_tags: Mapping[str, str] | None = None,
+    listing_token: str = "",
 ) -> dict[str, str]:
     """The settings of cluster `cluster_id`'s own autoscaler, derived from the keeper's: its cluster name
     is the cluster id (its workers' ownership tag), its allowed types and fleet limit are the keeper's
     worker types and max instances per cluster, and it launches where the keeper does, with the keeper's
-    custom tags and `worker_tags` on its workers. No credentials."""
+    custom tags and `worker_tags` on its workers. No EC2 credentials. With the keeper's public URL and a
+    `listing_token`, it reads its instances from the keeper's listing (one paged DescribeInstances by
+    the keeper for every cluster) instead of calling DescribeInstances every tick."""
     ec2, keeper = config.ec2, config.keeper
     tags = {**ec2.custom_tags, **(worker_tags or {})}
     types = {name: spec.model_dump(mode="json") for name, spec in keeper.worker_types.items()}
@@ -470,6 +475,11 @@ def cluster_env(
         f"{PREFIX}EC2_IAM_INSTANCE_PROFILE": ec2.iam_instance_profile,
         f"{PREFIX}EC2_CUSTOM_TAGS": json.dumps(tags, separators=(",", ":")) if tags else None,
     }
+    if keeper.public_url and listing_token:
+        optional[f"{PREFIX}EC2_LISTING_URL"] = (
+            f"{keeper.public_url.rstrip('/')}/v1/primaries/{cluster_id}/instances"
+        )
+        optional[f"{PREFIX}EC2_LISTING_TOKEN"] = listing_token
     env.update({name: value for name, value in optional.items() if value})
     return env
 

@@ -303,6 +303,21 @@ class Ec2Settings(Ec2AccessSettings):
         json_schema_extra={"example": "https://sqs.us-east-1.amazonaws.com/123456789012/swarm-interruptions"},
     )
 
+    listing_url: str = Field(
+        default="",
+        pattern=r"^(https?://\S+)?$",
+        description="A keeper cluster's autoscaler only (the keeper sets it): read this cluster's instances "
+        "from the keeper's listing at this URL instead of calling DescribeInstances every tick, so that one "
+        "paged read by the keeper serves every cluster. Empty = list from EC2.",
+        json_schema_extra={"example": "https://keeper.example.com/v1/primaries/c-0123456789abcdef/instances"},
+    )
+    listing_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token for `AUTOSCALER_EC2_LISTING_URL` (the keeper sets it: read-only, this "
+        "cluster's listing only).",
+        json_schema_extra={"example": "3f5c0e1d2b4a69788a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f"},
+    )
+
     @field_validator("max_instances")
     @classmethod
     def _limits(cls, value: int, info: ValidationInfo) -> int:

@@ -10,8 +10,9 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 
@@ -19,6 +20,7 @@ from swarm_autoscaler.adapters.dask import DaskWorkload
 from swarm_autoscaler.adapters.dask_check import SchedulerCheck
 from swarm_autoscaler.adapters.ec2 import Ec2Cloud
 from swarm_autoscaler.adapters.ec2_interruptions import SqsInterruptions
+from swarm_autoscaler.adapters.keeper_listing import KeeperListedCloud
 from swarm_autoscaler.adapters.redis_lock import RedisLock, SingleReplicaLock
 from swarm_autoscaler.adapters.swarm import SwarmOrchestrator
 from swarm_autoscaler.adapters.swarm_services import SwarmServicesWorkload
@@ -160,8 +162,17 @@ async def _serve_http(
 
 
 def _ec2(settings: Settings, swarm: Orchestrator) -> Ec2Cloud:
+    """The EC2 adapter; a keeper cluster's (`AUTOSCALER_EC2_LISTING_URL` set) reads its instances from
+    the keeper's listing (`adapters.keeper_listing`)."""
     boot_scripts = with_worker_env(settings.ec2.allowed_types, CATALOGUE)
-    return Ec2Cloud(
+    cloud: Any = Ec2Cloud
+    if settings.ec2.listing_url:
+        cloud = functools.partial(
+            KeeperListedCloud,
+            listing_url=settings.ec2.listing_url,
+            listing_token=_secret(settings.ec2.listing_token) or "",
+        )
+    return cloud(  # type: ignore[no-any-return]
         cluster_name=settings.cluster_name,
         region=settings.ec2.region,
         endpoint=settings.ec2.endpoint,

@@ -15,6 +15,8 @@ usage only; another user's path is 403, the admin routes are 403). Tokens are co
                                                          a user's token: its own (another user_id 403)
     GET    /v1/clusters/{user_id}/{wallet_id}/credentials  200, the client's TLS files (PEM) of the live
                                                          cluster; 404 without one
+    GET    /v1/primaries/{cluster_id}/instances          the cluster's workers as the keeper last listed
+                                                         them (its autoscaler's bearer: the listing token)
     GET    /v1/primaries/{cluster_id}/credentials        the primary's TLS files, once: its bearer is the
                                                          one-time token of its boot script (not the API
                                                          token); 410 Gone on a second use
@@ -49,7 +51,13 @@ from aiohttp import web
 
 from swarm_autoscaler.errors import AutoscalerError
 from swarm_autoscaler.keeper.access import ADMIN, InProcessTokens, Principal, TokenStore, is_admin
-from swarm_autoscaler.keeper.credentials import LOST, Credentials, CredentialStore, token_matches
+from swarm_autoscaler.keeper.credentials import (
+    LOST,
+    Credentials,
+    CredentialStore,
+    listing_token_matches,
+    token_matches,
+)
 from swarm_autoscaler.keeper.inputs import BadInput, bearer, epoch_seconds, json_object
 from swarm_autoscaler.keeper.limits import LimitRefusedError, Limits
 from swarm_autoscaler.keeper.metrics import KeeperMetrics
@@ -242,6 +250,23 @@ class _Routes:
             headers={"Cache-Control": "no-store"},
         )
 
+    async def primary_listing(self, request: web.Request) -> web.Response:
+        """The cluster's instances as the keeper's last listing saw them, for its own autoscaler (its
+        bearer: the cluster's listing token, `credentials.listing_token`): one paged DescribeInstances
+        by the keeper serves every cluster."""
+        cid = request.match_info["cluster_id"]
+        given = bearer(request.headers.get("Authorization")) or ""
+        if not ID_PATTERN.fullmatch(cid) or not listing_token_matches(self._token, cid, given):
+            return _error(401, "missing or wrong listing token")
+        listed = self.keeper.listing(cid)
+        if listed is None:
+            return _error(503, "no listing of this cluster yet: try again after the keeper's next listing")
+        at, instances = listed
+        return web.json_response(
+            {"cluster_id": cid, "listed_at": at, "instances": list(instances)},
+            headers={"Cache-Control": "no-store"},
+        )
+
     async def primary_credentials(self, request: web.Request) -> web.Response:
         cid = request.match_info["cluster_id"]
         given = bearer(request.headers.get("Authorization")) or ""
@@ -396,6 +421,7 @@ def build_keeper_app(
     app.router.add_get("/v1/usage", routes.get_usage)
     app.router.add_get(base + "/credentials", routes.client_credentials)
     app.router.add_get(_OWN_TOKEN + "{cluster_id}/credentials", routes.primary_credentials)
+    app.router.add_get(_OWN_TOKEN + "{cluster_id}/instances", routes.primary_listing)
     app.router.add_post(_USER_TOKEN, routes.issue_token)
     app.router.add_delete(_USER_TOKEN, routes.revoke_token)
     app.router.add_get(_BUDGET, routes.get_budget)

@@ -38,7 +38,7 @@ from swarm_autoscaler.keeper.adapters.sealing import Sealer, key_from_text
 from swarm_autoscaler.keeper.adapters.tags import worker_tags
 from swarm_autoscaler.keeper.adapters.tls import make_credentials
 from swarm_autoscaler.keeper.api import build_keeper_app
-from swarm_autoscaler.keeper.credentials import InProcessCredentials, primary_token
+from swarm_autoscaler.keeper.credentials import InProcessCredentials, listing_token, primary_token
 from swarm_autoscaler.keeper.lifecycle import KeeperTiming
 from swarm_autoscaler.keeper.limits import Limits
 from swarm_autoscaler.keeper.locks import InProcessLocks
@@ -72,7 +72,11 @@ def user_data_of(config: KeeperConfig) -> UserData:
             "wallet_id": key.wallet_id,
             "scheduler_port": str(keeper.scheduler_port),
             "dashboard_port": str(keeper.dashboard_port),
-            "autoscaler_env": env_lines(cluster_env(config, cluster_id, worker_tags(keeper.name, key))),
+            "autoscaler_env": env_lines(
+                cluster_env(
+                    config, cluster_id, worker_tags(keeper.name, key), listing_token(secret, cluster_id)
+                )
+            ),
         }
         return render_boot(template, values)
 

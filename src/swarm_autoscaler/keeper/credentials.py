@@ -45,6 +45,17 @@ def primary_token(secret: str, cluster_id: str) -> str:
     return hmac.new(secret.encode(), f"primary-credentials:{cluster_id}".encode(), hashlib.sha256).hexdigest()
 
 
+def listing_token(secret: str, cluster_id: str) -> str:
+    """The token with which `cluster_id`'s own autoscaler reads its instance listing from the keeper
+    (hex; reusable, read-only, that cluster's listing only), derived from the keeper's API token."""
+    return hmac.new(secret.encode(), f"primary-listing:{cluster_id}".encode(), hashlib.sha256).hexdigest()
+
+
+def listing_token_matches(secret: str, cluster_id: str, given: str) -> bool:
+    """Constant-time check of a listing token."""
+    return hmac.compare_digest(listing_token(secret, cluster_id).encode(), given.encode())
+
+
 def token_matches(secret: str, cluster_id: str, given: str) -> bool:
     """Constant-time check of a primary's token."""
     return hmac.compare_digest(primary_token(secret, cluster_id).encode(), given.encode())

@@ -7,7 +7,7 @@ State lives in EC2 tags: a restarted keeper (or another replica) rebuilds every 
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from swarm_autoscaler.keeper.lifecycle import Probe
 from swarm_autoscaler.keeper.model import Cluster, ClusterKey, ClusterState
@@ -19,7 +19,14 @@ class ClusterHosts(Protocol):
     listed or changed."""
 
     async def list_clusters(self) -> tuple[Cluster, ...]:
-        """Every cluster whose primary is not terminated, rebuilt from its tags. One paged listing."""
+        """Every cluster whose primary is not terminated, rebuilt from its tags. One paged listing, which
+        also lists every cluster's workers (`listing`)."""
+        ...
+
+    def listing(self, cluster_id: str) -> tuple[float, tuple[dict[str, Any], ...]] | None:
+        """The time of the last `list_clusters` and the workers of `cluster_id` it saw, each as EC2's
+        DescribeInstances gives an instance (JSON-able); None before the first listing. What the
+        cluster's own autoscaler reads instead of calling DescribeInstances (one read for all)."""
         ...
 
     async def find(self, key: ClusterKey) -> tuple[Cluster, ...]:

@@ -33,6 +33,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 
@@ -593,6 +594,14 @@ class Keeper:
     def _emit(self, action: str) -> None:
         if self.on_action is not None:
             self.on_action(action)
+
+    def listing(self, cluster_id: str) -> tuple[float, tuple[dict[str, Any], ...]] | None:
+        """The workers of a cluster this replica knows, as its last listing saw them (`ClusterHosts.
+        listing`): its own autoscaler reads them here instead of from EC2. None for a cluster this
+        replica does not know or before its first listing."""
+        if cluster_id not in self._known:
+            return None
+        return self.hosts.listing(cluster_id)
 
     @property
     def clusters(self) -> tuple[Cluster, ...]:

@@ -10,9 +10,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 from tests.adapters.ec2.ec2_helpers import ACCESS_KEY, SECRET_KEY
+from tests.keeper.fakes import FakeProbe
 
-from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, OWNER_TAG, OWNER_VALUE
+from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, OWNER_TAG, OWNER_VALUE, Ec2Cloud
+from swarm_autoscaler.adapters.keeper_listing import KeeperListedCloud
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
 from swarm_autoscaler.keeper.adapters.ec2_primaries import SWEEP_EVERY, Ec2Primaries
 from swarm_autoscaler.keeper.adapters.tags import (
@@ -22,7 +25,13 @@ from swarm_autoscaler.keeper.adapters.tags import (
     SCHEDULER_URL_TAG,
     worker_tags,
 )
+from swarm_autoscaler.keeper.api import build_keeper_app
+from swarm_autoscaler.keeper.credentials import listing_token
+from swarm_autoscaler.keeper.lifecycle import KeeperTiming
+from swarm_autoscaler.keeper.locks import InProcessLocks
+from swarm_autoscaler.keeper.metrics import KeeperMetrics
 from swarm_autoscaler.keeper.model import ClusterKey, ClusterState
+from swarm_autoscaler.keeper.service import Keeper
 from swarm_autoscaler_lab.localcloud import FaultInjector, LocalNetwork, MotoServer
 
 PRIMARY = "m5.large"
@@ -349,3 +358,51 @@ async def test_machines_lists_primary_and_workers_with_owner_type_and_spot_price
     price = machines[spot].spot_price_per_hour
     assert price is not None and price > 0
     assert machines[spot].price_per_second == price / 3600
+
+
+async def test_a_cluster_s_autoscaler_lists_its_instances_from_the_keeper_as_from_ec2(
+    make_hosts: Factory, raw_ec2: Any, network: LocalNetwork, moto_server: MotoServer
+) -> None:
+    """One paged DescribeInstances by the keeper serves every cluster: its autoscaler (the daemon's EC2
+    adapter, `KeeperListedCloud`) reads its workers over the keeper's API (a real aiohttp server, the
+    moto server behind the keeper) and sees what its own DescribeInstances would list, ownership tags
+    checked again; nothing of another cluster; a listing older than its limit is an EndpointError."""
+    hosts = await make_hosts()
+    alice, bob = await hosts.create(ALICE, 1_800_000_000.0), await hosts.create(BOB, 1_800_000_000.0)
+    mine = {
+        await _worker(raw_ec2, network, alice.cluster_id, worker_tags(hosts._name, ALICE)) for _ in range(3)
+    }
+    await _worker(raw_ec2, network, bob.cluster_id, worker_tags(hosts._name, BOB))
+    await raw_ec2.terminate_instances(InstanceIds=[next(iter(sorted(mine)))])  # listed for an hour
+    keeper = Keeper(hosts, FakeProbe(), InProcessLocks(), KeeperTiming(), interval=60.0)
+    before = hosts.stats.api_calls["DescribeInstances"]
+    await keeper.discover()
+    assert hosts.stats.api_calls["DescribeInstances"] == before + 1  # both clusters, workers and all
+    app = build_keeper_app(keeper, "admin-secret", KeeperMetrics())
+    common: dict[str, Any] = {
+        "cluster_name": alice.cluster_id,
+        "region": network.region,
+        "endpoint": moto_server.endpoint,
+        "access_key_id": ACCESS_KEY,
+        "secret_access_key": SECRET_KEY,
+        "allowed_types": {},
+        "subnet_ids": network.subnet_ids,
+        "security_group_ids": [network.security_group_id],
+        "join_command": lambda: None,
+    }
+    async with TestClient(TestServer(app)) as client, Ec2Cloud(**common) as direct:
+        url = str(client.make_url(f"/v1/primaries/{alice.cluster_id}/instances"))
+        token = listing_token("admin-secret", alice.cluster_id)
+        async with KeeperListedCloud(listing_url=url, listing_token=token, **common) as listed:
+            from_ec2 = await direct.list_instances()
+            from_keeper = await listed.list_instances()
+            assert {i.id for i in from_keeper} == mine == {i.id for i in from_ec2}
+            assert sorted(from_keeper, key=lambda i: i.id) == sorted(from_ec2, key=lambda i: i.id)
+            assert direct.stats.api_calls["DescribeInstances"] == 1
+            assert listed.stats.api_calls["DescribeInstances"] == 0 and listed.listings == 1
+        async with KeeperListedCloud(listing_url=url, listing_token=token, max_age=-1.0, **common) as stale:
+            with pytest.raises(EndpointError, match="old"):
+                await stale.list_instances()
+        async with KeeperListedCloud(listing_url=url, listing_token="wrong", **common) as refused:
+            with pytest.raises(EndpointError, match="401"):
+                await refused.list_instances()

@@ -54,6 +54,7 @@ from swarm_autoscaler.keeper.adapters.tags import (
     WORKER_KEEPER_TAG,
     WORKER_USER_TAG,
     WORKER_WALLET_TAG,
+    group_listing,
     new_cluster_id,
     order,
     orphan_clusters,
@@ -114,6 +115,8 @@ class Ec2Primaries(Ec2Transport):
         self._ports = (scheduler_port, dashboard_port)
         self._primary_ids: dict[str, str] = {}  # cluster id -> primary instance id (never changes)
         self._listings = 0
+        self._listing: dict[str, tuple[dict[str, Any], ...]] = {}  # cluster id -> its workers, listed
+        self._listed_at: float | None = None
         self._spot_prices: dict[tuple[str, str, int], float | None] = {}  # (type, zone, hour) -> USD/h
 
     # ----------------------------------------------------------------------------------- checks
@@ -160,33 +163,47 @@ class Ec2Primaries(Ec2Transport):
         return [raw for raw in raws if self._ours(tags_of(raw)) and tags_of(raw).get(CLUSTER_ID_TAG)]
 
     async def list_clusters(self) -> tuple[Cluster, ...]:
-        """Every cluster of ours whose primary is not terminated; on the first listing and every
-        `SWEEP_EVERY`th, also the clusters whose primary is gone but whose workers are not (one more
-        paged DescribeInstances), as `ending`, so that the keeper terminates them: nothing leaks."""
-        clusters = [self._cluster(raw) for raw in await self._primaries()]
-        self._listings += 1
-        if self._listings % SWEEP_EVERY == 1:
-            clusters += orphan_clusters(await self._workers(), {c.cluster_id for c in clusters})
-        return tuple(sorted(clusters, key=order))
-
-    async def _workers(self) -> list[dict[str, Any]]:
-        """Every worker of this keeper's clusters that is not terminated (the daemon's ownership tag and
-        this keeper's worker tag, checked again here)."""
+        """Every cluster of ours whose primary is not terminated, and every cluster's workers, from
+        **one** paged DescribeInstances for all clusters (every instance of ours carrying this keeper's
+        name as a tag value: its primaries by the keeper tag, its workers by their keeper tag). The
+        workers are kept as each cluster's listing (`listing`), which the cluster's own autoscaler
+        reads from the keeper instead of calling DescribeInstances itself: the account's read rate is
+        then one paged call per interval whatever the number of clusters (Karpenter batches its
+        describes in the same spirit). On the first listing and every `SWEEP_EVERY`th, the clusters
+        whose primary is gone but whose workers are not are reported as `ending`, so that the keeper
+        terminates them: nothing leaks."""
         filters = [
             {"Name": f"tag:{OWNER_TAG}", "Values": [OWNER_VALUE]},
-            {"Name": f"tag:{WORKER_KEEPER_TAG}", "Values": [self._name]},
-            {"Name": "instance-state-name", "Values": list(LISTED_STATES)},
+            {"Name": "tag-value", "Values": [self._name]},
         ]
         try:
             reservations = await self._pages("describe_instances", "Reservations", Filters=filters)
         except (ClientError, BotoCoreError) as exc:
             raise to_endpoint_error(self.endpoint, "DescribeInstances", exc) from None
         raws = [raw for res in reservations for raw in res.get("Instances", ())]
-        return [
-            r
-            for r in raws
-            if tags_of(r).get(OWNER_TAG) == OWNER_VALUE and tags_of(r).get(WORKER_KEEPER_TAG) == self._name
-        ]
+        live = [raw for raw in raws if raw["State"]["Name"] in LISTED_STATES]
+        primaries = [raw for raw in live if self._ours(tags_of(raw)) and tags_of(raw).get(CLUSTER_ID_TAG)]
+        workers = [raw for raw in raws if self._worker(raw)]
+        self._listing = group_listing(workers)
+        self._listed_at = self.now()
+        clusters = [self._cluster(raw) for raw in primaries]
+        self._listings += 1
+        if self._listings % SWEEP_EVERY == 1:
+            orphans = [raw for raw in workers if raw["State"]["Name"] in LISTED_STATES]
+            clusters += orphan_clusters(orphans, {c.cluster_id for c in clusters})
+        return tuple(sorted(clusters, key=order))
+
+    def _worker(self, raw: Mapping[str, Any]) -> bool:
+        tags = tags_of(raw)
+        return tags.get(OWNER_TAG) == OWNER_VALUE and tags.get(WORKER_KEEPER_TAG) == self._name
+
+    def listing(self, cluster_id: str) -> tuple[float, tuple[dict[str, Any], ...]] | None:
+        """The last listing's time and the workers of `cluster_id` in it (terminated ones too, as EC2
+        lists them for about an hour: the cluster's autoscaler matches a lingering node by hostname), in
+        the shape of DescribeInstances (`listing_entry`); None before the first listing."""
+        if self._listed_at is None:
+            return None
+        return self._listed_at, self._listing.get(cluster_id, ())
 
     async def find(self, key: ClusterKey) -> tuple[Cluster, ...]:
         found = await self._primaries(

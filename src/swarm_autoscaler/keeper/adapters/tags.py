@@ -124,3 +124,31 @@ def orphan_clusters(workers: Iterable[Mapping[str, Any]], live: set[str]) -> lis
 
 def order(cluster: Cluster) -> tuple[float, str]:
     return cluster.created_at, cluster.cluster_id
+
+
+def listing_entry(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """What a cluster's autoscaler needs of one of its instances, in the shape of DescribeInstances (its
+    EC2 adapter reads it with the same code, `ec2_support.to_instance`), as JSON: the launch time as ISO
+    8601."""
+    launched = raw["LaunchTime"]
+    return {
+        "InstanceId": raw["InstanceId"],
+        "InstanceType": raw.get("InstanceType", ""),
+        "State": {"Name": raw["State"]["Name"]},
+        "LaunchTime": launched.isoformat() if hasattr(launched, "isoformat") else str(launched),
+        "PrivateDnsName": raw.get("PrivateDnsName", ""),
+        "Placement": {"AvailabilityZone": raw.get("Placement", {}).get("AvailabilityZone", "")},
+        "SubnetId": raw.get("SubnetId", ""),
+        "InstanceLifecycle": raw.get("InstanceLifecycle", ""),
+        "Tags": list(raw.get("Tags", ())),
+    }
+
+
+def group_listing(workers: Iterable[Mapping[str, Any]]) -> dict[str, tuple[dict[str, Any], ...]]:
+    """Cluster id (its workers' `swarm-autoscaler/cluster` tag) -> its workers' `listing_entry`s."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for raw in workers:
+        cid = tags_of(raw).get(CLUSTER_TAG)
+        if cid:
+            out.setdefault(cid, []).append(listing_entry(raw))
+    return {cid: tuple(entries) for cid, entries in out.items()}

@@ -1,0 +1,84 @@
+"""`KeeperListedCloud`: the EC2 adapter of a keeper cluster's autoscaler, reading its instances from the
+keeper instead of calling DescribeInstances itself.
+
+Every cluster's autoscaler listing its own instances every tick (5 s) spent the account's refill rate for
+DescribeInstances (20 per second) at about 100 clusters, throttling every other tool in the account. The
+keeper lists every cluster's machines in one paged DescribeInstances per interval anyway (it watches
+their primaries); it keeps each cluster's workers from that listing and serves them at
+`GET /v1/primaries/<cluster id>/instances` (bearer: the cluster's listing token, a read-only token of
+that listing only). This adapter reads them there and checks each instance's ownership tags again, as
+`Ec2Cloud.list_instances` does; everything else (launch, start, stop, terminate, the catalogue) goes to
+EC2 as before, with the cluster's own permissions.
+
+A listing older than `max_age` (the keeper stuck, or no replica listing) or an unreadable keeper is an
+`EndpointError`: the tick acts on nothing, as with EC2 unreachable. Launches since the listing are
+covered as with EC2's own eventual consistency (`daemon.loop.InFlightCloud`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import aiohttp
+
+from swarm_autoscaler.adapters.ec2 import Ec2Cloud
+from swarm_autoscaler.adapters.ec2_support import to_instance
+from swarm_autoscaler.core.model import Instance
+from swarm_autoscaler.errors import EndpointError
+
+SETTING = "AUTOSCALER_EC2_LISTING_URL"
+
+
+class KeeperListedCloud(Ec2Cloud):
+    """`Ec2Cloud` whose `list_instances` reads the keeper's listing of this cluster (see module doc)."""
+
+    def __init__(
+        self, *, listing_url: str, listing_token: str, max_age: float = 60.0, timeout: float = 10.0, **kw: Any
+    ) -> None:
+        super().__init__(**kw)
+        self.listing_url = listing_url
+        self._listing_token = listing_token
+        self._max_age = max_age
+        self._listing_timeout = aiohttp.ClientTimeout(total=timeout)
+        self._http: aiohttp.ClientSession | None = None
+        self.listings = 0  # reads from the keeper (none of them a call to EC2)
+
+    async def list_instances(self) -> tuple[Instance, ...]:
+        body = await self._read()
+        try:
+            listed_at = float(body["listed_at"])
+            raws = [
+                dict(raw, LaunchTime=datetime.fromisoformat(raw["LaunchTime"])) for raw in body["instances"]
+            ]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise EndpointError(self.listing_url, f"not a listing ({exc!r})", SETTING) from None
+        age = self.now() - listed_at
+        if age > self._max_age:
+            raise EndpointError(self.listing_url, f"the keeper's listing is {age:.0f}s old", SETTING)
+        self.listings += 1
+        owned = (raw for raw in raws if self._owned(raw))
+        found = (self._with_ownership(to_instance(raw)) for raw in owned)
+        return tuple(sorted((i for i in found if i is not None), key=lambda i: (i.launched_at, i.id)))
+
+    async def _read(self) -> dict[str, Any]:
+        if self._http is None:
+            self._http = aiohttp.ClientSession(timeout=self._listing_timeout)
+        headers = {"Authorization": f"Bearer {self._listing_token}"}
+        try:
+            async with self._http.get(self.listing_url, headers=headers) as response:
+                if response.status != 200:
+                    text = (await response.text())[:200]
+                    raise EndpointError(self.listing_url, f"answered {response.status}: {text}", SETTING)
+                body = await response.json()
+        except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
+            raise EndpointError(self.listing_url, f"unreadable ({exc!r})", SETTING) from None
+        if not isinstance(body, dict):
+            raise EndpointError(self.listing_url, "not a listing (no JSON object)", SETTING)
+        return body
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+        await super().close()
