@@ -52,6 +52,7 @@ ROUTES = {
     ("GET", "/v1/usage"),
     ("GET", "/v1/clusters/{user_id}/{wallet_id}/credentials"),
     ("GET", "/v1/primaries/{cluster_id}/credentials"),
+    ("GET", "/v1/primaries/{cluster_id}/instances"),
     ("POST", "/v1/users/{user_id}/token"),
     ("DELETE", "/v1/users/{user_id}/token"),
     ("GET", "/v1/wallets/{wallet_id}/budget"),

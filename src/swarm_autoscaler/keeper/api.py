@@ -51,15 +51,10 @@ from aiohttp import web
 
 from swarm_autoscaler.errors import AutoscalerError
 from swarm_autoscaler.keeper.access import ADMIN, InProcessTokens, Principal, TokenStore, is_admin
-from swarm_autoscaler.keeper.credentials import (
-    LOST,
-    Credentials,
-    CredentialStore,
-    listing_token_matches,
-    token_matches,
-)
+from swarm_autoscaler.keeper.credentials import LOST, Credentials, CredentialStore, token_matches
 from swarm_autoscaler.keeper.inputs import BadInput, bearer, epoch_seconds, json_object
 from swarm_autoscaler.keeper.limits import LimitRefusedError, Limits
+from swarm_autoscaler.keeper.listing import listing_route
 from swarm_autoscaler.keeper.metrics import KeeperMetrics
 from swarm_autoscaler.keeper.model import (
     ID_PATTERN,
@@ -250,23 +245,6 @@ class _Routes:
             headers={"Cache-Control": "no-store"},
         )
 
-    async def primary_listing(self, request: web.Request) -> web.Response:
-        """The cluster's instances as the keeper's last listing saw them, for its own autoscaler (its
-        bearer: the cluster's listing token, `credentials.listing_token`): one paged DescribeInstances
-        by the keeper serves every cluster."""
-        cid = request.match_info["cluster_id"]
-        given = bearer(request.headers.get("Authorization")) or ""
-        if not ID_PATTERN.fullmatch(cid) or not listing_token_matches(self._token, cid, given):
-            return _error(401, "missing or wrong listing token")
-        listed = self.keeper.listing(cid)
-        if listed is None:
-            return _error(503, "no listing of this cluster yet: try again after the keeper's next listing")
-        at, instances = listed
-        return web.json_response(
-            {"cluster_id": cid, "listed_at": at, "instances": list(instances)},
-            headers={"Cache-Control": "no-store"},
-        )
-
     async def primary_credentials(self, request: web.Request) -> web.Response:
         cid = request.match_info["cluster_id"]
         given = bearer(request.headers.get("Authorization")) or ""
@@ -421,7 +399,7 @@ def build_keeper_app(
     app.router.add_get("/v1/usage", routes.get_usage)
     app.router.add_get(base + "/credentials", routes.client_credentials)
     app.router.add_get(_OWN_TOKEN + "{cluster_id}/credentials", routes.primary_credentials)
-    app.router.add_get(_OWN_TOKEN + "{cluster_id}/instances", routes.primary_listing)
+    app.router.add_get(_OWN_TOKEN + "{cluster_id}/instances", listing_route(keeper, token))
     app.router.add_post(_USER_TOKEN, routes.issue_token)
     app.router.add_delete(_USER_TOKEN, routes.revoke_token)
     app.router.add_get(_BUDGET, routes.get_budget)

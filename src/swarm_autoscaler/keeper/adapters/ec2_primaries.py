@@ -16,6 +16,9 @@ shutting down while its tags say `starting` or `running`.
 A scheduler's addresses are the primary's private IP and the configured ports, unless the primary is
 tagged `swarm-autoscaler/keeper/scheduler-url` and `.../dashboard-url` (which a boot script, or the
 local cloud, may set when the scheduler listens elsewhere).
+
+Why one file of this size: one adapter over one EC2 client, whose listing, launches, tag writes and
+terminations share the tag scheme and its caches (primary ids, each cluster's listed workers).
 """
 
 from __future__ import annotations
