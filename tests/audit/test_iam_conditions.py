@@ -47,9 +47,10 @@ def policy(role: str, **names: str) -> dict[str, Any]:
 
 async def _tags_by_id(raw_ec2: Any) -> dict[str, dict[str, str]]:
     found: dict[str, dict[str, str]] = {}
-    for res in (await raw_ec2.describe_instances())["Reservations"]:
-        for raw in res["Instances"]:
-            found[raw["InstanceId"]] = {t["Key"]: t["Value"] for t in raw.get("Tags", ())}
+    async for page in raw_ec2.get_paginator("describe_instances").paginate():  # every test's, all pages
+        for res in page["Reservations"]:
+            for raw in res["Instances"]:
+                found[raw["InstanceId"]] = {t["Key"]: t["Value"] for t in raw.get("Tags", ())}
     return found
 
 

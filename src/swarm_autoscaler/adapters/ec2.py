@@ -93,6 +93,7 @@ from swarm_autoscaler.errors import AutoscalerError, ConfigurationError
 OWNER_TAG = "managed-by"
 OWNER_VALUE = "swarm-autoscaler"
 CLUSTER_TAG = "swarm-autoscaler/cluster"
+DEPLOYMENT_TAG = "swarm-autoscaler/deployment"  # the id of the swarm that launched it (`ec2_identity`)
 NAME_TAG = "Name"
 
 # Terminated instances included: EC2 lists them for about an hour, and a node that joined as its machine was
@@ -135,9 +136,13 @@ def _with_instance_tag(specs: list[dict[str, Any]], key: str, value: str) -> lis
     ]
 
 
-def owner_tags(cluster_name: str) -> dict[str, str]:
-    """The tags that mark an instance as owned by this daemon for `cluster_name`."""
-    return {OWNER_TAG: OWNER_VALUE, CLUSTER_TAG: cluster_name}
+def owner_tags(cluster_name: str, deployment: str = "") -> dict[str, str]:
+    """The tags that mark an instance as owned by this daemon for `cluster_name`, and by this deployment
+    (`DEPLOYMENT_TAG`: its swarm's id, see `ec2_identity`) when it has one."""
+    tags = {OWNER_TAG: OWNER_VALUE, CLUSTER_TAG: cluster_name}
+    if deployment:
+        tags[DEPLOYMENT_TAG] = deployment
+    return tags
 
 
 class Ec2Cloud(Ec2Transport):
@@ -185,6 +190,7 @@ class Ec2Cloud(Ec2Transport):
             timeout=timeout,
         )
         self._cluster = cluster_name
+        self.deployment = ""  # set once at start (`ec2_identity.claim`): this deployment's swarm id
         self._types = dict(allowed_types)  # name -> (ami id, boot script)
         self._subnets = launch_subnets(subnet_ids)  # ("",) = let EC2 pick (default VPC)
         self._groups = list(security_group_ids)
@@ -207,7 +213,7 @@ class Ec2Cloud(Ec2Transport):
     def _validate(self) -> None:
         if not self._cluster:
             raise ConfigurationError("cluster_name must not be empty: it is the ownership tag")
-        reserved = (OWNER_TAG, CLUSTER_TAG, NAME_TAG)
+        reserved = (OWNER_TAG, CLUSTER_TAG, DEPLOYMENT_TAG, NAME_TAG)
         bad = [k for k in self._custom_tags if k in reserved or k.startswith(_RESERVED_PREFIXES)]
         if bad:
             raise ConfigurationError(f"custom EC2 tags {bad} use reserved keys; rename them")
@@ -218,6 +224,10 @@ class Ec2Cloud(Ec2Transport):
 
     # ----------------------------------------------------------------------------------- listing
 
+    @property
+    def cluster_name(self) -> str:
+        return self._cluster
+
     def _ownership_filters(self) -> list[dict[str, Any]]:
         return [
             {"Name": f"tag:{OWNER_TAG}", "Values": [OWNER_VALUE]},
@@ -225,8 +235,15 @@ class Ec2Cloud(Ec2Transport):
         ]
 
     def _owned(self, raw: Mapping[str, Any]) -> bool:
+        """Ours: our ownership tags, and no other deployment's id (a machine launched before deployment
+        ids, without one, is this cluster name's)."""
         tags = {t["Key"]: t["Value"] for t in raw.get("Tags", ())}
-        return tags.get(OWNER_TAG) == OWNER_VALUE and tags.get(CLUSTER_TAG) == self._cluster
+        theirs = tags.get(DEPLOYMENT_TAG, self.deployment)
+        return (
+            tags.get(OWNER_TAG) == OWNER_VALUE
+            and tags.get(CLUSTER_TAG) == self._cluster
+            and theirs == self.deployment
+        )
 
     async def list_instances(self) -> tuple[Instance, ...]:
         """Every owned instance that is not terminated, all pages. Filtered server-side, and the
@@ -447,7 +464,9 @@ class Ec2Cloud(Ec2Transport):
                 {"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]},
                 {
                     "ResourceType": "volume",
-                    "Tags": [{"Key": k, "Value": v} for k, v in owner_tags(self._cluster).items()],
+                    "Tags": [
+                        {"Key": k, "Value": v} for k, v in owner_tags(self._cluster, self.deployment).items()
+                    ],
                 },
             ],
         }
@@ -465,7 +484,7 @@ class Ec2Cloud(Ec2Transport):
     def _instance_tags(self, labels: Mapping[str, str]) -> dict[str, str]:
         tags = {NAME_TAG: f"{self._cluster}-worker", **self._custom_tags}
         tags.update({f"{LABEL_TAG_PREFIX}{k}": str(v) for k, v in labels.items()})
-        tags.update(owner_tags(self._cluster))  # last: nothing may override ownership
+        tags.update(owner_tags(self._cluster, self.deployment))  # last: nothing may override ownership
         return tags
 
     async def _run_instances(

@@ -202,6 +202,12 @@ class SwarmOrchestrator:
         except NotFoundError:
             return
 
+    async def swarm_id(self) -> str:
+        """The swarm's id: made once at `docker swarm init`, the same on every manager (the daemon's
+        deployment identity, `ec2_identity`)."""
+        swarm = await self._call("inspect swarm", self._client().swarm.inspect())
+        return str(swarm.get("ID") or "")
+
     async def join_command(self) -> tuple[str, str]:
         """(worker join token, manager address host:port), preferring the leader's address."""
         swarm = await self._call("inspect swarm", self._client().swarm.inspect())

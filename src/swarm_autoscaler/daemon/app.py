@@ -19,6 +19,7 @@ import structlog
 from swarm_autoscaler.adapters.dask import DaskWorkload
 from swarm_autoscaler.adapters.dask_check import SchedulerCheck
 from swarm_autoscaler.adapters.ec2 import Ec2Cloud
+from swarm_autoscaler.adapters.ec2_identity import claim
 from swarm_autoscaler.adapters.ec2_interruptions import SqsInterruptions
 from swarm_autoscaler.adapters.keeper_listing import KeeperListedCloud
 from swarm_autoscaler.adapters.redis_lock import RedisLock, SingleReplicaLock
@@ -84,6 +85,13 @@ async def open_daemon(
             workload, policy = await _computational(stack, settings, clock, policy)
         await _checked("AUTOSCALER_REDIS_URL", lock.check())
         await _checked("AUTOSCALER_DOCKER_URL", swarm.list_nodes())
+        # One deployment, one identity (`ec2_identity`): before anything is launched or touched.
+        swarm_id = (
+            await _checked("AUTOSCALER_DOCKER_URL", swarm.swarm_id())
+            if isinstance(swarm, SwarmOrchestrator)
+            else ""
+        )
+        await _checked(where, claim(ec2, swarm_id))
         _log_clock(ec2)  # after every check: a failed start says one line and nothing else
         _warn_without_packing(workload)
         daemon = Daemon(
