@@ -274,7 +274,7 @@ def test_the_legitimate_twins_of_the_forged_requests_are_allowed() -> None:
 
 
 def test_known_gap_a_primary_s_role_still_reaches_another_cluster_s_workers_of_the_same_keeper() -> None:
-    """Not yet fixed (issue #36, deliverable 2; docs/security.md says what would close it): IAM cannot
+    """Not yet fixed (tenants still hold cloud credentials; docs/security.md says what closes it): IAM cannot
     tell one cluster's primary from another's under one role, so a user's code on their primary can
     still end a neighbour's workers. When scaling moves into the keeper, this must flip to refused."""
     assert decide(granted("primary"), on("TerminateInstances", WORKER_2)) == ALLOW

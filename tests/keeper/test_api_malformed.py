@@ -315,7 +315,7 @@ def test_the_daemon_s_routes_answer_malformed_requests_without_a_5xx(
     ],
 )
 def test_the_attacks_named_in_the_issue_get_their_4xx(served: Served, raw: bytes, status: int) -> None:
-    """Each used to answer 500 with a traceback (issue #36): a token that is not UTF-8 (`.encode()` on
+    """Each used to answer 500 with a traceback (the security review): a token that is not UTF-8 (`.encode()` on
     the header), `since=nan` / `1e400` (`math.floor` of them), a deeply nested body (`RecursionError`)."""
     got, body = served.loop.run_until_complete(_send(served.keeper_port, raw))
     assert got == status, body[:300]
