@@ -33,7 +33,8 @@ again on both, and the worker starts what waits on it. A task is reported `execu
 worker's last heartbeat listed it as running; it then carries `started` (the daemon's clock less the
 seconds the heartbeat says it has run). Every task carries `expected`, its prefix's duration estimate
 (`TaskPrefix.duration_average`; None while dask has none: before a task of the prefix finished, or once
-one runs past twice the estimate).
+one runs past twice the estimate), and `do_not_disrupt` when it carries that annotation (`with
+dask.annotate(do_not_disrupt=True)`: its machine is never disrupted while it runs, core/budgets.py).
 
 Fencing a host (`fence`, before a termination) cordons its idle workers and, through a second plugin
 (`swarm-autoscaler-fence-v1`, installed by the first fence call itself), every worker that connects later
@@ -245,8 +246,9 @@ def split_resources(raw: Mapping[str, float]) -> tuple[Resources, str | None]:
 
 def _task(raw: Sequence[Any], now: float) -> Task:
     """A task without a `CPU` restriction still occupies one of a worker's threads: it needs 1 CPU.
-    `raw` holds the seconds it has run (None unless executing) and its prefix's duration estimate."""
-    key, restrictions, elapsed, expected = raw
+    `raw` holds the seconds it has run (None unless executing), its prefix's duration estimate and
+    whether it carries the `do_not_disrupt` annotation (absent from a fence plugin of an older daemon)."""
+    key, restrictions, elapsed, expected = raw[:4]
     needs, pinned = split_resources(restrictions)
     if "CPU" not in restrictions:
         needs = needs + Resources(cpus=1.0)
@@ -258,6 +260,7 @@ def _task(raw: Sequence[Any], now: float) -> Task:
         executing=elapsed is not None,
         expected=expected,
         started=started,
+        do_not_disrupt=bool(raw[4]) if len(raw) > 4 else False,
     )
 
 

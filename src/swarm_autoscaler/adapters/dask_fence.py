@@ -23,7 +23,9 @@ def _make_recorders() -> tuple[Callable[..., list[Any]], Callable[[Any], dict[st
         prefix = getattr(ts, "prefix", None)
         average = getattr(prefix, "duration_average", -1)  # -1 while unknown
         expected = float(average) if average is not None and average >= 0 else None
-        return [str(ts.key), dict(ts.resource_restrictions or {}), elapsed, expected]
+        # the `do_not_disrupt` annotation (dask.annotate): its machine is never disrupted while it runs
+        keep = bool((getattr(ts, "annotations", None) or {}).get("do_not_disrupt"))
+        return [str(ts.key), dict(ts.resource_restrictions or {}), elapsed, expected, keep]
 
     def record(ws: Any) -> dict[str, Any]:
         return {

@@ -47,7 +47,7 @@ def _default(field: FieldInfo) -> str | None:
         return ""
     if any(isinstance(mark, DurationMark) for mark in field.metadata):
         return format_duration(float(value))
-    if isinstance(value, list | dict):
+    if isinstance(value, list | dict | tuple):
         return json.dumps(value) if value else ""
     return str(value)
 

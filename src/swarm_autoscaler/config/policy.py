@@ -55,6 +55,7 @@ def build_policy(
         consolidate_below=timing.consolidate_below,
         consolidate_under_load=timing.consolidate_under_load,
         max_unready_share=timing.max_unready_share,
+        budgets=tuple(b.to_budget() for b in timing.disruption_budgets),
         tolerated_wait=timing.tolerated_wait,
         max_launch_per_tick=max_launch_per_tick,
         subnets=subnets,

@@ -89,6 +89,8 @@ def _base_type(field: FieldInfo) -> str:
     origin = typing.get_origin(annotation)
     if origin is Literal:
         return "one of " + ", ".join(f"`{v}`" for v in typing.get_args(annotation))
+    if origin is tuple:
+        return "JSON list of objects"
     if origin is list:
         return "list of strings (JSON list or comma separated)"
     if origin is dict:

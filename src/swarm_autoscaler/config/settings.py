@@ -37,6 +37,7 @@ from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from swarm_autoscaler.config import envfile
+from swarm_autoscaler.config.budgets import Budgets
 from swarm_autoscaler.config.durations import format_duration
 from swarm_autoscaler.config.types import (
     MAX_FLEET,
@@ -167,6 +168,20 @@ class TimingSettings(BaseSettings):
             "or unreachable, as in a network partition, scale-down halts: no idle machine is retired, "
             "drained, stopped or terminated and no long-down machine is terminated; scale-up goes on. "
             "Cluster Autoscaler's default (--max-total-unready-percentage). 1 turns it off."
+        ),
+    )
+    disruption_budgets: Budgets = Field(
+        default=(),
+        json_schema_extra={"example": '[{"nodes": "20%"}]'},
+        description=(
+            'Disruption budgets (Karpenter\'s), as a JSON list: each {"nodes": "N" or "P%" of the '
+            'nodes (rounded up), "reasons": of empty, consolidation, drift, expiry (default all), '
+            '"days": of mon..sun (default every day), "start"/"end": HH:MM UTC (default the '
+            "whole day)} bounds how many machines are in disruption at once for those reasons while in "
+            "its window; the smallest active one wins. Interruptions and repairs are exempt. Empty: no "
+            'bound. Example: [{"nodes": "20%"}, {"nodes": "0", "reasons": ["drift"], '
+            '"days": ["mon", "tue", "wed", "thu", "fri"], "start": "09:00", '
+            '"end": "17:00"}].'
         ),
     )
     tolerated_wait: Duration = Field(

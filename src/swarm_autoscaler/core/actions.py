@@ -247,6 +247,17 @@ def fields_of(value: object) -> dict[str, object]:
 
 
 @dataclass(frozen=True, slots=True)
+class Held:
+    """A machine whose disruption for `reason` ("empty", "consolidation", "drift", "expiry") the plan
+    holds back, `by` a "budget" or "do-not-disrupt", and why."""
+
+    hostname: str
+    reason: str
+    by: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
 class Unplaceable:
     """A task no allowed instance type can ever run, with the reason."""
 
@@ -262,6 +273,7 @@ class Plan:
     `placed` maps each bucket name to how many pending tasks were virtually assigned there
     (`own-worker`: left queued on their busy worker, expected to start there within `tolerated_wait`).
     `halted`: why scale-down halts in this plan (the safety stop, `core.safety`; "" when it runs).
+    `held`: the machines whose disruption this plan holds back (a budget, or do-not-disrupt).
     """
 
     actions: tuple[Action, ...] = ()
@@ -269,6 +281,7 @@ class Plan:
     pending: int = 0
     placed: tuple[tuple[str, int], ...] = ()
     halted: str = ""
+    held: tuple[Held, ...] = ()
 
     def of_kind(self, kind: type[Action]) -> tuple[Action, ...]:
         return tuple(a for a in self.actions if isinstance(a, kind))

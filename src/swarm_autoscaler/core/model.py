@@ -222,7 +222,8 @@ class Task:
     `executing` is True for a processing task its worker reports as running (not waiting on it).
     `expected` is the scheduler's estimate of its duration in seconds (None: no estimate yet), and
     `started` when it started running (None unless executing); both only inform how soon tasks queued
-    behind it will start."""
+    behind it will start. `do_not_disrupt`: the task carries the dask annotation `do_not_disrupt` (its
+    machine is never disrupted while it runs or waits there: core/budgets.py)."""
 
     key: str
     needs: Resources
@@ -230,6 +231,7 @@ class Task:
     executing: bool = False
     expected: float | None = None
     started: float | None = None
+    do_not_disrupt: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,6 +325,22 @@ class TypePolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class Budget:
+    """How many machines may be disrupted at once for some reasons (Karpenter's disruption budgets):
+    `nodes` machines, or `share` of our nodes (rounded up), whichever is set (both: the smaller).
+    `reasons`: of "empty", "consolidation", "drift", "expiry" (interruptions and repairs are exempt).
+    A window (`days`, 0 = Monday; empty: every day; `start` to `end`, seconds after midnight UTC)
+    limits when it applies; outside it the budget does not constrain. See core/budgets.py."""
+
+    nodes: int | None = None
+    share: float | None = None
+    reasons: tuple[str, ...] = ("empty", "consolidation", "drift", "expiry")
+    days: tuple[int, ...] = ()
+    start: float = 0.0
+    end: float = 86400.0
+
+
+@dataclass(frozen=True, slots=True)
 class Policy:
     """The limits and delays the planner follows (built from settings). Durations are seconds.
 
@@ -344,6 +362,7 @@ class Policy:
     - `max_unready_share`: the safety stop (safety.py): while more than this share of our nodes are
       down or unreachable (and at least two), scale-down and the termination of long-down machines halt;
       scale-up goes on (1 = never).
+    - `budgets`: disruption budgets (`Budget`, core/budgets.py); none: no bound.
     - `join_paused`: machines join the swarm paused (the dynamic mode's boot script), and the planner
       sets a node active once it takes it in (see `cluster` and `marks.accept_joined`): a paused node
       never accepted is still joining, so a machine nobody accepted never takes a task.
@@ -363,6 +382,7 @@ class Policy:
     subnets: tuple[str, ...] = ()
     join_paused: bool = False
     max_unready_share: float = 0.45
+    budgets: tuple[Budget, ...] = ()
 
     def type_policy(self, name: str) -> TypePolicy | None:
         for tp in self.allowed_types:

@@ -62,7 +62,8 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from swarm_autoscaler.core.actions import Action, Cordon, DrainNode, Launch, Plan, Start
+from swarm_autoscaler.core.actions import Action, Cordon, DrainNode, Held, Launch, Plan, Start
+from swarm_autoscaler.core.budgets import gate, gate_actions
 from swarm_autoscaler.core.clockmarks import restamps
 from swarm_autoscaler.core.cluster import classify
 from swarm_autoscaler.core.consolidate import choose_cordons
@@ -177,6 +178,7 @@ def _decide(
             launches.total + starting.total(),
             cordoned_only=not idle and not short,
         )
+    shrink, held_back, begun = gate(facts, "empty", shrink)  # budgets and do-not-disrupt (budgets.py)
     refills = refill(facts, shrink, launches.left) if idle else ()
     # The cost-aware pass runs only when nothing is pending: under load it took room the arriving tasks
     # needed while the expensive machine's long tasks ran on (measured: dearer and slower on a
@@ -187,10 +189,10 @@ def _decide(
         prices = {t.name: t.price_per_hour for t in snapshot.instance_types} | {
             o.name: o.price for o in options
         }
-    actions = _assemble(
-        facts, up, (launches, refills), shrink, (settled, bool(halted)), (capacity, space, prices)
+    actions, held_cordons = _assemble(
+        facts, up, (launches, refills), (shrink, begun), (settled, bool(halted)), (capacity, space, prices)
     )
-    result = Plan(actions, unplaceable, demand.pending, up.placed, halted)
+    result = Plan(actions, unplaceable, demand.pending, up.placed, halted, (*held_back, *held_cordons))
     if ledger is None:
         return result, None
     return result, Trace(demand.groups, up.bins, tuple(ledger), up.new_bins, capacity, space)
@@ -200,14 +202,15 @@ def _assemble(
     facts: Facts,
     up: Placement,
     launching: tuple[LaunchBook, tuple[Launch, ...]],
-    shrink: Step,
+    shrinking: tuple[Step, int],
     load: tuple[bool, bool],
     room: tuple[Mapping[str, Vec], Space, Mapping[str, float | None]],
-) -> tuple[Action, ...]:
+) -> tuple[tuple[Action, ...], tuple[Held, ...]]:
     """The bookkeeping and repair steps, consolidation when it may run (`settled`: nothing is pending,
     or every pending task was placed on existing capacity), and every action in order. `halted`: the
     safety stop holds the termination of long-down machines too."""
     launches, refills = launching
+    shrink, begun = shrinking  # (`begun`: the disruptions scale-down started, for the budgets)
     settled, halted = load
     fixed = repair(facts, halted)
     pooled = repair_pool(facts)
@@ -215,12 +218,13 @@ def _assemble(
     leaving = let_go(facts)
     marks = keep_marks(facts, up.received)
     stale, uncordon = keep_cordons(facts.cluster, {u.node_id for u in up.uncordon})
-    cordons: tuple[Cordon, ...] = ()
+    cordons: tuple[Action, ...] = ()
+    held: tuple[Held, ...] = ()
     # Not while this plan undoes a cordon (a task waits on a cordoned worker) or brings a drained node
     # back for pending work (capacity is short there): one change at a time.
     quiet = settled and not launches and not refills and not up.uncordon and not uncordon and not up.activate
     if quiet and facts.policy.consolidate_below > 0:
-        cordons = _consolidate(facts, up, shrink, *room)
+        cordons, held = gate_actions(facts, "consolidation", _consolidate(facts, up, shrink, *room), begun)
     # First: any later decision on the same node overrides a restamp.
     changes = (
         *restamps(facts.snapshot),
@@ -245,7 +249,7 @@ def _assemble(
         *shrink.actions,
     )
     updates, actions = node_updates(facts.snapshot, changes, label_nodes(facts.cluster), fixed.removed, steps)
-    return (*updates, *actions)
+    return (*updates, *actions), held
 
 
 def _consolidate(

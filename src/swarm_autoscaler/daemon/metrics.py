@@ -59,6 +59,13 @@ class Metrics:
         self.unplaceable = Gauge(
             "autoscaler_unplaceable_tasks", "Tasks no allowed instance type can run", ["cluster"], registry=r
         )
+        self.held = Gauge(
+            "autoscaler_disruptions_held",
+            "Machines whose disruption the last plan held back, by reason (empty, consolidation, drift, "
+            "expiry) and by what held it (budget, do-not-disrupt)",
+            ["cluster", "reason", "by"],
+            registry=r,
+        )
         self.halted = Gauge(
             "autoscaler_scale_down_halted",
             "1 while the safety stop halts scale-down (too many of our nodes down or unreachable), else 0",
@@ -169,6 +176,11 @@ class Metrics:
         self.pending.labels(self.cluster).set(result.plan.pending)
         self.unplaceable.labels(self.cluster).set(len(result.plan.unplaceable))
         self.halted.labels(self.cluster).set(1 if result.plan.halted else 0)
+        self.held.clear()
+        for reason in ("empty", "consolidation", "drift", "expiry"):
+            for by in ("budget", "do-not-disrupt"):
+                count = sum(1 for h in result.plan.held if (h.reason, h.by) == (reason, by))
+                self.held.labels(self.cluster, reason, by).set(count)
         self.instances.labels(self.cluster).set(sum(1 for i in result.snapshot.instances if i.alive))
         self.max_instances.labels(self.cluster).set(result.policy.max_instances)
         self.buckets.clear()
