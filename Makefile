@@ -34,7 +34,7 @@ AWS_ACTIONS := $(abspath build/aws-actions.log)
 TEST_ENV := SWARM_AUTOSCALER_LAB_AWS_ACTION_LOG=$(AWS_ACTIONS) SWARM_AUTOSCALER_NO_SKIP=1
 test: lint
 	bash scripts/ensure-services.sh
-	mkdir -p build && rm -f $(AWS_ACTIONS)
+	mkdir -p build && rm -f $(AWS_ACTIONS) $(AWS_ACTIONS).requests
 	$(TEST_ENV) $(BIN)/pytest -m "not e2e and not audit" --durations=15
 	# A second run: only one local swarm may exist per machine, and each run's swarm is session-scoped.
 	$(TEST_ENV) $(BIN)/pytest -m e2e tests/e2e --durations=15

@@ -17,8 +17,12 @@ from typing import Any
 
 import pytest
 
-from swarm_autoscaler.adapters.ec2 import OWNER_TAG, OWNER_VALUE
-from swarm_autoscaler_lab.localcloud.aws_actions import AWS_ACTION_LOG_ENV, read_action_log
+from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, OWNER_TAG, OWNER_VALUE
+from swarm_autoscaler_lab.localcloud.aws_actions import (
+    AWS_ACTION_LOG_ENV,
+    read_action_log,
+    read_request_shapes,
+)
 
 pytestmark = pytest.mark.audit
 DOCKER = Path(__file__).resolve().parents[2] / "docker"
@@ -68,3 +72,61 @@ def test_disruptive_actions_are_allowed_only_on_machines_with_our_ownership_tag(
         actions = statement["Action"]
         if disruptive & set([actions] if isinstance(actions, str) else actions):
             assert statement["Condition"]["StringEquals"][f"aws:ResourceTag/{OWNER_TAG}"] == OWNER_VALUE
+
+
+def _roles(record: dict[str, Any]) -> tuple[set[str], dict[str, str]]:
+    """Which roles may have sent a recorded request (by the tags it asks for or touches), and the names
+    that fill their policies' placeholders (taken from those tags: each test has names of its own)."""
+    params = record["params"]
+    tags: dict[str, str] = {}
+    for key, value in params.items():
+        if key.endswith(".Key"):
+            tags[value] = params.get(key[: -len("Key")] + "Value", "")
+    for held in record["resource_tags"].values():
+        tags.update(held)
+    names = {
+        "CLUSTER_NAME": tags.get(CLUSTER_TAG, "*"),
+        "KEEPER_NAME": tags.get("swarm-autoscaler/keeper") or tags.get("swarm-autoscaler-keeper") or "*",
+        "QUEUE_NAME": "*",
+        "WORKER_ROLE": "*",
+        "PRIMARY_ROLE": "*",
+    }
+    if "swarm-autoscaler/keeper" in tags:
+        return {"keeper"}, names
+    if "swarm-autoscaler-keeper" in tags:
+        return {"keeper", "primary"}, names
+    return {"daemon"}, names
+
+
+def test_every_request_shape_the_suite_sent_is_allowed_by_its_role_s_policy() -> None:
+    """The conditions, against the suite's own requests: every kind of EC2 request the product sent
+    (recorded with the tags it asked for and the tags of the instances it named, `aws_actions`) is
+    allowed by the policy of a role that may send it. The names (cluster, keeper) come from the request,
+    so this checks the conditions' shape (ownership tags, tag keys, create action, pass role to EC2);
+    `test_iam_conditions.py` checks the names against forged requests."""
+    from tests.audit.iam_eval import ALLOW, decide
+    from tests.audit.iam_requests import authorizations
+
+    path = os.environ.get(AWS_ACTION_LOG_ENV)
+    if not path or not Path(path).exists():
+        pytest.fail(f"no action log: run the suite through `make test` (it sets {AWS_ACTION_LOG_ENV})")
+    shapes = read_request_shapes(Path(path))
+    assert shapes, "the action log has no request shapes beside it: the local EC2 recorded none"
+    files = {"daemon": POLICY, "keeper": POLICIES[1], "primary": POLICIES[2]}
+    refused = []
+    for record in shapes:
+        roles, names = _roles(record)
+        held = record["resource_tags"]
+        for request in authorizations(
+            record["action"], record["params"], lambda i, held=held: held.get(i, {})
+        ):
+            verdicts = {}
+            for role in roles:
+                text = files[role].read_text()
+                for name, value in names.items():
+                    text = text.replace(f"@{name}@", value)
+                verdicts[role] = decide(json.loads(text), request)
+            if ALLOW not in verdicts.values():
+                refused.append((request, verdicts))
+    print(f"\nrequest shapes evaluated: {len(shapes)}; refused authorizations: {len(refused)}")
+    assert not refused, refused[:5]

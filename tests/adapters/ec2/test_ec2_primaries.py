@@ -188,8 +188,13 @@ async def test_terminate_ends_the_primary_and_its_workers_only(
     hosts = await make_hosts()
     cluster = await hosts.create(ALICE, 1_800_000_000.0)
     other = await hosts.create(BOB, 1_800_000_000.0)
-    workers = [await _worker(raw_ec2, network, cluster.cluster_id) for _ in range(3)]
-    others_worker = await _worker(raw_ec2, network, other.cluster_id)
+    workers = [
+        await _worker(raw_ec2, network, cluster.cluster_id, worker_tags(hosts._name, ALICE)) for _ in range(3)
+    ]
+    others_worker = await _worker(raw_ec2, network, other.cluster_id, worker_tags(hosts._name, BOB))
+    # the cluster's id and our ownership, but not this keeper's worker tag: not ours to end (nor does the
+    # keeper's IAM policy allow it)
+    untagged = await _worker(raw_ec2, network, cluster.cluster_id)
     # carries the cluster id as a tag value, but not our ownership: never ours to terminate
     stranger = await raw_ec2.run_instances(
         ImageId=network.ami_id,
@@ -208,7 +213,7 @@ async def test_terminate_ends_the_primary_and_its_workers_only(
 
     for instance_id in (cluster.primary_id, *workers):
         assert (await _describe(raw_ec2, instance_id))["State"]["Name"] in ("shutting-down", "terminated")
-    for instance_id in (other.primary_id, others_worker, stranger_id):
+    for instance_id in (other.primary_id, others_worker, stranger_id, untagged):
         assert (await _describe(raw_ec2, instance_id))["State"]["Name"] in ("pending", "running")
     assert [c.cluster_id for c in await hosts.list_clusters()] == [other.cluster_id]
     calls = hosts.stats.api_calls["TerminateInstances"]

@@ -414,11 +414,9 @@ class Ec2Primaries(Ec2Transport):
         primaries = [
             r for r in raws if self._ours(tags_of(r)) and tags_of(r).get(CLUSTER_ID_TAG) == cluster_id
         ]
-        workers = [
-            r
-            for r in raws
-            if tags_of(r).get(OWNER_TAG) == OWNER_VALUE and tags_of(r).get(CLUSTER_TAG) == cluster_id
-        ]
+        # A worker is this keeper's by its worker tag (as in the listing), which is also what the keeper's
+        # IAM policy lets it terminate: a machine with only the cluster id is not ours to end.
+        workers = [r for r in raws if self._worker(r) and tags_of(r).get(CLUSTER_TAG) == cluster_id]
         return primaries, [w for w in workers if w not in primaries]
 
     async def _terminate_batch(self, batch: list[str]) -> dict[str, str]:
