@@ -33,6 +33,18 @@ def test_billing_is_per_second_with_a_minute_minimum() -> None:
     assert spot.price_per_second == pytest.approx(0.01 / 1000)
 
 
+def test_the_ledger_bills_the_price_the_keeper_read_at_start_and_the_spot_price_first() -> None:
+    """`prices` is what the keeper's start read (the operator's price_per_hour, else the Price List,
+    else the package's table): it wins over the bundled catalogue, for types it lacks too."""
+    prices = {"m5.large": 0.2, "m7i.large": 0.1008}
+    m7i = Machine("i-3", "alice", "w1", "kc-1", "m7i.large", T0)
+    spot = Machine("i-2", "alice", "w1", "kc-1", "m5.large", T0, spot_price_per_hour=0.036)
+    got = {
+        r.machine.instance_id: r.price_per_second for r in readings([machine(), m7i, spot], T0 + 60, prices)
+    }
+    assert got == pytest.approx({"i-1": 0.2 / 3600, "i-3": 0.1008 / 3600, "i-2": 0.036 / 3600})
+
+
 def test_end_time_from_the_state_transition_reason() -> None:
     raw = {
         "State": {"Name": "terminated"},

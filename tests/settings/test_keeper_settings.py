@@ -76,7 +76,8 @@ def test_every_problem_at_once_one_line_per_variable_never_echoing_the_token(
     keeper_env: pytest.MonkeyPatch,
 ) -> None:
     keeper_env.setenv("AUTOSCALER_KEEPER_TOKEN", "tiny-secret")
-    keeper_env.setenv("AUTOSCALER_KEEPER_PRIMARY_TYPE", "m5.gigantic")
+    # not a type name (a well-formed one, m5.gigantic say, is EC2's to refuse at start)
+    keeper_env.setenv("AUTOSCALER_KEEPER_PRIMARY_TYPE", "m5 gigantic")
     keeper_env.setenv("AUTOSCALER_KEEPER_PRIMARY_AMI_ID", "ami-nope")
     keeper_env.setenv("AUTOSCALER_KEEPER_PRIMARY_BOOT_TEMPLATE", "echo {{cluster_id}} {{colour}}")
     keeper_env.setenv("AUTOSCALER_KEEPER_MAX_INSTANCES_PER_CLUSTER", "0")

@@ -57,7 +57,6 @@ from swarm_autoscaler.adapters.ec2_support import (
     HOSTNAME_TAG,
     LABEL_TAG_PREFIX,
     POOL_TAG,
-    UNKNOWN_TYPE_CODES,
     USER_DATA_LIMIT,
     chunks,
     error_code,
@@ -67,9 +66,9 @@ from swarm_autoscaler.adapters.ec2_support import (
     render_user_data,
     to_endpoint_error,
     to_instance,
-    to_instance_type,
 )
 from swarm_autoscaler.adapters.ec2_transport import Ec2Transport
+from swarm_autoscaler.adapters.ec2_types import DescribedType, check_images, describe_types, offered_types
 from swarm_autoscaler.core.backoff import (
     DEFAULT_INITIAL,
     DEFAULT_MAXIMUM,
@@ -78,7 +77,6 @@ from swarm_autoscaler.core.backoff import (
     CapacityBackoff,
     launch_subnets,
 )
-from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.model import (
     OWNERSHIP_LABEL,
     Instance,
@@ -106,6 +104,7 @@ _RESERVED_PREFIXES = ("aws:", LABEL_TAG_PREFIX)
 
 JoinCommand = Callable[[], Awaitable[tuple[str, str]]]
 DEFAULT_HOP_LIMIT = 2  # containers on a docker network are one hop further than the machine
+TYPE_TTL = 24 * 3600.0  # a type's description is read again after this long
 NEW_ID_ATTEMPTS = 6  # CreateTags of a new id answered NotFound (EC2 does not know it yet): tries in all
 
 log = structlog.get_logger("swarm_autoscaler.adapters.ec2")
@@ -207,7 +206,7 @@ class Ec2Cloud(Ec2Transport):
         self._spread_next: dict[str, int] = {}  # per type: where its next launch starts
         self._hop_limit = metadata_hop_limit
         self._quota_told: set[tuple[str, str, str]] = set()  # (type, capacity, code) logged since a success
-        self._type_cache: dict[str, InstanceType] = {}
+        self._type_cache: dict[str, tuple[float, DescribedType]] = {}  # name -> (when described, type)
         self._validate()
 
     def _validate(self) -> None:
@@ -267,31 +266,27 @@ class Ec2Cloud(Ec2Transport):
         return dataclasses.replace(instance, labels=labels)
 
     async def instance_types(self, names: Sequence[str]) -> tuple[InstanceType, ...]:
-        missing = [n for n in dict.fromkeys(names) if n not in self._type_cache]
-        for batch in chunks(missing, 100):
-            await self._describe_types(batch)
-        return tuple(self._type_cache[n] for n in names)
+        """The named types as EC2 describes them (`ec2_types`), without prices, each cached for
+        `TYPE_TTL` seconds on EC2's clock. Raises ConfigurationError (one line) naming the types the
+        region does not offer."""
+        now = self._clock()
+        stale = [
+            n for n in dict.fromkeys(names) if now - self._type_cache.get(n, (-TYPE_TTL, None))[0] >= TYPE_TTL
+        ]
+        if stale:
+            for name, found in (await describe_types(self, stale)).items():
+                self._type_cache[name] = (now, found)  # unpriced: the daemon prices the types itself
+        return tuple(self._type_cache[n][1].itype for n in names)
 
-    async def _describe_types(self, names: list[str]) -> None:
-        try:
-            result = await self._call("describe_instance_types", InstanceTypes=names)
-        except ClientError as exc:
-            if error_code(exc) in UNKNOWN_TYPE_CODES:
-                raise ConfigurationError(
-                    f"EC2 at {self.endpoint} does not know instance type(s) among {names} "
-                    f"({error_message(exc)}): fix the allowed types"
-                ) from None
-            raise to_endpoint_error(self.endpoint, "DescribeInstanceTypes", exc) from None
-        except BotoCoreError as exc:
-            raise to_endpoint_error(self.endpoint, "DescribeInstanceTypes", exc) from None
-        for raw in result.get("InstanceTypes", ()):
-            known = CATALOGUE.get(raw["InstanceType"])
-            self._type_cache[raw["InstanceType"]] = to_instance_type(
-                raw, known.price_per_hour if known else None
-            )
-        unknown = [n for n in names if n not in self._type_cache]
-        if unknown:
-            raise ConfigurationError(f"EC2 at {self.endpoint} does not know instance type(s) {unknown}")
+    async def offered_types(self) -> tuple[InstanceType, ...]:
+        """Every type the region offers (all pages), without prices."""
+        return tuple(found.itype for found in (await offered_types(self)).values())
+
+    async def check_images(self) -> None:
+        """Each allowed type's AMI exists and suits the type's architecture (after `instance_types`):
+        ConfigurationError in one line naming the type and the AMI otherwise."""
+        described = {n: entry for n, (_, entry) in self._type_cache.items() if n in self._types}
+        await check_images(self, {n: spec[0] for n, spec in self._types.items()}, described)
 
     async def spot_prices(self, names: Sequence[str]) -> dict[str, float]:
         """The current spot price (USD per hour, Linux) of each of `names` that EC2 quotes: the highest

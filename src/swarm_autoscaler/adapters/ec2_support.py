@@ -19,6 +19,7 @@ from botocore.exceptions import (
     PartialCredentialsError,
 )
 
+from swarm_autoscaler.core.catalogue import VRAM
 from swarm_autoscaler.core.model import Instance, InstanceState, InstanceType, PoolPhase, Resources
 from swarm_autoscaler.errors import EndpointError
 
@@ -254,11 +255,17 @@ def chunks(items: Sequence[str], size: int) -> list[list[str]]:
 
 
 def to_instance_type(raw: Mapping[str, Any], price_per_hour: float | None) -> InstanceType:
-    """An InstanceType from one DescribeInstanceTypes record (memory in MiB there, bytes here)."""
-    gpus = sum(g.get("Count", 0) for g in raw.get("GpuInfo", {}).get("Gpus", ()))
-    resources = Resources(
-        cpus=float(raw["VCpuInfo"]["DefaultVCpus"]),
-        ram=int(raw["MemoryInfo"]["SizeInMiB"]) * 1024**2,
-        gpus=gpus,
+    """An InstanceType from one DescribeInstanceTypes record (memory in MiB there, bytes here); the GPUs'
+    memory, when the type has GPUs, becomes the `VRAM` resource (bytes, all GPUs together)."""
+    gpu_info = raw.get("GpuInfo", {})
+    gpus = sum(g.get("Count", 0) for g in gpu_info.get("Gpus", ()))
+    vram_mib = gpu_info.get("TotalGpuMemoryInMiB") or sum(
+        g.get("Count", 0) * g.get("MemoryInfo", {}).get("SizeInMiB", 0) for g in gpu_info.get("Gpus", ())
+    )
+    resources = Resources.of(
+        float(raw["VCpuInfo"]["DefaultVCpus"]),
+        int(raw["MemoryInfo"]["SizeInMiB"]) * 1024**2,
+        gpus,
+        **({VRAM: float(int(vram_mib) * 1024**2)} if vram_mib else {}),
     )
     return InstanceType(raw["InstanceType"], resources, price_per_hour)

@@ -186,15 +186,19 @@ class Ec2Transport:
                     return result
         raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
 
-    async def _pages(self, operation: str, key: str, **params: Any) -> list[dict[str, Any]]:
-        """Every item under `key` across all pages (the whole walk is retried if a page fails)."""
+    async def _pages(
+        self, operation: str, key: str, page_size: int | None = None, **params: Any
+    ) -> list[dict[str, Any]]:
+        """Every item under `key` across all pages (the whole walk is retried if a page fails), pages of
+        `page_size` (the client's page size when None: some operations allow less)."""
         client = self._started()
         with self._not_ec2(operation):
             async for attempt in self._retrying():
                 with attempt:
                     items: list[dict[str, Any]] = []
                     pages: AsyncIterator[dict[str, Any]] = client.get_paginator(operation).paginate(
-                        **params, PaginationConfig={"PageSize": self._page_size}
+                        **params,
+                        PaginationConfig={"PageSize": min(page_size or self._page_size, self._page_size)},
                     )
                     async for page in pages:
                         items.extend(page.get(key, ()))

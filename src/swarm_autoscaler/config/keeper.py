@@ -45,6 +45,7 @@ from swarm_autoscaler.config.settings import (
 )
 from swarm_autoscaler.config.types import (
     MAX_FLEET,
+    TYPE_NAME,
     USER_DATA_LIMIT,
     AllowedType,
     AllowedTypes,
@@ -53,7 +54,6 @@ from swarm_autoscaler.config.types import (
     Duration,
     json_value,
 )
-from swarm_autoscaler.core.catalogue import known_type
 
 KEEPER_PREFIX = f"{PREFIX}KEEPER_"
 EXAMPLE_TOKEN = "replace-me-with-a-long-random-token"
@@ -351,9 +351,9 @@ class KeeperSettings(BaseSettings):
     @field_validator("primary_type")
     @classmethod
     def _primary_type(cls, value: str) -> str:
-        if not known_type(value):
+        if not TYPE_NAME.match(value):  # whether the region offers it is EC2's to say, at start
             raise PydanticCustomError(
-                "unknown_type", "expected an EC2 instance type from the bundled catalogue"
+                "unknown_type", "expected an EC2 instance type name: a family and a size, like m7i.large"
             )
         return value
 

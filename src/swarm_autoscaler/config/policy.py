@@ -66,7 +66,7 @@ def _type_policy(name: str, allowed: AllowedType, known: InstanceType | None) ->
     if known is None:
         raise ConfigurationError(
             f"AUTOSCALER_EC2_ALLOWED_TYPES: instance type {name} is not in the catalogue; "
-            "remove it or use a known type"
+            "remove it, or use a type EC2 describes (the offline lab and demo know only the bundled catalogue)"
         )
     overhead = Resources.of(
         cpus=allowed.overhead.cpus, ram=round(allowed.overhead.ram_gib * GIB), gpus=allowed.overhead.gpus

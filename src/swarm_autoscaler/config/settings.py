@@ -274,7 +274,7 @@ class Ec2Settings(Ec2AccessSettings):
         "go once no machine of the type worked for this long, and refilled when it works again; default 0: "
         'kept always), "min" (machines of the type always running, '
         'default 0), "warm_pool" (stopped machines kept ready to start, default 0; each costs its EBS '
-        'volume), "price_per_hour" (USD, overrides the catalogue), '
+        'volume), "price_per_hour" (USD, wins over the AWS Price List and the package price table everywhere), '
         '"overhead" ({"cpus", "ram_gib", "gpus"} kept back for the OS and sidecars), "boot_script" (shell '
         'run at boot), "surge_above" (while a worker of the type is up, launch more of it only when more '
         'than this many pending tasks would go on them; default 0: for any), "capacity" (the EC2 '
@@ -292,6 +292,13 @@ class Ec2Settings(Ec2AccessSettings):
     )
     max_launch_per_tick: int = Field(
         default=0, ge=0, le=MAX_FLEET, description="Most machines launched per tick; 0 = no cap."
+    )
+    spot_price_interval: Duration = Field(
+        default=600.0,
+        gt=0,
+        description="How often the spot prices of the types launched spot first (without a "
+        '"spot_price_per_hour") are read again from EC2 for the cheapest-fit choice; on-demand prices are '
+        "read from the AWS Price List once a day.",
     )
     spread_subnets: bool = Field(
         default=True,

@@ -198,7 +198,10 @@ class AllowedType(BaseModel):
         description="Stopped machines of this type kept ready to start (each pays only for its EBS volume).",
     )
     price_per_hour: float | None = Field(
-        default=None, gt=0, le=MAX_PRICE, description="USD per hour; overrides the catalogue."
+        default=None,
+        gt=0,
+        le=MAX_PRICE,
+        description="USD per hour; overrides the price list everywhere (the cheapest fit, the simulator, the keeper's usage ledger).",
     )
     overhead: Overhead = Field(default_factory=Overhead, description="Resources kept back per machine.")
     boot_script: Annotated[str, AfterValidator(_boot_script)] = Field(
@@ -232,24 +235,32 @@ class AllowedType(BaseModel):
         return self.price_per_hour
 
 
+# An EC2 instance type's name: family (with generation and options), a dot, the size ("m7i.large",
+# "m7i-flex.xlarge", "u-6tb1.metal", "g6e.48xlarge"). Whether the region offers it is EC2's to say, at
+# start (DescribeInstanceTypes, `adapters.ec2_types`): any type it offers can be allowed.
+TYPE_NAME = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
+
+
 def known_types(types: dict[str, AllowedType]) -> dict[str, AllowedType]:
     if not types:
         raise PydanticCustomError("no_types", "expected at least one allowed instance type")
-    unknown = [name for name in types if not known_type(name)]
+    unknown = [name for name in types if not TYPE_NAME.match(name)]
     if unknown:
         raise PydanticCustomError(
             "unknown_type",
-            "unknown EC2 instance type(s) {names}: use types from the bundled catalogue",
+            "not EC2 instance type names: {names} (expected a family and a size, like m7i.large)",
             {"names": ", ".join(unknown)},
         )
     for name, spec in types.items():
-        _leaves_room(name, spec.overhead)
+        if known_type(name):  # a type of the bundled catalogue is checked now; any other at start
+            _leaves_room(name, spec.overhead)
     return types
 
 
 def _leaves_room(name: str, overhead: Overhead) -> None:
-    """An overhead must leave some CPU and RAM for work on the type's machine (per the bundled catalogue),
-    or every task would be silently unplaceable on it."""
+    """An overhead must leave some CPU and RAM for work on the type's machine (per the bundled catalogue;
+    `config.policy` checks every type again against EC2's description at start), or every task would be
+    silently unplaceable on it."""
     machine = CATALOGUE[name].resources
     if overhead.cpus >= machine.cpus or overhead.ram_gib * GIB >= machine.ram or overhead.gpus > machine.gpus:
         raise PydanticCustomError(

@@ -35,6 +35,7 @@ from swarm_autoscaler.core.ports import Lock, Orchestrator, Workload
 from swarm_autoscaler.core.services import dynamic_policy
 from swarm_autoscaler.daemon.loop import Daemon, InFlightCloud
 from swarm_autoscaler.daemon.metrics import Metrics, build_app
+from swarm_autoscaler.daemon.prices import Prices
 from swarm_autoscaler.daemon.tick import Ports
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
 from swarm_autoscaler.runtime.http import start_http
@@ -73,7 +74,8 @@ async def open_daemon(
             )
         # Unset, the endpoint is AWS's in the region: the region is then what points at it.
         where = "AUTOSCALER_EC2_ENDPOINT" if settings.ec2.endpoint else "AUTOSCALER_EC2_REGION"
-        catalogue = await _checked(where, _start_ec2(stack, ec2, settings))  # also syncs EC2's clock
+        prices = Prices(settings, ec2)
+        catalogue = await _checked(where, _start_ec2(stack, ec2, settings, prices))  # also syncs EC2's clock
         await _read_interruptions(stack, ec2, settings, metrics)
         lock = _lock(settings)
         stack.push_async_callback(_close, lock)
@@ -93,6 +95,7 @@ async def open_daemon(
         )
         await _checked(where, claim(ec2, swarm_id))
         _log_clock(ec2)  # after every check: a failed start says one line and nothing else
+        prices.log()
         _warn_without_packing(workload)
         daemon = Daemon(
             cluster_name=settings.cluster_name,
@@ -106,6 +109,7 @@ async def open_daemon(
             on_tick=metrics.observe_tick,
         )
         metrics.follow(daemon)
+        await _refresh_prices(stack, prices, daemon, settings)
         built.append(daemon)
         yield daemon
 
@@ -236,12 +240,31 @@ async def _read_interruptions(
 
 
 async def _start_ec2(
-    stack: contextlib.AsyncExitStack, ec2: Ec2Cloud, settings: Settings
+    stack: contextlib.AsyncExitStack, ec2: Ec2Cloud, settings: Settings, prices: Prices
 ) -> dict[str, InstanceType]:
+    """EC2 describes the allowed types (a type the region does not offer stops the start, one line), each
+    type's AMI suits its architecture, and every type has a price (`daemon.prices`)."""
     await stack.enter_async_context(ec2)
     catalogue = await _catalogue(ec2, list(settings.ec2.allowed_types))
+    await ec2.check_images()
     ec2.use_boot_scripts(described_boot_scripts(settings.ec2.allowed_types, catalogue))
-    return await _with_spot_prices(ec2, catalogue, settings)
+    await prices.read_list()
+    await prices.read_spot()
+    return prices.priced(catalogue)
+
+
+async def _refresh_prices(
+    stack: contextlib.AsyncExitStack, prices: Prices, daemon: Daemon, settings: Settings
+) -> None:
+    """Keep the daemon's prices current in the background for as long as it runs (`Prices.run`)."""
+    task = asyncio.create_task(prices.run(daemon, settings.ec2.spot_price_interval), name="prices")
+
+    async def _stop() -> None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    stack.push_async_callback(_stop)
 
 
 def described_boot_scripts(
@@ -251,30 +274,6 @@ def described_boot_scripts(
     from the bundled catalogue; EC2's own description is what the planner counts, so the workers publish
     that. A type EC2 did not describe is left out (it keeps the script rendered from the bundled one)."""
     return with_worker_env({n: spec for n, spec in allowed.items() if n in catalogue}, catalogue)
-
-
-async def _with_spot_prices(
-    ec2: Ec2Cloud, catalogue: dict[str, InstanceType], settings: Settings
-) -> dict[str, InstanceType]:
-    """Types launched spot first without a `spot_price_per_hour` are priced, for the cheapest-fit choice,
-    at the spot price EC2 quotes at start-up; if EC2 quotes none (or refuses), at the on-demand price."""
-    wanted = [
-        name
-        for name, spec in settings.ec2.allowed_types.items()
-        if spec.capacity[0] == "spot" and spec.spot_price_per_hour is None and name in catalogue
-    ]
-    if not wanted:
-        return catalogue
-    try:
-        prices = await ec2.spot_prices(wanted)
-    except EndpointError as exc:
-        log.warning(f"spot prices unreadable, the on-demand price is used for the choice: {exc}")
-        return catalogue
-    out = dict(catalogue)
-    for name, price in prices.items():
-        out[name] = dataclasses.replace(out[name], price_per_hour=price)
-    log.info("spot prices read from EC2", prices=prices)
-    return out
 
 
 async def _computational(
@@ -335,18 +334,9 @@ def _without_consolidation(policy: Policy, check: SchedulerCheck, scheduler: str
 
 
 async def _catalogue(ec2: Ec2Cloud, names: list[str]) -> dict[str, InstanceType]:
-    """Each allowed type as EC2 describes it; the bundled price is kept (EC2 does not return prices)."""
-    described = await ec2.instance_types(names)
-    out: dict[str, InstanceType] = {}
-    for itype in described:
-        bundled = CATALOGUE.get(itype.name)
-        price = (
-            itype.price_per_hour
-            if itype.price_per_hour is not None
-            else (bundled.price_per_hour if bundled else None)
-        )
-        out[itype.name] = InstanceType(itype.name, itype.resources, price)
-    return {name: out[name] for name in names if name in out}
+    """Each allowed type as EC2 describes it (priced later: EC2 does not return prices)."""
+    described = {itype.name: itype for itype in await ec2.instance_types(names)}
+    return {name: described[name] for name in names if name in described}
 
 
 def _lock(settings: Settings) -> RedisLock | SingleReplicaLock:

@@ -23,6 +23,7 @@ from typing import TypeVar
 import structlog
 from aiohttp import web
 
+from swarm_autoscaler.adapters.ec2_pricing import read_prices
 from swarm_autoscaler.config.keeper import KeeperConfig, cluster_env, env_lines, render_boot
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
 from swarm_autoscaler.keeper.access import InProcessTokens, TokenStore
@@ -175,6 +176,8 @@ async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
         await _listen(stack, app, config)  # before any request: a busy port is found first
         types = [keeper_settings.primary_type, *keeper_settings.worker_types]
         await _checked(where, hosts.check(types))  # also syncs EC2's clock
+        if keeper.accountant is not None:  # every type priced, by the daemon's rule, or no start
+            keeper.accountant.prices = await _prices(config, types)
         await _checked("AUTOSCALER_REDIS_URL", locks.check())
         yield keeper
 
@@ -273,3 +276,20 @@ async def run_keeper(config: KeeperConfig) -> int:
     await run_until_signal(serve, EXIT_WITHIN_S)
     log.info("stopped", keeper=config.keeper.name)
     return 0
+
+
+async def _prices(config: KeeperConfig, types: list[str]) -> dict[str, float]:
+    """The usage ledger's on-demand price of each type the keeper launches (`ec2_pricing.read_prices`):
+    a worker type's `price_per_hour` wins, then the AWS Price List, then the package's table."""
+    ec2 = config.ec2
+    workers = config.keeper.worker_types
+    priced = await read_prices(
+        list(dict.fromkeys(types)),
+        region=ec2.region,
+        operator={name: spec.price_per_hour for name, spec in workers.items()},
+        setting="AUTOSCALER_KEEPER_WORKER_TYPES",
+        endpoint=ec2.endpoint,
+        access_key_id=ec2.access_key_id.get_secret_value() if ec2.access_key_id else None,
+        secret_access_key=ec2.secret_access_key.get_secret_value() if ec2.secret_access_key else None,
+    )
+    return priced.prices

@@ -1,9 +1,11 @@
 """Usage per wallet: what each (user, wallet) spent on its clusters' machines. Pure, plus one loop.
 
 Every machine of a cluster (its primary and its workers) is billed from its launch to its end (or to
-now while it runs), per second with EC2's 60-second minimum, at its type's list price (the bundled
-catalogue's on-demand price per hour), or at the spot price when it runs as a spot instance and the
-price is known. A machine is attributed to the (user, wallet) and cluster of its ownership tags.
+now while it runs), per second with EC2's 60-second minimum, at its type's on-demand price (`UsageAccountant.prices`, read at
+the keeper's start by the daemon's rule: the operator's `price_per_hour`, else the AWS Price List, else the
+package's table; a type with none stops the start), or at the spot price when it runs as a spot instance
+and the price is known. A type missing from `prices` (no longer configured) falls back to the bundled
+catalogue. How close this is to the bill: docs/keeper-usage.md. A machine is attributed to the (user, wallet) and cluster of its ownership tags.
 
 The ledger (`UsageLedger`, redis in production) stores, per machine, the seconds already counted, and
 adds to the totals only what a new reading adds beyond them, in one atomic step: a reading is an
@@ -56,10 +58,16 @@ class Machine:
 
     @property
     def price_per_second(self) -> float:
+        return self.price_per_second_at({})
+
+    def price_per_second_at(self, prices: Mapping[str, float]) -> float:
+        """The spot price when known, else `prices` by type, else the bundled catalogue's."""
         if self.spot_price_per_hour is not None:
             return self.spot_price_per_hour / HOUR
-        known = CATALOGUE.get(self.instance_type)
-        price = known.price_per_hour if known is not None else None
+        price = prices.get(self.instance_type)
+        if price is None:
+            known = CATALOGUE.get(self.instance_type)
+            price = known.price_per_hour if known is not None else None
         return (price or 0.0) / HOUR
 
 
@@ -72,8 +80,15 @@ class Reading:
     price_per_second: float
 
 
-def readings(machines: Iterable[Machine], now: float) -> list[Reading]:
-    return [Reading(m, m.billed_seconds(now), m.price_per_second) for m in machines if m.cluster_id]
+def readings(
+    machines: Iterable[Machine], now: float, prices: Mapping[str, float] | None = None
+) -> list[Reading]:
+    """Each cluster machine's billed seconds so far and their price (`prices`: USD per hour by type)."""
+    return [
+        Reading(m, m.billed_seconds(now), m.price_per_second_at(prices or {}))
+        for m in machines
+        if m.cluster_id
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,12 +182,13 @@ class UsageAccountant:
     interval: float = 30.0
     clock: Callable[[], float] = time.time
     on_counted: WalletHook | None = None
+    prices: Mapping[str, float] = field(default_factory=dict)  # USD per hour by type, set at start
     passes: int = 0
     _last: float | None = field(default=None)
 
     async def account(self) -> list[Reading]:
         now = self.clock()
-        added = await self.ledger.record(readings(await self.source.machines(), now), now)
+        added = await self.ledger.record(readings(await self.source.machines(), now, self.prices), now)
         self.passes += 1
         self._last = now
         if self.on_counted is not None and added:

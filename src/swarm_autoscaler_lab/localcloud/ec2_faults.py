@@ -25,6 +25,11 @@ Every rule can be changed while the server runs (the test or demo thread and the
 threads share one lock). `calls()` counts every EC2 action the server saw, injected errors included,
 which is how a benchmark can check API calls per tick from the server's side.
 
+`price_list` answers the AWS Price List API's GetProducts (moto has none; see `pricelist`).
+
+Why one file of this size: every EC2 rule that must see a request before moto does (and share its lock
+and seeded draws) is one WSGI layer; services moto lacks are answered from modules of their own.
+
 `watch(callback)` calls `callback(action, params)` in the request's thread before anything else happens to
 the request (and before moto sees it): a chaos world uses it to check, at the moment a TerminateInstances
 arrives, what the machines it names are doing, or to slow some calls down.
@@ -52,6 +57,8 @@ from urllib.parse import parse_qs, parse_qsl, urlencode
 from xml.sax.saxutils import escape
 
 from swarm_autoscaler_lab.localcloud.aws_actions import action_log_from_env
+from swarm_autoscaler_lab.localcloud.pricelist import TARGET_PREFIX as PRICE_LIST_PREFIX
+from swarm_autoscaler_lab.localcloud.pricelist import PriceListService
 
 WsgiEnviron = dict[str, Any]
 StartResponse = Callable[..., Any]
@@ -121,6 +128,7 @@ class FaultInjector:
         self._lock = threading.Lock()
         self._rng = random.Random(seed)
         self._refusals: list[Refusal] = []
+        self.price_list = PriceListService()  # GetProducts, answered here (see `pricelist`)
         self._stock: dict[tuple[str, str | None], int] = {}
         self._injected: dict[str, list[_Injected]] = {}
         self._calls: Counter[str] = Counter()
@@ -216,6 +224,7 @@ class FaultInjector:
         with self._lock:
             self._refusals.clear()
             self._stock.clear()
+            self.price_list.reset()
             self._injected.clear()
             self._calls.clear()
             self.capacity_refusals = 0
@@ -230,6 +239,13 @@ class FaultInjector:
 
     def __call__(self, environ: WsgiEnviron, start_response: StartResponse) -> Iterable[bytes]:
         target = str(environ.get("HTTP_X_AMZ_TARGET", ""))
+        if target.startswith(PRICE_LIST_PREFIX):  # the Price List API, which moto does not serve
+            if self._audit is not None:
+                self._audit.record_names(environ, {f"pricing:{target[len(PRICE_LIST_PREFIX) :]}"})
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+            return self.price_list.answer(
+                target, environ["wsgi.input"].read(length) if length else b"", start_response
+            )
         if target.startswith(SQS_TARGET_PREFIX):  # SQS speaks JSON: its action is in a header
             if self._audit is not None:
                 self._audit.record_names(environ, {f"sqs:{target[len(SQS_TARGET_PREFIX) :]}"})

@@ -155,6 +155,8 @@ class MemoryServices:
         if room is None:
             return None
         generic = [{"DiscreteResourceSpec": {"Kind": "gpu", "Value": room.gpus}}] if room.gpus else []
+        # a machine's other resources (its GPUs' memory, VRAM) as the node-generic-resource its engine has
+        generic += [{"DiscreteResourceSpec": {"Kind": k, "Value": int(v)}} for k, v in room.generic]
         return {"NanoCPUs": int(room.cpus * 1e9), "MemoryBytes": room.ram, "GenericResources": generic}
 
     def services_json(self) -> list[dict[str, Any]]:

@@ -17,8 +17,9 @@ from tests.fakes import SteppedClock
 from swarm_autoscaler.adapters.ec2 import Ec2Cloud
 from swarm_autoscaler.config.settings import load_settings
 from swarm_autoscaler.core.catalogue import CATALOGUE
-from swarm_autoscaler.daemon.app import _with_spot_prices
-from swarm_autoscaler_lab.localcloud import FaultInjector, LocalNetwork
+from swarm_autoscaler.core.price_table import PRICES
+from swarm_autoscaler.daemon.prices import Prices
+from swarm_autoscaler_lab.localcloud import FaultInjector, LocalNetwork, MotoServer
 
 TYPE = "c5.large"
 SPOT_FIRST = {TYPE: ("spot", "on-demand")}
@@ -124,7 +125,7 @@ async def test_spot_prices_are_read_from_ec2_for_the_types_asked(make_cloud: Clo
 
 
 async def test_the_daemon_prices_a_spot_first_type_at_ec2s_quote_unless_a_price_is_set(
-    make_cloud: CloudFactory, monkeypatch: pytest.MonkeyPatch
+    make_cloud: CloudFactory, moto_server: MotoServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     types = {
         TYPE: {"ami_id": "ami-12345678", "capacity": ["spot", "on-demand"]},
@@ -134,8 +135,13 @@ async def test_the_daemon_prices_a_spot_first_type_at_ec2s_quote_unless_a_price_
     monkeypatch.setenv("AUTOSCALER_CLUSTER_NAME", "spot")
     monkeypatch.setenv("AUTOSCALER_DASK_SCHEDULER_URL", "tcp://scheduler:8786")
     monkeypatch.setenv("AUTOSCALER_EC2_ALLOWED_TYPES", json.dumps(types))
+    monkeypatch.setenv("AUTOSCALER_EC2_ENDPOINT", moto_server.endpoint)  # its Price List stand-in too
     catalogue = {name: CATALOGUE[name] for name in types}
-    priced = await _with_spot_prices(await make_cloud(), catalogue, load_settings())
+    prices = Prices(load_settings(), await make_cloud())
+    await prices.read_list()
+    await prices.read_spot()
+    priced = prices.priced(catalogue)
     assert priced[TYPE].price_per_hour is not None and priced[TYPE].price_per_hour < 0.01  # moto's quote
-    assert priced["m5.large"] == catalogue["m5.large"]  # its set spot price wins, in the policy
-    assert priced["m5.xlarge"] == catalogue["m5.xlarge"]  # on-demand: the catalogue's price
+    # its set spot price wins, in the policy; the catalogue keeps the on-demand price (the Price List's)
+    assert priced["m5.large"].price_per_hour == PRICES["us-east-1"]["m5.large"]
+    assert priced["m5.xlarge"].price_per_hour == PRICES["us-east-1"]["m5.xlarge"]  # on-demand

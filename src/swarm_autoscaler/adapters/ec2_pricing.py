@@ -1,0 +1,192 @@
+"""On-demand prices of EC2 instance types from the AWS Price List API (`pricing:GetProducts`), with the
+package's generated fallback table (`core.price_table`) for accounts that may not call it.
+
+`PriceList.on_demand(names)`: USD per hour of each named type in the region, Linux, shared tenancy, no
+pre-installed software, used capacity: what a RunInstances with a plain Linux AMI is billed at. The Price
+List API answers only in a few regions (us-east-1 is one); it is asked there, whatever the fleet's region,
+unless an endpoint is set (an EC2-compatible server, such as the local cloud, that serves it too).
+
+`source_prices(...)` is the one rule the daemon and the keeper share: the operator's per-type price wins,
+then the Price List, then the fallback table; a type with none of them has no price, which the callers
+turn into a start-up error (never $0). AccessDenied (no `pricing:GetProducts`) falls back to the table
+with one warning; any other failure of the Price List too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any, Self
+
+import structlog
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+from botocore.exceptions import BotoCoreError, ClientError
+
+from swarm_autoscaler.adapters.ec2_support import error_message
+from swarm_autoscaler.adapters.ec2_transport import PRODUCT_USER_AGENT
+from swarm_autoscaler.core.price_table import AS_OF, fallback_price
+from swarm_autoscaler.errors import ConfigurationError
+
+log = structlog.get_logger("swarm_autoscaler.adapters.ec2_pricing")
+
+PRICING_REGION = "us-east-1"  # one of the Price List API's endpoints
+LINUX_FILTERS = {
+    "operatingSystem": "Linux",
+    "tenancy": "Shared",
+    "preInstalledSw": "NA",
+    "capacitystatus": "Used",
+}
+
+
+def product_price(item: str | Mapping[str, Any]) -> float | None:
+    """The hourly on-demand USD price in one Price List product document (a JSON string in the answer)."""
+    doc: Mapping[str, Any] = json.loads(item) if isinstance(item, str) else item
+    found: list[float] = []
+    for term in doc.get("terms", {}).get("OnDemand", {}).values():
+        for dim in term.get("priceDimensions", {}).values():
+            try:
+                usd = float(dim.get("pricePerUnit", {}).get("USD", "0") or 0)
+            except ValueError:
+                continue
+            if dim.get("unit") == "Hrs" and usd > 0:
+                found.append(usd)
+    return min(found) if found else None
+
+
+class PriceList:
+    """A client of the Price List API. Use `async with PriceList(...) as prices`."""
+
+    def __init__(
+        self,
+        *,
+        region: str,
+        endpoint: str | None = None,
+        access_key_id: str | None = None,
+        secret_access_key: str | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self.region = region
+        self._endpoint = endpoint
+        self._credentials = (access_key_id, secret_access_key)
+        self._timeout = timeout
+        self._stack: AsyncExitStack | None = None
+        self._client: Any = None
+
+    async def __aenter__(self) -> Self:
+        key, secret = self._credentials
+        config = AioConfig(
+            retries={"total_max_attempts": 3, "mode": "adaptive"},  # a handful of calls a day
+            connect_timeout=self._timeout,
+            read_timeout=self._timeout,
+            user_agent_extra=PRODUCT_USER_AGENT,
+        )
+        self._stack = AsyncExitStack()
+        self._client = await self._stack.enter_async_context(
+            get_session().create_client(
+                "pricing",
+                region_name=PRICING_REGION,
+                endpoint_url=self._endpoint,
+                aws_access_key_id=key,
+                aws_secret_access_key=secret,
+                config=config,
+            )
+        )
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        stack, self._stack, self._client = self._stack, None, None
+        if stack is not None:
+            await stack.aclose()
+
+    async def on_demand(self, names: Sequence[str]) -> dict[str, float]:
+        """USD per hour of each of `names` the Price List prices in the region (others are left out).
+        Raises ClientError / BotoCoreError as the SDK does (AccessDeniedException without the permission)."""
+        out: dict[str, float] = {}
+        for name in dict.fromkeys(names):
+            filters = [{"Type": "TERM_MATCH", "Field": k, "Value": v} for k, v in LINUX_FILTERS.items()]
+            filters += [
+                {"Type": "TERM_MATCH", "Field": "instanceType", "Value": name},
+                {"Type": "TERM_MATCH", "Field": "regionCode", "Value": self.region},
+            ]
+            pages = self._client.get_paginator("get_products").paginate(
+                ServiceCode="AmazonEC2", Filters=filters, FormatVersion="aws_v1"
+            )
+            prices = [
+                p
+                for page in [page async for page in pages]
+                for item in page.get("PriceList", ())
+                if (p := product_price(item))
+            ]
+            if prices:
+                out[name] = min(prices)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Priced:
+    """Each type's on-demand price and where it came from ("setting", "price list", "table AS_OF")."""
+
+    prices: dict[str, float]
+    sources: dict[str, str]
+
+    def missing(self, names: Sequence[str]) -> list[str]:
+        return [n for n in names if n not in self.prices]
+
+
+async def source_prices(
+    names: Sequence[str],
+    region: str,
+    operator: Mapping[str, float | None],
+    price_list: PriceList | None,
+) -> Priced:
+    """The operator's price, else the Price List's (when `price_list` may be asked), else the fallback
+    table's. A type with none is absent from the result (the caller refuses to start)."""
+    prices: dict[str, float] = {}
+    sources: dict[str, str] = {}
+    for name in names:
+        if (set_price := operator.get(name)) is not None:
+            prices[name], sources[name] = set_price, "setting"
+    wanted = [n for n in names if n not in prices]
+    listed: dict[str, float] = {}
+    if wanted and price_list is not None:
+        try:
+            listed = await price_list.on_demand(wanted)
+        except (ClientError, BotoCoreError) as exc:
+            log.warning(
+                f"the Price List API cannot be read ({error_message(exc)}): pricing from the package's table "
+                f"({AS_OF}); grant pricing:GetProducts for current prices"
+            )
+    for name in wanted:
+        if name in listed:
+            prices[name], sources[name] = listed[name], "price list"
+        elif (table := fallback_price(region, name)) is not None:
+            prices[name], sources[name] = table, f"table ({AS_OF})"
+    return Priced(prices, sources)
+
+
+async def read_prices(
+    names: Sequence[str],
+    *,
+    region: str,
+    operator: Mapping[str, float | None],
+    setting: str,
+    endpoint: str | None = None,
+    access_key_id: str | None = None,
+    secret_access_key: str | None = None,
+) -> Priced:
+    """`source_prices` with a Price List client of its own, for a start-up or a refresh. Raises
+    ConfigurationError naming `setting` when a type has no price from any source."""
+    async with PriceList(
+        region=region, endpoint=endpoint, access_key_id=access_key_id, secret_access_key=secret_access_key
+    ) as price_list:
+        priced = await source_prices(names, region, operator, price_list)
+    missing = priced.missing(names)
+    if missing:
+        raise ConfigurationError(
+            f"{setting}: no price known for {', '.join(missing)} in {region} (the Price List API gave none and "
+            'the package\'s table has none): set its "price_per_hour", or grant pricing:GetProducts'
+        )
+    return priced
