@@ -130,3 +130,37 @@ async def test_after_redis_comes_back_empty_a_running_cluster_gets_no_new_ca_and
     finally:
         await keeper.stop()
         await store.close()
+
+
+async def test_the_one_time_token_cannot_be_raced_by_many_concurrent_uses_through_two_replicas(
+    redis_server: RedisServer,
+) -> None:
+    """Twenty concurrent fetches with the same one-time token, through two replicas sharing a real
+    redis (an attacker who read the user data racing the booting primary): exactly one gets the files;
+    the spent mark is one atomic SET NX, so no interleaving hands them out twice."""
+    now = [1_000_000.0]
+    hosts = FakeHosts()
+    locks = SharedLocks(lambda: now[0])
+    keepers = [
+        Keeper(
+            hosts, FakeProbe(), locks.for_replica(name), KeeperTiming(), interval=0.05, clock=lambda: now[0]
+        )
+        for name in ("a", "b")
+    ]
+    stores = [RedisCredentials(redis_server.url, "keeper-race", make_credentials) for _ in keepers]
+    apps = [
+        build_keeper_app(k, TOKEN, KeeperMetrics(), credentials=s)
+        for k, s in zip(keepers, stores, strict=True)
+    ]
+    try:
+        async with TestClient(TestServer(apps[0])) as a, TestClient(TestServer(apps[1])) as b:
+            cluster = await (await a.put("/v1/clusters/alice/w1", headers=AUTH)).json()
+            url = f"/v1/primaries/{cluster['id']}/credentials"
+            mine = {"Authorization": f"Bearer {primary_token(TOKEN, cluster['id'])}"}
+            answers = await asyncio.gather(*[(a if i % 2 else b).get(url, headers=mine) for i in range(20)])
+            assert sorted(r.status for r in answers) == [200] + [410] * 19
+    finally:
+        for keeper in keepers:
+            await keeper.stop()
+        for store in stores:
+            await store.close()

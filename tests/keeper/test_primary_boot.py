@@ -36,6 +36,7 @@ def script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
         monkeypatch.delenv(name)
     env = {
         "AUTOSCALER_KEEPER_TOKEN": TOKEN,
+        "AUTOSCALER_KEEPER_NAME": "keeper",
         "AUTOSCALER_KEEPER_PUBLIC_URL": "http://10.0.0.5:8080",
         "AUTOSCALER_KEEPER_IMAGE": IMAGE,
         "AUTOSCALER_KEEPER_PRIMARY_AMI_ID": AMI,

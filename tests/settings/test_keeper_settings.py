@@ -25,6 +25,7 @@ TOKEN = "a-Keeper-token-0123456789"
 AMI = "ami-0123456789abcdef0"
 KEEPER = {
     "AUTOSCALER_KEEPER_TOKEN": TOKEN,
+    "AUTOSCALER_KEEPER_NAME": "analytics-keeper",
     "AUTOSCALER_KEEPER_PUBLIC_URL": "http://10.0.0.5:8080",
     "AUTOSCALER_KEEPER_PRIMARY_AMI_ID": AMI,
     "AUTOSCALER_KEEPER_WORKER_TYPES": json.dumps(
@@ -57,7 +58,7 @@ def test_defaults(keeper_env: pytest.MonkeyPatch) -> None:
         5,
         15,
     )
-    assert (keeper.name, keeper.primary_type, keeper.max_instances_per_cluster) == ("keeper", "m5.large", 10)
+    assert (keeper.name, keeper.primary_type, keeper.max_instances_per_cluster) == ("analytics-keeper", "m5.large", 10)
     assert keeper.boot_template == DEFAULT_PRIMARY_BOOT
     assert list(keeper.worker_types) == ["m5.large", "c5.large"]
     assert config.redis.url is None and config.ec2.region == "us-east-1"
@@ -107,6 +108,7 @@ def test_the_templates_example_token_is_refused(keeper_env: pytest.MonkeyPatch) 
 
 def test_required_variables_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
     assert sorted(problems()) == [
+        "AUTOSCALER_KEEPER_NAME: required but not set",  # no shared default: two keepers would share it
         "AUTOSCALER_KEEPER_PRIMARY_AMI_ID: required but not set",
         "AUTOSCALER_KEEPER_TOKEN: required but not set",
         "AUTOSCALER_KEEPER_WORKER_TYPES: required but not set",
@@ -164,7 +166,7 @@ def test_each_clusters_autoscaler_settings_derive_from_the_keepers(keeper_env: p
         tags_line.partition("=")[2]
     ) == {  # the workers' tags: the keeper's, then whose they are
         "team": "science",
-        "swarm-autoscaler-keeper": "keeper",
+        "swarm-autoscaler-keeper": "analytics-keeper",
         "swarm-autoscaler-keeper-user": "alice",
         "swarm-autoscaler-keeper-wallet": "none",
     }

@@ -180,9 +180,11 @@ class KeeperSettings(BaseSettings):
         json_schema_extra={"example": "/run/secrets/keeper-secrets-key"},
     )
     name: ClusterName = Field(
-        default="keeper",
-        description="This keeper's name: its ownership tag on the primaries and its redis key prefix. Keep it "
-        "stable; replicas of one keeper share it.",
+        description="This keeper's name, of this keeper alone in the account and region: its ownership tag on "
+        "the primaries and their workers, and its redis key prefix. Keep it stable; replicas of one keeper "
+        "share it. No default: two keepers left at a shared default each took the other's primaries for "
+        "theirs (a keeper deployed before this was required used 'keeper': set that to keep its clusters).",
+        json_schema_extra={"example": "analytics-keeper"},
     )
     primary_type: str = Field(default="m5.large", description="Instance type of each cluster's primary.")
     primary_ami_id: AmiId = Field(
