@@ -58,7 +58,11 @@ def test_defaults(keeper_env: pytest.MonkeyPatch) -> None:
         5,
         15,
     )
-    assert (keeper.name, keeper.primary_type, keeper.max_instances_per_cluster) == ("analytics-keeper", "m5.large", 10)
+    assert (keeper.name, keeper.primary_type, keeper.max_instances_per_cluster) == (
+        "analytics-keeper",
+        "m5.large",
+        10,
+    )
     assert keeper.boot_template == DEFAULT_PRIMARY_BOOT
     assert list(keeper.worker_types) == ["m5.large", "c5.large"]
     assert config.redis.url is None and config.ec2.region == "us-east-1"
