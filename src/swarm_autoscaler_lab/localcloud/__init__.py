@@ -1,6 +1,7 @@
 """A local cloud for tests and the demo: moto's EC2 in-process, with capacity refusals on demand."""
 
 from swarm_autoscaler_lab.localcloud.ec2_faults import FaultInjector, Refusal
+from swarm_autoscaler_lab.localcloud.ec2_strict import StrictEc2
 from swarm_autoscaler_lab.localcloud.moto_server import (
     LocalNetwork,
     MotoServer,
@@ -13,6 +14,7 @@ __all__ = [
     "LocalNetwork",
     "MotoServer",
     "Refusal",
+    "StrictEc2",
     "enable_instance_type_validation",
     "provision_network",
 ]

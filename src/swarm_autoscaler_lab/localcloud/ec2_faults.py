@@ -26,6 +26,7 @@ threads share one lock). `calls()` counts every EC2 action the server saw, injec
 which is how a benchmark can check API calls per tick from the server's side.
 
 `price_list` answers the AWS Price List API's GetProducts (moto has none; see `pricelist`).
+`be_strict(StrictEc2(...))` applies EC2's rules where moto is generous (see `ec2_strict`).
 
 Why one file of this size: every EC2 rule that must see a request before moto does (and share its lock
 and seeded draws) is one WSGI layer; services moto lacks are answered from modules of their own.
@@ -57,6 +58,7 @@ from urllib.parse import parse_qs, parse_qsl, urlencode
 from xml.sax.saxutils import escape
 
 from swarm_autoscaler_lab.localcloud.aws_actions import action_log_from_env
+from swarm_autoscaler_lab.localcloud.ec2_strict import StrictEc2
 from swarm_autoscaler_lab.localcloud.pricelist import TARGET_PREFIX as PRICE_LIST_PREFIX
 from swarm_autoscaler_lab.localcloud.pricelist import PriceListService
 
@@ -129,6 +131,7 @@ class FaultInjector:
         self._rng = random.Random(seed)
         self._refusals: list[Refusal] = []
         self.price_list = PriceListService()  # GetProducts, answered here (see `pricelist`)
+        self.strict: StrictEc2 | None = None  # EC2's rules where moto is generous (`be_strict`)
         self._stock: dict[tuple[str, str | None], int] = {}
         self._injected: dict[str, list[_Injected]] = {}
         self._calls: Counter[str] = Counter()
@@ -215,6 +218,10 @@ class FaultInjector:
         with self._lock:
             return list(self._log or ())
 
+    def be_strict(self, strict: StrictEc2 | None) -> None:
+        """Apply EC2's own rules where moto is generous (see `ec2_strict`); None: moto's. `reset` keeps it."""
+        self.strict = strict
+
     def reseed(self, seed: int) -> None:
         with self._lock:
             self._rng = random.Random(seed)
@@ -239,17 +246,8 @@ class FaultInjector:
 
     def __call__(self, environ: WsgiEnviron, start_response: StartResponse) -> Iterable[bytes]:
         target = str(environ.get("HTTP_X_AMZ_TARGET", ""))
-        if target.startswith(PRICE_LIST_PREFIX):  # the Price List API, which moto does not serve
-            if self._audit is not None:
-                self._audit.record_names(environ, {f"pricing:{target[len(PRICE_LIST_PREFIX) :]}"})
-            length = int(environ.get("CONTENT_LENGTH") or 0)
-            return self.price_list.answer(
-                target, environ["wsgi.input"].read(length) if length else b"", start_response
-            )
-        if target.startswith(SQS_TARGET_PREFIX):  # SQS speaks JSON: its action is in a header
-            if self._audit is not None:
-                self._audit.record_names(environ, {f"sqs:{target[len(SQS_TARGET_PREFIX) :]}"})
-            return self._app(environ, start_response)
+        if target:
+            return self._json_service(target, environ, start_response)
         params = _query_params(environ)
         action = params.get("Action")
         if action is None:
@@ -266,11 +264,16 @@ class FaultInjector:
                     self._log.append(call)
         sent = dict(params)  # the request as it came (the log keeps it); what moto reads may be rewritten
         error = self._decide(action, sent)
+        strict = self.strict
+        if error is None and strict is not None:
+            error = strict.check(action, sent, _region(environ), params)
         skew = self.clock_skew
         if error is None and action == "RunInstances":
             _set_params(environ, {k: sent[k] for k in ("MinCount", "MaxCount")})
         if error is None:
-            return self._app(environ, start_response) if not skew else self._skewed(environ, start_response)
+            if not skew and strict is None:
+                return self._app(environ, start_response)
+            return self._skewed(environ, start_response, action)
         status, code, message = error
         body = GARBLED_BODY if code == GARBLED else ec2_error_document(code, message)
         headers = [
@@ -281,8 +284,25 @@ class FaultInjector:
         start_response(f"{status} {_HTTP_REASONS.get(status, 'Error')}", headers)
         return [body]
 
-    def _skewed(self, environ: WsgiEnviron, start_response: StartResponse) -> Iterable[bytes]:
-        """moto's answer with its Date header and timestamps moved by `clock_skew`."""
+    def _json_service(
+        self, target: str, environ: WsgiEnviron, start_response: StartResponse
+    ) -> Iterable[bytes]:
+        """A JSON-protocol request (its action in a header): the Price List, answered here; SQS, moto's."""
+        if target.startswith(PRICE_LIST_PREFIX):  # the Price List API, which moto does not serve
+            if self._audit is not None:
+                self._audit.record_names(environ, {f"pricing:{target[len(PRICE_LIST_PREFIX) :]}"})
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+            body = environ["wsgi.input"].read(length) if length else b""
+            return self.price_list.answer(target, body, start_response)
+        if target.startswith(SQS_TARGET_PREFIX) and self._audit is not None:
+            self._audit.record_names(environ, {f"sqs:{target[len(SQS_TARGET_PREFIX) :]}"})
+        return self._app(environ, start_response)
+
+    def _skewed(
+        self, environ: WsgiEnviron, start_response: StartResponse, action: str = ""
+    ) -> Iterable[bytes]:
+        """moto's answer with its Date header and timestamps moved by `clock_skew`, and as the strict
+        EC2 gives it (`ec2_strict`), when one is set."""
         skew = self.clock_skew
         got: list[Any] = []
 
@@ -297,7 +317,9 @@ class FaultInjector:
             close = getattr(chunks, "close", None)
             if close is not None:
                 close()
-        body = shift_timestamps(body, skew)
+        body = shift_timestamps(body, skew) if skew else body
+        if self.strict is not None:
+            body = self.strict.answered(action, body)
         status, headers = got
         kept = [(k, v) for k, v in headers if k.lower() not in ("date", "content-length")]
         kept += [("Content-Length", str(len(body))), ("Date", http_date(time.time() + skew))]
@@ -391,6 +413,15 @@ def _refusal_message(code: str, type_name: str, params: dict[str, str]) -> str:
     if code == "InsufficientInstanceCapacity":
         return _capacity_message(type_name, params)
     return f"{code}: {type_name} cannot be launched now."
+
+
+_SCOPE = re.compile(r"Credential=[^/]+/\d+/([^/]+)/")
+
+
+def _region(environ: WsgiEnviron) -> str:
+    """The region a SigV4 request was signed for (us-east-1 when unsigned)."""
+    found = _SCOPE.search(str(environ.get("HTTP_AUTHORIZATION", "")))
+    return found.group(1) if found else "us-east-1"
 
 
 def _set_params(environ: WsgiEnviron, updates: dict[str, str]) -> None:

@@ -24,12 +24,25 @@ from tests.adapters.ec2.ec2_helpers import (
 from tests.fakes import SteppedClock
 
 from swarm_autoscaler.adapters.ec2 import Ec2Cloud
-from swarm_autoscaler_lab.localcloud import FaultInjector, LocalNetwork, MotoServer, provision_network
+from swarm_autoscaler_lab.localcloud import (
+    FaultInjector,
+    LocalNetwork,
+    MotoServer,
+    StrictEc2,
+    provision_network,
+)
+
+# EC2's own rules where moto is generous, on for every adapter test: throttling above a request rate, a
+# zone's room for a type, user data that must be base64 of at most 16 KiB (`localcloud.ec2_strict`). The
+# rate and the room are EC2's order of magnitude, above what a test needs; `test_strict_ec2` tightens them
+# and turns on the new instance's invisibility and vCPU quotas.
+SUITE_STRICT = {"invisible_s": 0.0, "rate": 100.0, "burst": 200.0, "zone_capacity": 1000}
 
 
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[MotoServer]:
     with MotoServer(seed=1) as server:
+        server.faults.be_strict(StrictEc2(**SUITE_STRICT))
         yield server
 
 
