@@ -303,6 +303,7 @@ def dearer_special(
     would bill at the GPU's price for work a cheaper machine takes."""
     by_name = {o.name: o for o in options}
     out: dict[str, frozenset[int]] = {}
+    cheapest: dict[int, TypeOption | None] = {}  # per group: it does not depend on the type asked about
     for name in set(type_names):
         option = by_name.get(name)
         if option is None or option.price is None:
@@ -314,7 +315,9 @@ def dearer_special(
         for gi, group in enumerate(groups):
             if group.pinned is not None or any(group.vec[d] > 0 for d in special):
                 continue
-            cheaper = choose_type(group, options)
+            if gi not in cheapest:
+                cheapest[gi] = choose_type(group, options)
+            cheaper = cheapest[gi]
             if cheaper is not None and cheaper.price is not None and cheaper.price < option.price:
                 barred.add(gi)
         if barred:
