@@ -278,6 +278,19 @@ async def test_launches_carry_the_ownership_label_and_the_placement_label() -> N
         assert dict(inst.labels) == {OWNERSHIP_LABEL: CLUSTER, TYPE_LABEL: "m5.large"}
 
 
+async def test_a_launch_carries_the_labels_the_planner_adds_beside_act_s_own() -> None:
+    """The launch spec (drift.py) is written on each machine at launch, as a label (an EC2 tag)."""
+    w = World()
+    (outcome,) = await w.act(Launch("m5.large", 1, "pending", labels=(("swarm-autoscaler.spec", "abc"),)))
+    assert outcome.ok
+    (inst,) = w.cloud.instances.values()
+    assert dict(inst.labels) == {
+        OWNERSHIP_LABEL: CLUSTER,
+        TYPE_LABEL: "m5.large",
+        "swarm-autoscaler.spec": "abc",
+    }
+
+
 async def test_150_node_actions_run_concurrently_within_the_bound() -> None:
     w = World(SlowSwarm(delay=0.05))
     nodes = [w.machine(n, worker=False) for n in range(1, 151)]

@@ -7,8 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
-from swarm_autoscaler.config.policy import policy_from_settings
+from swarm_autoscaler.config.policy import launch_spec, policy_from_settings
 from swarm_autoscaler.config.settings import load_settings
+from swarm_autoscaler.config.types import AllowedType
 from swarm_autoscaler.core.model import GIB, InstanceType, Policy, Resources, TypePolicy
 from swarm_autoscaler.errors import ConfigurationError
 
@@ -41,11 +42,15 @@ def test_builds_the_whole_policy(set_env: SetEnv) -> None:
         AUTOSCALER_TERMINATION_DELAY="3m",
         AUTOSCALER_NODE_DOWN_TIMEOUT="1h",
     )
+    # one launch spec for the three: same AMI, boot script and capacity, no subnets or groups set
+    spec = launch_spec(AllowedType(ami_id="ami-12345678"), (), ())
     assert policy_from_settings(load_settings(), CATALOGUE) == Policy(
         allowed_types=(
-            TypePolicy("g4dn.xlarge", reserve=0, overhead=Resources.of(cpus=0.5, ram=3 * GIB // 2)),
-            TypePolicy("m5.large", reserve=1, price_per_hour=0.05),
-            TypePolicy("c5.large"),
+            TypePolicy(
+                "g4dn.xlarge", reserve=0, overhead=Resources.of(cpus=0.5, ram=3 * GIB // 2), spec=spec
+            ),
+            TypePolicy("m5.large", reserve=1, price_per_hour=0.05, spec=spec),
+            TypePolicy("c5.large", spec=spec),
         ),
         min_instances=1,
         max_instances=7,
@@ -80,3 +85,22 @@ def test_works_with_the_bundled_catalogue(set_env: SetEnv) -> None:
     set_env()
     policy = policy_from_settings(load_settings(), BUNDLED)
     assert [t.name for t in policy.allowed_types] == ["m5.large"]
+
+
+def test_the_launch_spec_changes_with_what_a_machine_is_launched_with_and_only_that() -> None:
+    """Drift (core/drift.py) compares it: the AMI, the boot script, the capacity, the subnets and the
+    security groups change it; the planner's own settings of the type do not."""
+    base = AllowedType(ami_id="ami-12345678")
+    spec = launch_spec(base, ("subnet-a",), ("sg-1",))
+    same = AllowedType(ami_id="ami-12345678", reserve=2, min=1, price_per_hour=0.2, surge_above=3)
+    assert launch_spec(same, ("subnet-a",), ("sg-1",)) == spec
+    changed = [
+        launch_spec(AllowedType(ami_id="ami-87654321"), ("subnet-a",), ("sg-1",)),
+        launch_spec(AllowedType(ami_id="ami-12345678", boot_script="echo patched"), ("subnet-a",), ("sg-1",)),
+        launch_spec(
+            AllowedType(ami_id="ami-12345678", capacity=["spot", "on-demand"]), ("subnet-a",), ("sg-1",)
+        ),
+        launch_spec(base, ("subnet-b",), ("sg-1",)),
+        launch_spec(base, ("subnet-a",), ("sg-2",)),
+    ]
+    assert spec not in changed and len(set(changed)) == len(changed)

@@ -7,6 +7,9 @@ policy the planner receives is always usable.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 from collections.abc import Mapping
 
 from swarm_autoscaler.config.settings import Settings, TimingSettings
@@ -28,6 +31,7 @@ def policy_from_settings(settings: Settings, catalogue: Mapping[str, InstanceTyp
         max_instances=ec2.max_instances,
         max_launch_per_tick=ec2.max_launch_per_tick,
         subnets=tuple(ec2.subnet_ids),
+        security_groups=tuple(ec2.security_group_ids),
     )
 
 
@@ -40,11 +44,17 @@ def build_policy(
     max_instances: int,
     max_launch_per_tick: int,
     subnets: tuple[str, ...] = (),
+    security_groups: tuple[str, ...] = (),
 ) -> Policy:
-    """The policy from its parts (the simulator reads only these). Same rules as `policy_from_settings`."""
+    """The policy from its parts (the simulator reads only these). Same rules as `policy_from_settings`.
+    Each type's `spec` hashes its settings with the subnets and security groups (drift.py)."""
     return Policy(
         allowed_types=tuple(
-            _type_policy(name, allowed, catalogue.get(name)) for name, allowed in allowed_types.items()
+            dataclasses.replace(
+                _type_policy(name, allowed, catalogue.get(name)),
+                spec=launch_spec(allowed, subnets, security_groups),
+            )
+            for name, allowed in allowed_types.items()
         ),
         min_instances=min_instances,
         max_instances=max_instances,
@@ -55,11 +65,24 @@ def build_policy(
         consolidate_below=timing.consolidate_below,
         consolidate_under_load=timing.consolidate_under_load,
         max_unready_share=timing.max_unready_share,
+        max_machine_age=timing.max_machine_age,
         budgets=tuple(b.to_budget() for b in timing.disruption_budgets),
         tolerated_wait=timing.tolerated_wait,
         max_launch_per_tick=max_launch_per_tick,
         subnets=subnets,
     )
+
+
+def launch_spec(allowed: AllowedType, subnets: tuple[str, ...], security_groups: tuple[str, ...]) -> str:
+    """A short hash of what a machine of this type is launched with: its AMI, boot script and capacity
+    (on-demand or spot), the subnets and the security groups. A change to any of them drifts the
+    machines launched before it; the planner's own settings of the type (reserve, base, pool, prices,
+    overhead, queue threshold) change no machine and drift none."""
+    launched = allowed.model_dump(mode="json", include={"ami_id", "boot_script", "capacity"})
+    text = json.dumps(
+        {"type": launched, "subnets": subnets, "security_groups": security_groups}, sort_keys=True
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _type_policy(name: str, allowed: AllowedType, known: InstanceType | None) -> TypePolicy:

@@ -184,6 +184,14 @@ class TimingSettings(BaseSettings):
             '"end": "17:00"}].'
         ),
     )
+    max_machine_age: Duration = Field(
+        default=0.0,
+        description=(
+            "Expiry (Karpenter's expireAfter): a machine older than this is replaced, replacement first (a "
+            "new one of its type is launched and the old one takes no new task, then leaves once empty), "
+            "within the disruption budgets for expiry and never while do-not-disrupt holds it. 0: never."
+        ),
+    )
     tolerated_wait: Duration = Field(
         default=120.0,
         description=(

@@ -109,12 +109,14 @@ class ActivateNode:
 @dataclass(frozen=True, slots=True)
 class Launch:
     """Launch `count` new instances of one type. `pool`: into its warm pool (they prepare and stop
-    themselves, never joining on that first boot)."""
+    themselves, never joining on that first boot). `labels`: labels the planner adds to the ones act
+    gives every launch (the launch spec, drift.py)."""
 
     type_name: str
     count: int
     reason: str
     pool: bool = False
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,7 +71,7 @@ STRAY_RETIREMENT = "retiring without a retirement in progress (one cut short): s
 
 
 def keep_cordons(
-    cluster: Fleet, uncordoned: Collection[str]
+    cluster: Fleet, uncordoned: Collection[str], rolling: Collection[str] = ()
 ) -> tuple[tuple[Mark, ...], tuple[Uncordon, ...]]:
     """A cordon mark whose worker takes tasks again (restarted, or uncordoned by someone else) is
     stale; a cordoned worker with tasks waiting on it is uncordoned, or they would never start.
@@ -111,7 +111,8 @@ def keep_cordons(
             continue
         waiting = sum(1 for w in member.workers for t in w.processing if not t.executing)
         rebalancing = member.instance is not None and member.instance.rebalance_at is not None
-        if waiting and node.id not in uncordoned and not rebalancing:  # (advice: it stays cordoned)
+        # (advice, or a drift or expiry roll, `rolling`: it stays cordoned)
+        if waiting and node.id not in uncordoned and not rebalancing and node.id not in rolling:
             actions.append(uncordon_action(member, f"{waiting} task(s) wait on this cordoned worker"))
     return tuple(marks), tuple(actions)
 

@@ -312,6 +312,9 @@ class TypePolicy:
     `reserve_idle_limit`: a reserve kept only while the type is in use: once no machine of the type
     worked for this long, its reserve is let go, and refilled only when the type works again (0: the
     reserve is kept always; see pool.py).
+    `spec`: a hash of what a new machine of this type is launched with (AMI, boot script, type settings,
+    subnets, security groups): written on each machine at launch, a machine carrying another is drifted
+    (drift.py). "": not tracked.
     """
 
     name: str
@@ -322,6 +325,7 @@ class TypePolicy:
     warm_pool: int = 0
     surge_above: int = 0
     reserve_idle_limit: float = 0.0
+    spec: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,6 +366,7 @@ class Policy:
     - `max_unready_share`: the safety stop (safety.py): while more than this share of our nodes are
       down or unreachable (and at least two), scale-down and the termination of long-down machines halt;
       scale-up goes on (1 = never).
+    - `max_machine_age`: a machine older than this is replaced, replacement first (drift.py; 0 = never).
     - `budgets`: disruption budgets (`Budget`, core/budgets.py); none: no bound.
     - `join_paused`: machines join the swarm paused (the dynamic mode's boot script), and the planner
       sets a node active once it takes it in (see `cluster` and `marks.accept_joined`): a paused node
@@ -383,6 +388,7 @@ class Policy:
     join_paused: bool = False
     max_unready_share: float = 0.45
     budgets: tuple[Budget, ...] = ()
+    max_machine_age: float = 0.0
 
     def type_policy(self, name: str) -> TypePolicy | None:
         for tp in self.allowed_types:

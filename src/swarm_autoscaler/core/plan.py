@@ -38,6 +38,10 @@ maximum is the machines alive now. The recipe:
    `join_paused`, take in the nodes that joined paused (set them active, re-checked); a mark
    stamped in the future (by a clock ahead of the cloud's) is restamped now (clockmarks.py).
 
+Drift and expiry (drift.py): each outdated machine is cordoned and replaced first, in one plan. Every
+voluntary disruption (scale-down, consolidation, drift, expiry) passes budgets.py's gate: disruption
+budgets and do-not-disrupt (`Plan.held`).
+
 The safety stop (safety.py): while more than `max_unready_share` of our nodes are down or unreachable,
 steps 5 and 6 and the termination of long-down machines (step 4) halt; scale-up goes on (`Plan.halted`).
 
@@ -68,6 +72,7 @@ from swarm_autoscaler.core.clockmarks import restamps
 from swarm_autoscaler.core.cluster import classify
 from swarm_autoscaler.core.consolidate import choose_cordons
 from swarm_autoscaler.core.demand import Group, estimate_demand
+from swarm_autoscaler.core.drift import SPEC_LABEL, Roll, roll, spec_labels, staying
 from swarm_autoscaler.core.interrupt import let_go, pending_view, replacements
 from swarm_autoscaler.core.launches import LaunchBook, plan_launches
 from swarm_autoscaler.core.marks import accept_joined, keep_cordons, keep_marks, label_nodes
@@ -168,18 +173,22 @@ def _decide(
     # The safety stop (safety.py): while too many of our nodes are down, nothing is scaled down.
     halted = halt_reason(facts.cluster, policy.max_unready_share)
     settled = (idle or (not short and policy.consolidate_under_load)) and not halted
+    # Drift and expiry (drift.py): outdated machines cordoned, each replaced first, within the budget.
+    rolled: Roll = roll(facts, launches.left, 0) if not halted else ((), (), (), 0)
+    cordoned_out, replacing, held_roll, begun = rolled
+    replaced = sum(r.count for r in replacing)
     shrink = Step()
     if (short or settled) and not halted:
-        launching = set(launches.by_type) | set(starting)
+        launching = set(launches.by_type) | set(starting) | {r.type_name for r in replacing}
         shrink = scale_down(
             facts,
             up.received,
             launching,
-            launches.total + starting.total(),
+            launches.total + starting.total() + replaced,
             cordoned_only=not idle and not short,
         )
-    shrink, held_back, begun = gate(facts, "empty", shrink)  # budgets and do-not-disrupt (budgets.py)
-    refills = refill(facts, shrink, launches.left) if idle else ()
+    shrink, held_back, begun = gate(facts, "empty", shrink, begun)  # budgets, do-not-disrupt (budgets.py)
+    refills = refill(facts, shrink, launches.left - replaced) if idle else ()
     # The cost-aware pass runs only when nothing is pending: under load it took room the arriving tasks
     # needed while the expensive machine's long tasks ran on (measured: dearer and slower on a
     # heavy-tailed mix). Prices: the policy's of each allowed type, the catalogue's of a type no longer
@@ -190,9 +199,15 @@ def _decide(
             o.name: o.price for o in options
         }
     actions, held_cordons = _assemble(
-        facts, up, (launches, refills), (shrink, begun), (settled, bool(halted)), (capacity, space, prices)
+        facts,
+        up,
+        (launches, (*replacing, *refills)),
+        (shrink, begun, cordoned_out),
+        (settled, bool(halted)),
+        (capacity, space, prices),
     )
-    result = Plan(actions, unplaceable, demand.pending, up.placed, halted, (*held_back, *held_cordons))
+    held_all = (*held_roll, *held_back, *held_cordons)
+    result = Plan(_with_spec(actions, policy), unplaceable, demand.pending, up.placed, halted, held_all)
     if ledger is None:
         return result, None
     return result, Trace(demand.groups, up.bins, tuple(ledger), up.new_bins, capacity, space)
@@ -202,7 +217,7 @@ def _assemble(
     facts: Facts,
     up: Placement,
     launching: tuple[LaunchBook, tuple[Launch, ...]],
-    shrinking: tuple[Step, int],
+    shrinking: tuple[Step, int, tuple[Cordon, ...]],
     load: tuple[bool, bool],
     room: tuple[Mapping[str, Vec], Space, Mapping[str, float | None]],
 ) -> tuple[tuple[Action, ...], tuple[Held, ...]]:
@@ -210,14 +225,16 @@ def _assemble(
     or every pending task was placed on existing capacity), and every action in order. `halted`: the
     safety stop holds the termination of long-down machines too."""
     launches, refills = launching
-    shrink, begun = shrinking  # (`begun`: the disruptions scale-down started, for the budgets)
+    # (`begun`: the disruptions started, for the budgets; `rolling`: cordons of outdated machines)
+    shrink, begun, rolling = shrinking
     settled, halted = load
     fixed = repair(facts, halted)
     pooled = repair_pool(facts)
     fixed = Step((*fixed.actions, *pooled.actions), fixed.marks, fixed.removed | pooled.removed)
     leaving = let_go(facts)
     marks = keep_marks(facts, up.received)
-    stale, uncordon = keep_cordons(facts.cluster, {u.node_id for u in up.uncordon})
+    rolled = {m.node.id for m in facts.cluster.active if m.node and not staying(m, facts.policy, facts.now)}
+    stale, uncordon = keep_cordons(facts.cluster, {u.node_id for u in up.uncordon}, rolled)
     cordons: tuple[Action, ...] = ()
     held: tuple[Held, ...] = ()
     # Not while this plan undoes a cordon (a task waits on a cordoned worker) or brings a drained node
@@ -244,12 +261,24 @@ def _assemble(
         *up.start,
         *launches.actions(),
         *refills,
+        *rolling,
         *cordons,
         *leaving.actions,
         *shrink.actions,
     )
     updates, actions = node_updates(facts.snapshot, changes, label_nodes(facts.cluster), fixed.removed, steps)
     return (*updates, *actions), held
+
+
+def _with_spec(actions: tuple[Action, ...], policy: Policy) -> tuple[Action, ...]:
+    """Every launch labelled with its type's launch spec, so that drift can be told later (drift.py)."""
+    specs = spec_labels(policy)
+    return tuple(
+        dataclasses.replace(a, labels=((SPEC_LABEL, specs[a.type_name]),))
+        if isinstance(a, Launch) and a.type_name in specs
+        else a
+        for a in actions
+    )
 
 
 def _consolidate(

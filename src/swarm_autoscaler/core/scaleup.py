@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from swarm_autoscaler.core.actions import ActivateNode, Start, Uncordon
 from swarm_autoscaler.core.cluster import Bucket, Member
+from swarm_autoscaler.core.drift import staying
 from swarm_autoscaler.core.interrupt import rebalancing
 from swarm_autoscaler.core.model import Availability, NodeStatus
 from swarm_autoscaler.core.placement import NewBins, TypeOption, Unplaced, dearer_special
@@ -198,8 +199,12 @@ def _unowned_bins(facts: Facts) -> tuple[dict[str, Member], list[Bin]]:
 
 def _cordoned_bins(facts: Facts) -> tuple[dict[str, Member], list[Bin]]:
     """Free room on cordoned workers comes right after active workers: they are up and paid for."""
+    # (nor does a machine cordoned for its drift or expiry roll: drift.py)
     owner = {
-        w.address: m for m in facts.cluster.active if m.cordoned and not rebalancing(m) for w in m.workers
+        w.address: m
+        for m in facts.cluster.active
+        if m.cordoned and not rebalancing(m) and staying(m, facts.policy, facts.now)
+        for w in m.workers
     }
     return owner, [(a, m.type_name, facts.demand.free[a]) for a, m in owner.items()]
 

@@ -157,8 +157,8 @@ class Doer:
 
     async def perform(self, action: Action) -> str:
         match action:
-            case Launch(type_name=type_name, count=count, pool=pool):
-                return await self._launch(type_name, count, pool)
+            case Launch(type_name=type_name, count=count, pool=pool, labels=extra):
+                return await self._launch(type_name, count, pool, dict(extra))
             case Start(instance_ids=ids, type_name=type_name):
                 return await self._start(ids, type_name)
             case Stop():
@@ -212,8 +212,10 @@ class Doer:
             raise ActionRefused("capacity", f"started {got}/{len(ids)}; EC2 refused {type_name} for capacity")
         return f"started {got} from the warm pool: {', '.join(i.id for i in result.instances)}"
 
-    async def _launch(self, type_name: str, count: int, pool: bool = False) -> str:
-        labels = {TYPE_LABEL: type_name}
+    async def _launch(
+        self, type_name: str, count: int, pool: bool = False, extra: dict[str, str] | None = None
+    ) -> str:
+        labels = {**(extra or {}), TYPE_LABEL: type_name}
         if self.cluster_name:
             labels[OWNERSHIP_LABEL] = self.cluster_name
         cloud = self.ports.cloud
