@@ -72,3 +72,8 @@ def test_a_share_of_one_turns_the_stop_off() -> None:
     assert plan(snapshot, POLICY).halted
     off = plan(snapshot, dataclasses.replace(POLICY, max_unready_share=1.0))
     assert off.halted == "" and len(off.of_kind(Terminate)) == 3
+
+
+def test_two_nodes_down_is_enough_when_they_are_more_than_the_share() -> None:
+    """The floor is two nodes: 2 of 3 down (67%) halts (found by mutation testing: `<` as `<=`)."""
+    assert plan(assemble(down(1), down(2), idle(3)), POLICY).halted.startswith("2 of 3 owned nodes")

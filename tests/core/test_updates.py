@@ -4,6 +4,7 @@ actions out, plus a property over the random worlds the planner's other properti
 
 from __future__ import annotations
 
+import dataclasses
 import typing
 from collections import Counter
 
@@ -129,3 +130,23 @@ def test_a_plan_drains_a_node_with_its_marks() -> None:
     (drain,) = result.of_kind(DrainNode)
     assert drain.marks == NodeMarks(ready=True, drained_since=NOW)  # type: ignore[attr-defined]
     assert not [a for a in result.of_kind(NodeUpdate) if a.node_id == "node-1"]  # type: ignore[attr-defined]
+
+
+def test_applied_keeps_every_mark_it_does_not_change() -> None:
+    """(Each of the six marks kept, one by one: found by mutation testing.)"""
+    full = NodeMarks(True, 1.0, 2.0, 3.0, 4.0, 5.0)
+    assert MarkChanges().applied(full) == full
+    assert MarkChanges(empty_since=None).applied(full) == NodeMarks(True, None, 2.0, 3.0, 4.0, 5.0)
+
+
+def test_a_removed_node_does_not_stop_the_others_updates_and_an_uncordon_builds_on_the_plan_s_marks() -> None:
+    snapshot = assemble(
+        machine(1, marks=NodeMarks(ready=True)),
+        machine(2, marks=NodeMarks(ready=True, cordoned_since=NOW - 9)),
+    )
+    changes = [mark("node-1", "down", down_since=NOW), mark("node-2", "work", empty_since=None, ready=True)]
+    changes.append(mark("node-2", "idle", empty_since=NOW))
+    uncordon = Uncordon("node-2", "ip-10-0-0-2", ("b",), "work")
+    updates, actions = node_updates(snapshot, changes, [], frozenset({"node-1"}), [uncordon])
+    assert updates == (NodeUpdate("node-2", "work; idle", NodeMarks(True, NOW, cordoned_since=NOW - 9)),)
+    assert actions == (dataclasses.replace(uncordon, marks=NodeMarks(True, NOW)),)
