@@ -3,7 +3,9 @@
 The world (`localcloud/cloudhost.py`, run by `cloudhost_main`): moto EC2 with the fault injector, a real
 dask scheduler, the machine emulator, and the in-memory swarm behind an imitation of the Docker Engine
 API. Joins take 3-12 s against a max start time of 8 s, some EC2 reads are slowed by up to 2 s, node
-updates are slow and sometimes meet a concurrent writer, a backlog of 800 short tasks is cancelled while
+updates are slow and sometimes meet a concurrent writer, EC2 is strict for the daemon's requests
+(`localcloud.ec2_strict.chaos_strict`: a new instance unseen for 2 s, throttling above 2 requests a second
+per action, 3 machines of a type per zone, a 28-vCPU quota), a backlog of 800 short tasks is cancelled while
 the fleet is busy, the daemon is killed with SIGKILL in the middle and restarted, and the scheduler keeps
 some of the workers it is asked to retire (a late result only they hold).
 

@@ -58,6 +58,7 @@ from swarm_autoscaler.core.model import Node, NodeStatus
 from swarm_autoscaler_lab.localcloud.chaos_procs import stop_process
 from swarm_autoscaler_lab.localcloud.cloudhost_services import ServiceLoad
 from swarm_autoscaler_lab.localcloud.dockerapi import DockerApi
+from swarm_autoscaler_lab.localcloud.ec2_strict import chaos_strict, fired
 from swarm_autoscaler_lab.localcloud.machines import MachineEmulator, MemoryJoiner
 from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
 from swarm_autoscaler_lab.localcloud.moto_server import LOCAL_ACCESS_KEY, LOCAL_SECRET_KEY, MotoServer
@@ -96,6 +97,7 @@ class WorldOptions:
     slow_ec2_max: float = 2.0
     moto_process: bool = False  # moto in a process of its own (`moto_proc`), off this process's GIL
     dynamic: bool = False  # the daemon's dynamic mode: swarm services, not dask tasks (`cloudhost_services`)
+    strict_ec2: bool = True  # EC2's rules where moto is generous, for the daemon's requests (`ec2_strict`)
 
     @property
     def min_plus_reserve(self) -> int:
@@ -106,6 +108,7 @@ def _spawn_moto(options: WorldOptions, ready: Path, guard_url: str) -> subproces
     """Start `moto_proc` (its output goes to a log beside its ready file)."""
     args = ["--ready", str(ready), "--guard", guard_url, "--seed", str(options.seed)]
     args += ["--slow-rate", str(options.slow_ec2_rate), "--slow-max", str(options.slow_ec2_max)]
+    args += ["--strict"] if options.strict_ec2 else []
     with (ready.parent / "moto.log").open("wb") as log:
         return subprocess.Popen(
             [sys.executable, "-m", _MOTO_MODULE, *args], stdout=log, stderr=subprocess.STDOUT
@@ -181,6 +184,7 @@ class CloudHost:
         else:
             self.moto.start()
             self._stack.callback(self.moto.stop)
+            self.moto.faults.be_strict(chaos_strict() if self.options.strict_ec2 else None)
             self.ec2_endpoint = self.moto.endpoint
             self.moto.faults.watch(self._on_ec2_call)
         self.network = await asyncio.to_thread(_provision, self.ec2_endpoint, instance_profile=False)
@@ -497,6 +501,9 @@ class CloudHost:
             with urllib.request.urlopen(self._moto_control + "/calls", timeout=10) as reply:
                 served = json.loads(reply.read())
             calls, faults["slow_ec2"] = served["calls"], int(served["slowed"])
+            faults |= served.get("strict", {})
+        else:
+            faults |= fired(self.moto.faults.strict)
         faults["late_join"] = len(self._late)
         faults["update_out_of_sequence"] = self._api.conflicts
         return {

@@ -57,6 +57,7 @@ from typing import Any
 from urllib.parse import parse_qs, parse_qsl, urlencode
 from xml.sax.saxutils import escape
 
+from swarm_autoscaler.adapters.ec2_transport import PRODUCT_USER_AGENT
 from swarm_autoscaler_lab.localcloud.aws_actions import action_log_from_env
 from swarm_autoscaler_lab.localcloud.ec2_strict import StrictEc2
 from swarm_autoscaler_lab.localcloud.pricelist import TARGET_PREFIX as PRICE_LIST_PREFIX
@@ -265,6 +266,12 @@ class FaultInjector:
         sent = dict(params)  # the request as it came (the log keeps it); what moto reads may be rewritten
         error = self._decide(action, sent)
         strict = self.strict
+        if (
+            strict is not None
+            and strict.only_product
+            and PRODUCT_USER_AGENT not in str(environ.get("HTTP_USER_AGENT", ""))
+        ):
+            strict = None  # a lab world's own helper: moto as it is
         if error is None and strict is not None:
             error = strict.check(action, sent, _region(environ), params)
         skew = self.clock_skew
@@ -273,7 +280,7 @@ class FaultInjector:
         if error is None:
             if not skew and strict is None:
                 return self._app(environ, start_response)
-            return self._skewed(environ, start_response, action)
+            return self._skewed(environ, start_response, action, strict)
         status, code, message = error
         body = GARBLED_BODY if code == GARBLED else ec2_error_document(code, message)
         headers = [
@@ -299,7 +306,11 @@ class FaultInjector:
         return self._app(environ, start_response)
 
     def _skewed(
-        self, environ: WsgiEnviron, start_response: StartResponse, action: str = ""
+        self,
+        environ: WsgiEnviron,
+        start_response: StartResponse,
+        action: str = "",
+        strict: StrictEc2 | None = None,
     ) -> Iterable[bytes]:
         """moto's answer with its Date header and timestamps moved by `clock_skew`, and as the strict
         EC2 gives it (`ec2_strict`), when one is set."""
@@ -318,8 +329,8 @@ class FaultInjector:
             if close is not None:
                 close()
         body = shift_timestamps(body, skew) if skew else body
-        if self.strict is not None:
-            body = self.strict.answered(action, body)
+        if strict is not None:
+            body = strict.answered(action, body)
         status, headers = got
         kept = [(k, v) for k, v in headers if k.lower() not in ("date", "content-length")]
         kept += [("Content-Length", str(len(body))), ("Date", http_date(time.time() + skew))]

@@ -17,6 +17,8 @@ knows no quota and stores any user data. EC2 does none of that, so under `Strict
   16 KiB once decoded, else `InvalidParameterValue` (moto stores anything).
 
 Counts of running machines are read from moto's own state, in this process, when a request arrives.
+`only_product`: the rules apply to the product's requests alone (its user agent), so that a lab world's
+own helpers (the machine emulator, the guards) read moto as it is. The counters say how often each fired.
 """
 
 from __future__ import annotations
@@ -46,9 +48,13 @@ class StrictEc2:
     burst: float = 100.0
     zone_capacity: int = 1000
     vcpu_quotas: Mapping[str, int] = field(default_factory=dict)  # quota name -> vCPUs (absent: no cap)
+    only_product: bool = False  # the rules apply only to the product's own requests (a world's helpers pass)
     clock: Callable[[], float] = time.monotonic
     throttled: int = 0
     hidden: int = 0
+    zone_full: int = 0
+    zone_short: int = 0  # launches the zone's room cut short (or refused)
+    over_quota: int = 0
     _born: dict[str, float] = field(default_factory=dict)
     _buckets: dict[str, tuple[float, float]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -98,6 +104,8 @@ class StrictEc2:
         running = running_now(region)
         subnet = params.get("SubnetId", "")
         in_zone = sum(1 for t, s, _ in running if t == type_name and s == subnet)
+        if self.zone_capacity - in_zone < high:
+            self.zone_short += 1
         high = min(high, self.zone_capacity - in_zone)
         if high < low:
             return (
@@ -115,6 +123,7 @@ class StrictEc2:
             each = _vcpus(type_name)
             high = min(high, (self.vcpu_quotas[quota] - used) // max(each, 1))
             if high < low:
+                self.over_quota += 1
                 code = "MaxSpotInstanceCountExceeded" if capacity == "spot" else "VcpuLimitExceeded"
                 return (
                     400,
@@ -205,3 +214,25 @@ def running_now(region: str) -> list[tuple[str, str, int]]:
         for i in instances
         if i._state.name in ("pending", "running")
     ]
+
+
+def chaos_strict() -> StrictEc2:
+    """The strict EC2 of the chaos world (`cloudhost`), for the daemon's requests only: a new instance
+    unseen for 2 s, 2 requests a second per action (a burst of 3), 3 machines of a type per zone (9 in
+    the region, fewer than the fleet's maximum of 14), 28 standard vCPUs (14 m5.large, 7 m5.xlarge)."""
+    standard = "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances"
+    return StrictEc2(
+        invisible_s=2.0, rate=2.0, burst=3.0, zone_capacity=3, vcpu_quotas={standard: 28}, only_product=True
+    )
+
+
+def fired(strict: StrictEc2 | None) -> dict[str, int]:
+    """How often each strict rule fired (for a chaos report)."""
+    if strict is None:
+        return {}
+    return {
+        "ec2_unseen": strict.hidden,
+        "ec2_throttled": strict.throttled,
+        "ec2_zone_short": strict.zone_short,
+        "ec2_over_quota": strict.over_quota,
+    }

@@ -28,6 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from swarm_autoscaler_lab.localcloud.ec2_strict import chaos_strict, fired
 from swarm_autoscaler_lab.localcloud.moto_server import MotoServer
 
 GUARD_TIMEOUT_S = 10.0
@@ -64,7 +65,10 @@ def _control(moto: MotoServer, faults: _Faults) -> ThreadingHTTPServer:
             if self.path != "/calls":
                 self.send_error(404)
                 return
-            body = json.dumps({"calls": moto.faults.calls(), "slowed": faults.slowed}).encode()
+            strict = fired(moto.faults.strict)
+            body = json.dumps(
+                {"calls": moto.faults.calls(), "slowed": faults.slowed, "strict": strict}
+            ).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -84,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--slow-rate", type=float, default=0.0)
     parser.add_argument("--slow-max", type=float, default=0.0)
+    parser.add_argument(
+        "--strict", action="store_true", help="EC2's rules for the daemon's requests (ec2_strict)"
+    )
     args = parser.parse_args(argv)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -91,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     faults = _Faults(args.guard, args.seed, args.slow_rate, args.slow_max)
     with MotoServer(seed=args.seed) as moto:
         moto.faults.watch(faults)
+        moto.faults.be_strict(chaos_strict() if args.strict else None)
         control = _control(moto, faults)
         thread = threading.Thread(target=control.serve_forever, name="moto-control", daemon=True)
         thread.start()
