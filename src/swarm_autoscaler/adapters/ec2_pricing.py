@@ -66,7 +66,7 @@ class PriceList:
         endpoint: str | None = None,
         access_key_id: str | None = None,
         secret_access_key: str | None = None,
-        timeout: float = 30.0,
+        timeout: float = 15.0,
     ) -> None:
         self.region = region
         self._endpoint = endpoint
@@ -78,8 +78,10 @@ class PriceList:
     async def __aenter__(self) -> Self:
         key, secret = self._credentials
         config = AioConfig(
-            retries={"total_max_attempts": 3, "mode": "adaptive"},  # a handful of calls a day
-            connect_timeout=self._timeout,
+            # a handful of calls a day; a host that cannot reach the Price List (a private subnet without
+            # a route to it) falls back to the table after seconds, not minutes
+            retries={"total_max_attempts": 2, "mode": "adaptive"},
+            connect_timeout=min(self._timeout, 5.0),
             read_timeout=self._timeout,
             user_agent_extra=PRODUCT_USER_AGENT,
         )

@@ -9,6 +9,7 @@ launch, priced from the Price List.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -195,3 +196,21 @@ async def test_m7i_c7g_on_arm64_and_g5_plan_and_launch_priced_from_the_price_lis
         assert len(result.instances) == 1 and result.error is None
         described = await raw_ec2.describe_instances(InstanceIds=[result.instances[0].id])
         assert described["Reservations"][0]["Instances"][0]["ImageId"] == DONE_WHEN[expected]
+
+
+async def test_a_price_list_out_of_reach_falls_back_to_the_table_within_seconds() -> None:
+    """A manager in a private subnet with no route to the Price List: a closed port stands for it."""
+    started = asyncio.get_running_loop().time()
+    with capture_logs() as logs:
+        priced = await read_prices(
+            ["m7i.large"],
+            region="us-east-1",
+            operator={},
+            setting="AUTOSCALER_EC2_ALLOWED_TYPES",
+            endpoint="http://127.0.0.1:9",
+            access_key_id=ACCESS_KEY,
+            secret_access_key=SECRET_KEY,
+        )
+    assert priced.sources == {"m7i.large": f"table ({AS_OF})"}
+    assert [e for e in logs if e["log_level"] == "warning"]
+    assert asyncio.get_running_loop().time() - started < 15
