@@ -58,6 +58,8 @@ class ChaosConfig:
     kill_at: float | None = 28.0  # SIGKILL and restart the daemon then (None: never)
     cancel_at: float = 45.0
     settle_timeout: float = 240.0  # bounded; slow to converge under load (one run did not within 120 s)
+    # (at, seconds, share): a network partition makes `share` of the nodes look down for `seconds`
+    partition: tuple[float, float, float] | None = None
     timing: dict[str, str] = field(
         default_factory=lambda: {
             "AUTOSCALER_POLL_INTERVAL": "1s",
@@ -91,6 +93,8 @@ class ChaosReport:
     busy_at_cancel: int = 0  # workers processing a task just before the cancellation
     cancel_seconds: float = 0.0  # how long the world took to cancel the backlog
     mode: str = "computational"  # the daemon's mode: "dynamic" when the world runs swarm services
+    partitioned: int = 0  # nodes the partition took down (0: none)
+    partition_disruptions: dict[str, int] = field(default_factory=dict)  # of partitioned hosts, during it
 
     def fired(self) -> dict[str, bool]:
         return {name: count > 0 for name, count in self.faults.items()}
@@ -195,6 +199,8 @@ def run_chaos(config: ChaosConfig, workdir: Path) -> ChaosReport:
         busy_at_cancel=measured.get("busy_at_cancel", 0),
         cancel_seconds=measured.get("cancel_ms", 0) / 1000,
         mode="dynamic" if config.world.dynamic else "computational",
+        partitioned=measured.get("partitioned", 0),
+        partition_disruptions=report.get("partition_disruptions", {}),
     )
 
 
@@ -221,6 +227,12 @@ def _script(
         daemon.kill9()
         daemon.start()
         fired["daemon_kill9"] = 1
+    if config.partition is not None:
+        at, seconds, share = config.partition
+        time.sleep(max(0.0, at - (time.monotonic() - t0)))
+        measured["partitioned"] = int(world.post(f"/partition?share={share}&on=1")["down"])
+        time.sleep(seconds)
+        world.post("/partition?on=0")
     time.sleep(max(0.0, config.cancel_at - (time.monotonic() - t0)))
     asked = time.monotonic()
     busy = int(world.post("/cancel")["busy_workers"])

@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import random
 import shutil
@@ -163,6 +164,10 @@ class CloudHost:
         self._moto_control = ""  # the moto process's control URL (`moto_process`)
         self.loop_lags: list[tuple[float, float]] = []  # (when, how late) each probe's short sleep woke
         self.services = ServiceLoad(self.swarm, lambda: self.emulator) if options.dynamic else None
+        # A network partition (`partition`): the hosts whose nodes look down, and every disruption of one
+        # of them while it lasts (the safety stop must allow none).
+        self.partitioned: set[str] = set()
+        self.partition_disruptions: Counter[str] = Counter()
 
     async def __aenter__(self) -> CloudHost:
         try:
@@ -303,6 +308,9 @@ class CloudHost:
 
     def _check(self, kind: str, hostname: str, target: str) -> None:
         self.disruptions[kind] += 1
+        if hostname in self.partitioned:
+            self.partition_disruptions[kind] += 1
+            logging.getLogger("chaos.guard").warning("PARTITIONED HOST DISRUPTED %s %s", kind, hostname)
         load = self.worker_load(hostname)
         if load is not None and (load[0] or load[1]):
             hit = GuardHit(kind, hostname, target, load[0], load[1], round(self._now(), 2))
@@ -419,6 +427,25 @@ class CloudHost:
             self._backlog = [f for f in self._backlog if f not in done]
             await asyncio.sleep(0.2)
 
+    def partition(self, share: float, on: bool) -> int:
+        """A network partition between the swarm's managers and its workers: `on`, the nodes of `share`
+        of the ready nodes (drawn by the seed) look down; their machines and dask workers run on. Off,
+        they are ready again. Returns how many nodes it took down (0 when lifted)."""
+        if not on:
+            for host in self.partitioned:
+                if self.swarm.by_hostname(host) is not None:
+                    self.swarm.set_status(host, NodeStatus.READY)
+            self.partitioned = set()
+            return 0
+        ready = sorted(n.hostname for n in self.swarm.nodes.values() if n.status == NodeStatus.READY)
+        self._rng.shuffle(ready)
+        taken = ready[: math.ceil(share * len(ready))]
+        for host in taken:
+            self.swarm.set_status(host, NodeStatus.DOWN)
+        self.partitioned = set(taken)
+        self.faults["partition"] += 1
+        return len(taken)
+
     async def cancel(self) -> int:
         """Cancel the whole backlog; returns how many workers were busy just before."""
         if self.services is not None:
@@ -510,6 +537,7 @@ class CloudHost:
             "seed": self.options.seed,
             "hits": [asdict(h) for h in self.hits],
             "disruptions": dict(self.disruptions),
+            "partition_disruptions": dict(self.partition_disruptions),
             "faults": faults,
             "joined_total": self.emulator.joined_total,
             "docker_requests": self._api.requests,

@@ -3,7 +3,7 @@
 Run `python -m swarm_autoscaler_lab.localcloud.cloudhost_main --ready FILE [--options JSON]`: once up, it
 writes FILE (JSON: the control URL, the daemon's AUTOSCALER_* settings and its pid) and serves until
 SIGTERM or SIGINT, then stops everything it started. The control API: `GET /state`, `GET /report`,
-`POST /backlog?n=&low=&high=`, `POST /cancel`, each answering JSON.
+`POST /backlog?n=&low=&high=`, `POST /cancel`, `POST /partition?share=&on=1|0`, each answering JSON.
 """
 
 from __future__ import annotations
@@ -38,11 +38,16 @@ def control_app(world: CloudHost) -> web.Application:
     async def cancel(_: web.Request) -> web.Response:
         return web.json_response({"busy_workers": await world.cancel()})
 
+    async def partition(request: web.Request) -> web.Response:
+        q = request.query
+        return web.json_response({"down": world.partition(float(q.get("share", "0.6")), q.get("on") == "1")})
+
     app = web.Application()
     app.router.add_get("/state", state)
     app.router.add_get("/report", report)
     app.router.add_post("/backlog", backlog)
     app.router.add_post("/cancel", cancel)
+    app.router.add_post("/partition", partition)
     return app
 
 

@@ -1,0 +1,46 @@
+"""The safety stop in the chaos world (core/safety.py, docs/planning.md rule 11): the real
+`swarm-autoscaler run` against the chaos world (`localcloud/cloudhost.py`: moto EC2 over HTTP, a real
+dask scheduler and workers, the in-memory swarm behind the Docker Engine API imitation). Mid-backlog a
+network partition between the swarm's managers and its workers makes 60% of the nodes look down for
+twice `AUTOSCALER_NODE_DOWN_TIMEOUT`, while their machines and dask workers run on. The world records
+every retirement's drain, removal and termination of a partitioned host while the partition lasts:
+there must be none. Without the stop (AUTOSCALER_MAX_UNREADY_SHARE=1, seed 184640, run by hand on
+2026-12-05) all 4 partitioned machines were terminated and their nodes removed; with it, none. The
+daemon logs a `scale-down halted` warning; after the partition heals, the fleet settles as usual."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from swarm_autoscaler_lab.localcloud.chaos import ChaosConfig, run_chaos
+from swarm_autoscaler_lab.localcloud.cloudhost import WorldOptions
+
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(480)]
+
+
+def test_a_partition_that_makes_most_nodes_look_down_disrupts_none_of_them(tmp_path: Path) -> None:
+    raw = os.environ.get("CHAOS_SEED")
+    seed = int(raw) if raw else random.SystemRandom().randrange(1_000_000)
+    print(f"\npartition seed: {seed} (replay with CHAOS_SEED={seed})")
+    config = ChaosConfig(
+        seed=seed,
+        world=WorldOptions(seed=seed, max_instances=8, keep_rate=0.0),
+        backlog=300,
+        task_seconds=(0.5, 2.0),
+        kill_at=None,
+        cancel_at=60.0,
+        partition=(20.0, 20.0, 0.6),  # node_down_timeout is 10 s in the chaos timing
+    )
+    report = run_chaos(config, tmp_path)
+    print(report.summary())
+    print(f"  partitioned: {report.partitioned} node(s); their disruptions: {report.partition_disruptions}")
+    assert report.partitioned >= 2, "the fleet was too small at the partition: nothing was tested"
+    assert report.partition_disruptions == {}, report.partition_disruptions
+    assert report.hits == [], report.hits
+    log = (tmp_path / "daemon.log").read_text()
+    assert log.count("scale-down halted") >= 1 and "scale-down resumed" in log
+    assert report.settled, report.leak
