@@ -43,6 +43,7 @@ from swarm_autoscaler.core.actions import (
     Terminate,
 )
 from swarm_autoscaler.core.model import (
+    Arrivals,
     Availability,
     InstanceState,
     NodeMarks,
@@ -349,6 +350,63 @@ CASES += [
             placed=(("new", 2),),
         ),
         make_policy(),
+    ),
+]
+
+
+# ------------------------------------------------------------------------------- idle that pays off
+# How long an idle machine is kept follows the arrivals the daemon has seen (core/arrivals.py): kept
+# for the drain and termination delays only while the next task for its type is expected within what a
+# relaunch costs (2 x tolerated_wait = 240 s here). Measured: a trickle of one job every 10 minutes,
+# each on a fresh machine, billed 2 minutes of idling per machine.
+
+TRICKLE = Arrivals(last=NOW - 300, gap=600)  # the next task for m5.large: in 300 s
+STREAM = Arrivals(last=NOW - 20, gap=30)  # in 10 s
+EMPTY_6S = NodeMarks(ready=True, empty_since=NOW - 6)
+
+
+def seen(snapshot: Snapshot, **arrivals: Arrivals) -> Snapshot:
+    by_type = {name.replace("_", "."): a for name, a in arrivals.items()}
+    return dataclasses.replace(snapshot, arrivals=by_type)
+
+
+WHY_TRICKLE = (
+    "idle_floor 5s: the next task for m5.large is expected in 300s (one every 600s), "
+    "later than a relaunch costs (240s)"
+)
+
+CASES += [
+    Case(
+        "an idle machine whose next task is expected later than a relaunch costs is drained after idle_floor",
+        seen(assemble(machine(1, marks=EMPTY_6S)), m5_large=TRICKLE),
+        Plan(
+            (
+                RetireWorkers((addr(1),), f"idle for at least 5s ({WHY_TRICKLE})", (HostIdle(hostname(1)),)),
+                drain(1, f"empty for 6s ({WHY_TRICKLE})", NodeMarks(ready=True, drained_since=NOW)),
+            )
+        ),
+        make_policy(),
+    ),
+    Case(
+        "and once drained it is terminated at once, not after termination_delay",
+        seen(
+            assemble(machine(1, worker=False, availability=Availability.DRAIN, marks=DRAINED)),
+            m5_large=TRICKLE,
+        ),
+        Plan(terminate(1, f"drained for at least 0s ({WHY_TRICKLE}), beyond the reserve", DRAINED)),
+        make_policy(),
+    ),
+    Case(
+        "an idle machine whose next task is expected soon is kept for drain_delay as before",
+        seen(assemble(machine(1, marks=EMPTY_6S)), m5_large=STREAM),
+        Plan(),
+        make_policy(),
+    ),
+    Case(
+        "with idle_learning off the delays are the policy's whatever was seen",
+        seen(assemble(machine(1, marks=EMPTY_6S)), m5_large=TRICKLE),
+        Plan(),
+        dataclasses.replace(make_policy(), idle_learning=False),
     ),
 ]
 

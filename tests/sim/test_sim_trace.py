@@ -92,6 +92,7 @@ def test_bundled_scenarios_parse_and_have_settings() -> None:
         "heavy_tailed",
         "pinned_mix",
         "short_stream",
+        "trickle",
     ]
     for name in names:
         assert read_trace(root / f"{name}.csv")

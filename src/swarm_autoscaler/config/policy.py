@@ -68,6 +68,8 @@ def build_policy(
         max_machine_age=timing.max_machine_age,
         budgets=tuple(b.to_budget() for b in timing.disruption_budgets),
         tolerated_wait=timing.tolerated_wait,
+        idle_learning=timing.idle_learning,
+        idle_floor=timing.idle_floor,
         max_launch_per_tick=max_launch_per_tick,
         subnets=subnets,
     )

@@ -137,6 +137,21 @@ class TimingSettings(BaseSettings):
             "Cost against wait)."
         ),
     )
+    idle_learning: bool = Field(
+        default=True,
+        description=(
+            "Keep an idle machine only while it pays: per instance type, from the arrivals of work seen, a "
+            "machine whose next task is expected later than a relaunch would cost (twice the tolerated "
+            "wait) is drained after AUTOSCALER_IDLE_FLOOR and terminated at once, instead of after the drain "
+            "and termination delays (the ski-rental break-even; docs/planning.md). false: the delays always."
+        ),
+    )
+    idle_floor: Duration = Field(
+        default=5.0,
+        description="Under AUTOSCALER_IDLE_LEARNING, how long an idle machine whose next task is expected "
+        "later than a relaunch costs is kept before it is drained (then terminated at once); at most "
+        "AUTOSCALER_DRAIN_DELAY.",
+    )
     node_down_timeout: Duration = Field(
         default=300.0, description="How long a swarm node may be down before it is removed and terminated."
     )

@@ -276,6 +276,15 @@ class Unavailable:
 
 
 @dataclass(frozen=True, slots=True)
+class Arrivals:
+    """What the daemon has seen of the work for one instance type (core/arrivals.py): when a machine of
+    the type last took work that arrived, and the typical time between two such arrivals."""
+
+    last: float
+    gap: float
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything one tick observed. Built fresh every tick; never mutated.
 
@@ -283,6 +292,8 @@ class Snapshot:
     scheduler cannot run on any current worker; `queued` those it holds back because every worker is
     busy. Both are pending work. `launch_hold`: why no machine may be added now (empty: none), as the
     scheduler says (a keeper holds a cluster's launches when its wallet's budget is spent).
+    `arrivals`: per type, what the daemon has seen of the work over past ticks (core/arrivals.py; empty
+    without that memory): how long idle machines are kept follows it.
     """
 
     now: float
@@ -294,6 +305,7 @@ class Snapshot:
     unavailable: tuple[Unavailable, ...] = ()
     queued: tuple[Task, ...] = ()
     launch_hold: str = ""
+    arrivals: Mapping[str, Arrivals] = field(default_factory=lambda: MappingProxyType({}))
 
 
 # --------------------------------------------------------------------------------------------- policy
@@ -371,6 +383,9 @@ class Policy:
     - `join_paused`: machines join the swarm paused (the dynamic mode's boot script), and the planner
       sets a node active once it takes it in (see `cluster` and `marks.accept_joined`): a paused node
       never accepted is still joining, so a machine nobody accepted never takes a task.
+    - `idle_learning` / `idle_floor`: idle machines of a type whose next task is expected later than a
+      relaunch would cost are drained and terminated after `idle_floor` instead of the delays above
+      (core/arrivals.py: the ski-rental break-even from the arrivals seen).
     """
 
     allowed_types: tuple[TypePolicy, ...]
@@ -386,6 +401,8 @@ class Policy:
     tolerated_wait: float = 120.0
     subnets: tuple[str, ...] = ()
     join_paused: bool = False
+    idle_learning: bool = True
+    idle_floor: float = 5.0
     max_unready_share: float = 0.45
     budgets: tuple[Budget, ...] = ()
     max_machine_age: float = 0.0

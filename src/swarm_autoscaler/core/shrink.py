@@ -33,6 +33,7 @@ from swarm_autoscaler.core.actions import (
     RetireWorkers,
     Terminate,
 )
+from swarm_autoscaler.core.arrivals import idle_delays
 from swarm_autoscaler.core.cluster import Member, broken_reason
 from swarm_autoscaler.core.launches import reserve_expired, useful, useful_of
 from swarm_autoscaler.core.model import NodeStatus
@@ -142,11 +143,10 @@ def scale_down(
     `cordoned_only` (under load): only cordoned members are drained (they take no new task)."""
     drain = _drain(facts, received, cordoned_only)
     chosen = _beyond_reserve(facts, received, launching, launched)
-    reason = f"drained for at least termination_delay={facts.policy.termination_delay:g}s, beyond the reserve"
     room = PoolRoom(facts)
     ends = [
         room.stop(m, reason, _idle_and_ours(m)) or terminate(m, reason, _idle_and_ours(m), facts.now)
-        for m in chosen
+        for m, reason in chosen
     ]
     if not cordoned_only:
         ends += [
@@ -170,30 +170,32 @@ def _drain(facts: Facts, received: Mapping[str, int], cordoned_only: bool = Fals
     retire: list[Action] = []
     drain: list[Action] = []
     marks: list[Mark] = []
-    delay = facts.policy.drain_delay
+    delays = {
+        t: idle_delays(facts.policy, facts.snapshot, t) for t in {m.type_name for m in facts.cluster.active}
+    }
     due = [
         m
         for m in facts.cluster.active
-        if _empty_for(facts, m, received, delay) and (m.cordoned or not cordoned_only)
+        if _empty_for(facts, m, received, delays[m.type_name][0]) and (m.cordoned or not cordoned_only)
     ]
     kept = _holders_kept(facts.cluster.active, due) | _base_kept(facts, due)
     for member in (m for m in due if m.key not in kept):
         node = member.node
         assert node is not None
         host = member.hostname
+        delay, _, why = delays[member.type_name]
+        named = f"drain_delay={delay:g}s" if not why else f"{delay:g}s ({why})"
         expect: tuple[Check, ...] = (HostIdle(host), NodeOurs(node.id))
         if member.workers:
             addresses = tuple(w.address for w in member.workers)
             # A holder's retirement checks that it still runs nothing; its results may move.
             check: Check = NoTasks(host) if member.busy else HostIdle(host)
             holds = "; its results move to a worker that stays" if member.busy else ""
-            retire.append(
-                RetireWorkers(addresses, f"idle for at least drain_delay={delay:g}s{holds}", (check,))
-            )
+            retire.append(RetireWorkers(addresses, f"idle for at least {named}{holds}", (check,)))
             expect += (Retired(host),)
         since = node.marks.empty_since
         assert since is not None
-        reason = f"empty for {facts.now - since:.0f}s (drain_delay {delay:g}s)"
+        reason = f"empty for {facts.now - since:.0f}s ({why or f'drain_delay {delay:g}s'})"
         drain.append(DrainNode(node.id, node.hostname, reason, expect=expect))
         marks.append(mark(node.id, "drained", drained_since=facts.now, empty_since=None, cordoned_since=None))
     return Step((*retire, *drain), tuple(marks))
@@ -268,13 +270,14 @@ def _expired_reserve(facts: Facts, launching: Collection[str]) -> list[tuple[Mem
 
 def _beyond_reserve(
     facts: Facts, received: Mapping[str, int], launching: Collection[str], launched: int
-) -> list[Member]:
-    """Drained members to terminate: past `termination_delay`, idle, never below `min_instances` (the
-    reserve comes on top of it) nor below their type's base, and never of a type this plan launches."""
+) -> list[tuple[Member, str]]:
+    """Drained members to terminate, with the reason: past `termination_delay` (or the shorter delay
+    of `arrivals.idle_delays`), idle, never below `min_instances` (the reserve comes on top of it) nor
+    below their type's base, and never of a type this plan launches."""
     cluster, policy = facts.cluster, facts.policy
     live = useful(cluster) + launched - len(cluster.reserve)
     above_base = _above_base(facts)
-    chosen: list[Member] = []
+    chosen: list[tuple[Member, str]] = []
     for member in cluster.drained:
         node = member.node
         assert node is not None
@@ -283,13 +286,15 @@ def _beyond_reserve(
             break
         if member.busy or member.key in received or since is None:
             continue
-        if facts.now - since < policy.termination_delay:
+        _, delay, why = idle_delays(policy, facts.snapshot, member.type_name)
+        if facts.now - since < delay:
             continue
         if member.type_name in launching:  # never launch and terminate the same type
             continue
         if above_base.get(member.type_name, 1) <= 0:  # its type's base (TypePolicy.minimum) keeps it
             continue
-        chosen.append(member)
+        named = f"termination_delay={delay:g}s" if not why else f"{delay:g}s ({why})"
+        chosen.append((member, f"drained for at least {named}, beyond the reserve"))
         live -= 1
         if member.type_name in above_base:
             above_base[member.type_name] -= 1

@@ -9,6 +9,9 @@ what act has not done by then is left to the next tick, so one slow step never b
 (and /healthz, which turns stale after `STALE_TICKS` poll intervals, stays green). SIGTERM/SIGINT set
 `stop`; the tick in progress is cancelled at once, even mid-act (whoever acts next plans again from
 what is then true), the lock is released within `STOP_GRACE_S`, and `run` returns.
+
+Why one file of this size: the loop, its leadership, its in-flight view of EC2 and its planner's memory
+of the work seen (core/arrivals.py) live and die with one daemon process, read together.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from dataclasses import dataclass, field
 import structlog
 
 from swarm_autoscaler.core.actions import fields_of
+from swarm_autoscaler.core.arrivals import Learner
 from swarm_autoscaler.core.model import Instance, InstanceState, InstanceType, Policy, Unavailable
+from swarm_autoscaler.core.plan import plan as make_plan
 from swarm_autoscaler.core.ports import Cloud, LaunchResult, Lock
 from swarm_autoscaler.daemon.tick import ActConfig, ObserveError, Outcome, Ports, TickResult, run_tick
 from swarm_autoscaler.daemon.waiting import Waiting
@@ -196,6 +201,7 @@ class Daemon:
     leader: bool = False
     ticks: int = 0
     waiting: Waiting = field(default_factory=Waiting, repr=False)
+    planner: Learner = field(default_factory=lambda: Learner(make_plan), repr=False)  # core/arrivals.py
     _standby_logged: bool = field(default=False, repr=False)
     _unplaceable_logged: frozenset[tuple[str, str]] = field(default=frozenset(), repr=False)
     _halted: str = field(default="", repr=False)  # the safety stop's reason as last logged
@@ -241,6 +247,7 @@ class Daemon:
                     config=ActConfig(self.cluster_name, self.act_concurrency),
                     deadline=self.tick_deadline,
                     age=self.waiting.age,
+                    planner=self.planner,
                 )
             result = self._note_waiting(result)
             self.last_success = self.clock()

@@ -102,15 +102,17 @@ TickHook = Callable[[Run, TickResult], None]
 
 
 class Ours:
-    """The real planner, `swarm_autoscaler.core.plan.plan`, unchanged."""
+    """The real planner, `swarm_autoscaler.core.plan.plan`, unchanged, with the daemon's memory of the
+    work seen (`core.arrivals.Learner`, as `daemon.loop.Daemon` runs it; a restart starts a new one)."""
 
     name = "ours"
     stops_when_done = False
 
     def new_planner(self) -> Planner:
+        from swarm_autoscaler.core.arrivals import Learner
         from swarm_autoscaler.core.plan import plan
 
-        return plan
+        return Learner(plan)
 
 
 def start_time_warnings(knobs: Knobs, policy: Policy) -> list[str]:
