@@ -377,12 +377,23 @@ WHY_TRICKLE = (
 
 CASES += [
     Case(
-        "an idle machine whose next task is expected later than a relaunch costs is drained after idle_floor",
+        "an idle machine whose next task is expected later than a relaunch costs: drained after "
+        "idle_floor and terminated in the same plan (re-checked idle and retired after the drain)",
         seen(assemble(machine(1, marks=EMPTY_6S)), m5_large=TRICKLE),
         Plan(
             (
                 RetireWorkers((addr(1),), f"idle for at least 5s ({WHY_TRICKLE})", (HostIdle(hostname(1)),)),
-                drain(1, f"empty for 6s ({WHY_TRICKLE})", NodeMarks(ready=True, drained_since=NOW)),
+                drain(
+                    1,
+                    f"empty for 6s ({WHY_TRICKLE})",
+                    NodeMarks(ready=True, drained_since=NOW, termination_started=NOW),
+                ),
+                Terminate(
+                    ("i-0001",),
+                    f"let go once drained ({WHY_TRICKLE})",
+                    ("node-1",),
+                    expect=(HostIdle(hostname(1)), Retired(hostname(1)), NodeOurs("node-1")),
+                ),
             )
         ),
         make_policy(),

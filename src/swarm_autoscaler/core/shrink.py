@@ -152,6 +152,7 @@ def scale_down(
         ends += [
             terminate(m, why, _idle_and_ours(m), facts.now) for m, why in _expired_reserve(facts, launching)
         ]
+        ends += _released_at_once(facts, drain, launching, launched + len(chosen))
     return Step(
         (*drain.actions, *(a for s in ends for a in s.actions)),
         (*drain.marks, *(m for s in ends for m in s.marks)),
@@ -199,6 +200,33 @@ def _drain(facts: Facts, received: Mapping[str, int], cordoned_only: bool = Fals
         drain.append(DrainNode(node.id, node.hostname, reason, expect=expect))
         marks.append(mark(node.id, "drained", drained_since=facts.now, empty_since=None, cordoned_since=None))
     return Step((*retire, *drain), tuple(marks))
+
+
+def _released_at_once(facts: Facts, drain: Step, launching: Collection[str], leaving: int) -> list[Step]:
+    """Terminations, in the plan that drains them, of machines idle learning lets go (`arrivals.
+    idle_delays`: termination delay 0): as for a machine EC2 takes back (interrupt.py), the termination
+    expects the host idle and its workers really retired, re-checked after the drain, so a machine that
+    took work meanwhile is kept. Only where nothing else wants the drained machine: no reserve or warm
+    pool for its type, a type this plan does not launch, and above `min_instances` (`leaving`: machines
+    this plan already ends or launches)."""
+    policy, now = facts.policy, facts.now
+    by_node = {m.node.id: m for m in facts.cluster.active if m.node is not None}
+    live = useful(facts.cluster) - len(facts.cluster.reserve) - leaving
+    out = []
+    for action in drain.actions:
+        if not isinstance(action, DrainNode):
+            continue
+        member = by_node.get(action.node_id)
+        if member is None or member.busy or member.type_name in launching or member.instance is None:
+            continue
+        tp = policy.type_policy(member.type_name)
+        _, delay, why = idle_delays(policy, facts.snapshot, member.type_name)
+        if tp is None or tp.reserve or tp.warm_pool or not why or delay > 0 or live <= policy.min_instances:
+            continue
+        expect: tuple[Check, ...] = (HostIdle(member.hostname), *action.expect[2:], NodeOurs(action.node_id))
+        out.append(terminate(member, f"let go once drained ({why})", expect, now))
+        live -= 1
+    return out
 
 
 def _base_kept(facts: Facts, due: Sequence[Member]) -> frozenset[str]:
