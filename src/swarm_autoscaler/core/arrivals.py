@@ -7,9 +7,9 @@ up). The book keeps, per type, the time of the last arrival and the gaps between
 typical gap is their median (the `RECENT` last gaps).
 
 The rule (`idle_delays`, used by scale-down): an idle machine of a type is kept, as before, for the
-drain and termination delays while another machine of its type works (the type is in use: the next
-task may come any moment, and arrivals onto busy machines are not seen), or while the type's next arrival
-is expected (`expected_next`: the last
+drain and termination delays while any machine of ours works (the fleet is in use: the next task
+may come any moment, arrivals onto busy machines are not seen, and a task may go to another type that
+fits it), or while the type's next arrival is expected (`expected_next`: the last
 arrival plus the typical gap, or, once that is past or before a gap is known, as long again as it has
 been since the last arrival) within what a relaunch would cost, `break_even`: a new machine's boot billed while its task
 waits that long (twice `Policy.tolerated_wait`, "about what a new machine takes to run a task"). When
@@ -101,7 +101,7 @@ def break_even(policy: Policy) -> float:
 def idle_delays(policy: Policy, snapshot: Snapshot, type_name: str) -> tuple[float, float, str]:
     """(drain delay, termination delay, why) for idle machines of `type_name` (see the module doc)."""
     seen = snapshot.arrivals.get(type_name) if policy.idle_learning else None
-    if seen is None or working_by_type(snapshot).get(type_name):
+    if seen is None or any(working_by_type(snapshot).values()):
         return policy.drain_delay, policy.termination_delay, ""
     next_in = expected_next(seen, snapshot.now)
     if next_in <= break_even(policy):
