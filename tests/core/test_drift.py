@@ -94,6 +94,13 @@ def test_the_drift_budget_and_do_not_disrupt_hold_rolls() -> None:
     assert [(h.reason, h.by) for h in protected.held] == [("drift", "do-not-disrupt")]
 
 
+def test_an_idle_outdated_machine_is_left_to_scale_down_not_replaced() -> None:
+    inst, node, worker = machine(1)
+    idle = (dataclasses.replace(inst, labels={SPEC_LABEL: OLD_SPEC}), node, worker)
+    result = plan(assemble(idle), policy())
+    assert result.of_kind(Cordon) == () and result.of_kind(Launch) == ()
+
+
 def test_at_the_maximum_only_as_many_roll_as_can_be_replaced() -> None:
     result = plan(assemble(busy(1), busy(2), busy(3)), policy(max_instances=4))
     assert len(result.of_kind(Cordon)) == 1 and [a.count for a in result.of_kind(Launch)] == [1]  # type: ignore[attr-defined]

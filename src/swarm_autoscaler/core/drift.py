@@ -7,7 +7,8 @@ A machine launched before specs were written carries none and is not drifted (it
 `max_machine_age` replaces it in time. A machine is **expired** when it is older than
 `Policy.max_machine_age` (Karpenter's expireAfter).
 
-Each outdated active machine with workers and no cordon yet is rolled in ONE plan, replacement first:
+Each outdated active machine whose workers run tasks, with no cordon yet, is rolled in ONE plan,
+replacement first (an idle one is left to scale-down; replacing it would launch a machine nobody needs):
 its workers are cordoned (no new task; running ones finish undisturbed) and one machine of its type is
 launched for it, counted like any launch within `max_instances` (a machine the launch budget cannot
 replace now waits for a later plan, uncordoned). The cordon is never undone for pending work (scale-up
@@ -79,8 +80,11 @@ def roll(facts: Facts, room: int, begun: int) -> Roll:
 
 
 def _rollable(member: Member, facts: Facts, reason: str) -> bool:
+    """An outdated active machine whose workers run tasks (nothing waiting), not cordoned yet. An idle
+    one is not replaced: scale-down removes it by its usual rules, or, kept by the minimum or a base,
+    it is rolled once it works (replacing it idle would launch a machine nobody needs)."""
     node = member.node
-    if node is None or not member.workers or member.cordoned or node.marks.cordoned_since is not None:
+    if node is None or not member.working or member.cordoned or node.marks.cordoned_since is not None:
         return False
     waiting = any(not t.executing for w in member.workers for t in w.processing)
     return not waiting and outdated(member, facts.policy, facts.now)[0] == reason
