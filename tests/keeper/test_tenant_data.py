@@ -25,6 +25,7 @@ import pytest
 from aiohttp import web
 from distributed.core import rpc
 from distributed.security import Security
+from structlog.testing import capture_logs
 
 from swarm_autoscaler.keeper.adapters.dask_clients import LIMIT, TlsSchedulerClients, present_from_metrics
 from swarm_autoscaler.keeper.adapters.dask_wire import WireError, first_frame
@@ -230,3 +231,22 @@ async def test_an_oversized_metrics_page_is_unknown_not_read_into_memory() -> No
     finally:
         await reader.close()
         await runner.cleanup()
+
+
+async def test_a_running_cluster_whose_credentials_are_gone_is_reported_once_and_gets_no_new_ca() -> None:
+    """Redis came back empty under a running cluster: the keeper's launch hold (its only TLS use of a
+    running cluster) makes no new CA, says so once with what to do, and reports "not told"."""
+    store = InProcessCredentials(make_credentials)
+    reader = TlsSchedulerClients(store, timeout=1)
+    now = time.time()
+    cluster = Cluster(
+        CID, ClusterKey("alice", "w1"), ClusterState.RUNNING, now, now, scheduler_url="tls://127.0.0.1:1"
+    )
+    try:
+        with capture_logs() as logs:
+            assert await reader.hold_launches(cluster, "spent") is False
+            assert await reader.hold_launches(cluster, "spent") is False
+        assert [e["cluster"] for e in logs if e["event"] == "credentials lost"] == [CID]
+        assert await store.get(CID) is None
+    finally:
+        await reader.close()

@@ -34,7 +34,7 @@ from distributed.security import Security
 
 from swarm_autoscaler.adapters.dask import LAUNCH_HOLD_KEY
 from swarm_autoscaler.keeper.adapters.dask_wire import call
-from swarm_autoscaler.keeper.credentials import CredentialStore
+from swarm_autoscaler.keeper.credentials import LOST, CredentialStore
 from swarm_autoscaler.keeper.model import Cluster
 
 log = structlog.get_logger("swarm_autoscaler.keeper.clients")
@@ -74,6 +74,7 @@ class TlsSchedulerClients:
         self._credentials = credentials
         self._timeout = timeout
         self._contexts: OrderedDict[str, ssl.SSLContext] = OrderedDict()
+        self._lost: set[str] = set()  # clusters whose lost credentials were logged (once each)
         self._session: aiohttp.ClientSession | None = None
 
     async def clients(self, cluster: Cluster) -> int | None:
@@ -125,7 +126,10 @@ class TlsSchedulerClients:
             self._contexts.move_to_end(cluster_id)
             return known
         stored = await self._credentials.get(cluster_id)  # never makes a set: see `credentials.LOST`
-        if stored is None:
+        if stored is None:  # asked for a running cluster only: its credentials are gone from the store
+            if cluster_id not in self._lost:
+                self._lost.add(cluster_id)
+                log.error("credentials lost", cluster=cluster_id, what_to_do=LOST)
             raise LookupError("no credentials stored for this cluster")
         files = stored.for_client()
         security = Security(  # type: ignore[no-untyped-call]
@@ -142,6 +146,7 @@ class TlsSchedulerClients:
 
     def forget(self, cluster_id: str) -> None:
         self._contexts.pop(cluster_id, None)
+        self._lost.discard(cluster_id)
 
     async def close(self) -> None:
         if self._session is not None:
