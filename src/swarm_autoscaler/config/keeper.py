@@ -205,6 +205,17 @@ class KeeperSettings(BaseSettings):
         "boot script fetches its cluster's TLS files there. Required with the built-in boot script.",
         json_schema_extra={"example": "http://10.0.0.5:8080"},
     )
+    interruption_queue_url: str = Field(
+        default="",
+        pattern=r"^(https?://\S+)?$",
+        description="URL of the SQS queue EventBridge feeds with EC2's spot interruption warnings, rebalance "
+        "recommendations and scheduled changes (as the daemon's AUTOSCALER_EC2_INTERRUPTION_QUEUE_URL): the "
+        "keeper tags each of its clusters' workers named there, and each cluster's autoscaler, reading its "
+        "instances from the keeper, replaces it. Empty = notices are not read.",
+        json_schema_extra={
+            "example": "https://sqs.us-east-1.amazonaws.com/123456789012/keeper-interruptions"
+        },
+    )
     image: str = Field(
         default=DEFAULT_IMAGE,
         description="The image each primary runs its scheduler, autoscaler and workers from (the one "

@@ -40,6 +40,7 @@ from swarm_autoscaler.keeper.adapters.tags import worker_tags
 from swarm_autoscaler.keeper.adapters.tls import make_credentials
 from swarm_autoscaler.keeper.api import build_keeper_app
 from swarm_autoscaler.keeper.credentials import InProcessCredentials, listing_token, primary_token
+from swarm_autoscaler.keeper.interruptions import read_interruptions
 from swarm_autoscaler.keeper.lifecycle import KeeperTiming
 from swarm_autoscaler.keeper.limits import Limits
 from swarm_autoscaler.keeper.locks import InProcessLocks
@@ -176,6 +177,7 @@ async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
         await _listen(stack, app, config)  # before any request: a busy port is found first
         types = [keeper_settings.primary_type, *keeper_settings.worker_types]
         await _checked(where, hosts.check(types))  # also syncs EC2's clock
+        await read_interruptions(stack, hosts, config)  # its clusters' notices, as tags (interruptions.py)
         if keeper.accountant is not None:  # every type priced, by the daemon's rule, or no start
             keeper.accountant.prices = await _prices(config, types)
         await _checked("AUTOSCALER_REDIS_URL", locks.check())

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from aiobotocore.session import get_session
 from tests.adapters.ec2.ec2_helpers import ACCESS_KEY, SECRET_KEY, CloudFactory
+from tests.adapters.ec2.test_ec2_primaries import _worker
 
 from swarm_autoscaler.adapters.ec2 import Ec2Cloud
 from swarm_autoscaler.adapters.ec2_interruptions import (
@@ -27,8 +28,12 @@ from swarm_autoscaler.adapters.ec2_interruptions import (
     SqsInterruptions,
     parse_event,
 )
+from swarm_autoscaler.adapters.ec2_support import to_instance
 from swarm_autoscaler.errors import EndpointError
-from swarm_autoscaler_lab.localcloud import FaultInjector, MotoServer
+from swarm_autoscaler.keeper.adapters.ec2_primaries import Ec2Primaries
+from swarm_autoscaler.keeper.adapters.tags import worker_tags
+from swarm_autoscaler.keeper.model import ClusterKey
+from swarm_autoscaler_lab.localcloud import FaultInjector, LocalNetwork, MotoServer
 
 queue_ids = itertools.count()
 
@@ -251,3 +256,58 @@ def test_bodies_that_are_not_a_notice_are_malformed(body: str) -> None:
 
 def test_another_event_is_ignored_not_malformed() -> None:
     assert parse_event(event("EC2 Instance State-change Notification", "i-1", state="stopping")) == ()
+
+
+async def test_an_interruption_notice_for_a_cluster_s_worker_reaches_its_autoscaler_through_the_listing(
+    moto_server: MotoServer, raw_ec2: Any, network: LocalNetwork, sqs: Any, queue_url: str
+) -> None:
+    """A keeper cluster's autoscaler has no queue of its own: the keeper reads the account's queue
+    (moto's SQS, the events as EventBridge sends them) with the daemon's reader, tags the worker it
+    names, and the worker's entry in the keeper's listing carries the notice, which the autoscaler's
+    adapter reads as `Instance.interrupted_at` (a rebalance recommendation as `rebalance_at`). Another
+    keeper's worker is not tagged."""
+    hosts = Ec2Primaries(
+        keeper_name="keeper-notices",
+        region=network.region,
+        endpoint=moto_server.endpoint,
+        access_key_id=ACCESS_KEY,
+        secret_access_key=SECRET_KEY,
+        primary_type="m5.large",
+        ami_id=network.ami_id,
+        user_data=lambda key, cid: "#!/bin/bash\n",
+        subnet_ids=network.subnet_ids,
+        security_group_ids=[network.security_group_id],
+    )
+    await hosts.start()
+    cluster = await hosts.create(ClusterKey("alice", "w1"), 1_800_000_000.0)
+    warned = await _worker(
+        raw_ec2, network, cluster.cluster_id, worker_tags(hosts._name, ClusterKey("alice", "w1"))
+    )
+    advised = await _worker(
+        raw_ec2, network, cluster.cluster_id, worker_tags(hosts._name, ClusterKey("alice", "w1"))
+    )
+    foreign = await _worker(
+        raw_ec2, network, "kc-someone-else", worker_tags("another-keeper", ClusterKey("bob", "none"))
+    )
+    for body in (
+        spot_warning(warned),
+        event("EC2 Instance Rebalance Recommendation", advised),
+        spot_warning(foreign),
+    ):
+        await sqs.send_message(QueueUrl=queue_url, MessageBody=body)
+    kinds: list[str] = []
+    notices = await reader(hosts, queue_url, kinds)  # type: ignore[arg-type]
+    await notices.poll_once()
+    await notices.close()
+    assert sorted(kinds) == ["not-ours", "rebalance", "spot-interruption"]
+
+    await hosts.list_clusters()
+    listed = hosts.listing(cluster.cluster_id)
+    assert listed is not None
+    parsed = [dict(raw, LaunchTime=datetime.fromisoformat(raw["LaunchTime"])) for raw in listed[1]]
+    by_id = {i.id: i for i in map(to_instance, parsed) if i is not None}
+    assert by_id[warned].interrupted_at is not None and by_id[warned].rebalance_at is None
+    assert by_id[advised].rebalance_at is not None and by_id[advised].interrupted_at is None
+    described = await raw_ec2.describe_instances(InstanceIds=[foreign])
+    assert "swarm-autoscaler/interrupted-at" not in str(described)
+    await hosts.close()
