@@ -111,7 +111,9 @@ async def test_every_request_the_keeper_and_a_primary_send_is_allowed_by_their_p
         await hosts.update(cluster.cluster_id, heartbeat=1_800_000_100.0)
         keeper_calls = faults.recorded()
         primary_policy = policy("primary", KEEPER_NAME=keeper_name)
-        keeper_policy = policy("keeper", KEEPER_NAME=keeper_name, PRIMARY_ROLE=network.instance_profile or "")
+        keeper_policy = policy(
+            "keeper", KEEPER_NAME=keeper_name, PRIMARY_ROLE=network.instance_profile or "", QUEUE_NAME="*"
+        )
         assert await _denied(faults, raw_ec2, keeper_policy) == []
 
         # The cluster's own autoscaler on the primary: its workers carry the keeper's worker tags.
@@ -243,7 +245,7 @@ def forged() -> dict[str, list[Request]]:
 
 def granted(role: str) -> dict[str, Any]:
     names = {"daemon": {"CLUSTER_NAME": "prod", "QUEUE_NAME": "prod-interruptions", "WORKER_ROLE": "workers"},
-             "keeper": {"KEEPER_NAME": "k1", "PRIMARY_ROLE": "primaries"}, "primary": {"KEEPER_NAME": "k1"}}  # fmt: skip
+             "keeper": {"KEEPER_NAME": "k1", "PRIMARY_ROLE": "primaries", "QUEUE_NAME": "k1-interruptions"}, "primary": {"KEEPER_NAME": "k1"}}  # fmt: skip
     return policy(role, **names[role])
 
 
