@@ -10,9 +10,13 @@ that listing only). This adapter reads them there and checks each instance's own
 `Ec2Cloud.list_instances` does; everything else (launch, start, stop, terminate, the catalogue) goes to
 EC2 as before, with the cluster's own permissions.
 
-A listing older than `max_age` (the keeper stuck, or no replica listing) or an unreadable keeper is an
-`EndpointError`: the tick acts on nothing, as with EC2 unreachable. Launches since the listing are
-covered as with EC2's own eventual consistency (`daemon.loop.InFlightCloud`).
+A listing older than `max_age` (the keeper stuck, or no replica listing) or an unreadable keeper does not
+stop the cluster: a cluster must keep scaling while its keeper is down or restarting (work reaches its
+scheduler directly). The adapter then lists from EC2 itself, as `Ec2Cloud` does, at most once every
+`fallback_every` seconds (the last direct listing is reused in between: it is never older than what a
+keeper listing may be), with one warning line when the keeper is lost and one when it is back. Only
+when EC2 is unreachable as well is it an `EndpointError`: the tick acts on nothing. Launches since the
+listing are covered as with EC2's own eventual consistency (`daemon.loop.InFlightCloud`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from datetime import datetime
 from typing import Any
 
 import aiohttp
+import structlog
 
 from swarm_autoscaler.adapters.ec2 import Ec2Cloud
 from swarm_autoscaler.adapters.ec2_support import to_instance
@@ -28,15 +33,27 @@ from swarm_autoscaler.core.model import Instance
 from swarm_autoscaler.errors import EndpointError
 
 SETTING = "AUTOSCALER_EC2_LISTING_URL"
+log = structlog.get_logger("swarm_autoscaler.adapters.keeper_listing")
 
 
 class KeeperListedCloud(Ec2Cloud):
     """`Ec2Cloud` whose `list_instances` reads the keeper's listing of this cluster (see module doc)."""
 
     def __init__(
-        self, *, listing_url: str, listing_token: str, max_age: float = 60.0, timeout: float = 10.0, **kw: Any
+        self,
+        *,
+        listing_url: str,
+        listing_token: str,
+        max_age: float = 60.0,
+        timeout: float = 10.0,
+        fallback_every: float = 15.0,
+        **kw: Any,
     ) -> None:
         super().__init__(**kw)
+        self._fallback_every = min(fallback_every, max_age)
+        self._direct: tuple[float, tuple[Instance, ...]] | None = None  # (read at, what EC2 listed)
+        self.lost: str | None = None  # why the keeper's listing is not used, while it is not
+        self.fallbacks = 0  # direct DescribeInstances listings made because the keeper's was unusable
         self.listing_url = listing_url
         self._listing_token = listing_token
         self._max_age = max_age
@@ -45,6 +62,31 @@ class KeeperListedCloud(Ec2Cloud):
         self.listings = 0  # reads from the keeper (none of them a call to EC2)
 
     async def list_instances(self) -> tuple[Instance, ...]:
+        try:
+            found = await self._from_keeper()
+        except EndpointError as exc:
+            return await self._from_ec2(exc.detail)
+        if self.lost is not None:
+            log.info("the keeper's listing is back", url=self.listing_url)
+            self.lost, self._direct = None, None
+        return found
+
+    async def _from_ec2(self, why: str) -> tuple[Instance, ...]:
+        """The cluster's own listing while the keeper's is unusable, at most once per `fallback_every`."""
+        if self.lost is None:
+            log.warning(
+                "the keeper's listing is unusable: listing from EC2 directly until it is back",
+                url=self.listing_url, why=why, every_s=self._fallback_every,
+            )  # fmt: skip
+        self.lost = why
+        if self._direct is not None and self.now() - self._direct[0] < self._fallback_every:
+            return self._direct[1]
+        found = await super().list_instances()  # an EndpointError here: the tick acts on nothing
+        self.fallbacks += 1
+        self._direct = (self.now(), found)
+        return found
+
+    async def _from_keeper(self) -> tuple[Instance, ...]:
         body = await self._read()
         try:
             listed_at = float(body["listed_at"])
