@@ -71,8 +71,11 @@ async def _no_hostname_tag(instance: object) -> None:
 
 
 async def test_throttling_above_a_rate_is_retried_and_counted(make_cloud: CloudFactory, strict: Any) -> None:
-    rules = strict(rate=20.0, burst=3.0)
-    cloud = await make_cloud(retry_attempts=8, retry_initial=0.05, retry_max=0.4)
+    # 12 requests at once against a bucket of 3 refilled at 2 a second: they need 4.5 s to go through,
+    # far more than a loaded machine takes to send them (at 20 a second, a loaded CI machine once sent
+    # them slowly enough that none was throttled), and the retries allow up to ~10 s.
+    rules = strict(rate=2.0, burst=3.0)
+    cloud = await make_cloud(retry_attempts=12, retry_initial=0.1, retry_max=1.0)
     await asyncio.gather(*(cloud.list_instances() for _ in range(12)))
     assert rules.throttled > 0 and cloud.stats.throttled["DescribeInstances"] == rules.throttled
 
