@@ -28,7 +28,7 @@ def test_a_partition_that_makes_most_nodes_look_down_disrupts_none_of_them(tmp_p
     print(f"\npartition seed: {seed} (replay with CHAOS_SEED={seed})")
     config = ChaosConfig(
         seed=seed,
-        world=WorldOptions(seed=seed, max_instances=8, keep_rate=0.0),
+        world=WorldOptions(seed=seed, max_instances=8, keep_rate=0.0, strict_ec2=True),
         backlog=300,
         task_seconds=(0.5, 2.0),
         kill_at=None,

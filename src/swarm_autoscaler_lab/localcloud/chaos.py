@@ -286,7 +286,7 @@ def is_dynamic(seed: int) -> bool:
 
 
 def default_config(seed: int) -> ChaosConfig:
-    return ChaosConfig(seed=seed, world=WorldOptions(seed=seed, dynamic=is_dynamic(seed)))
+    return ChaosConfig(seed=seed, world=WorldOptions(seed=seed, dynamic=is_dynamic(seed), strict_ec2=True))
 
 
 def main(argv: list[str] | None = None) -> int:
