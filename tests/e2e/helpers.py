@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 import boto3
 import pytest
 
+from swarm_autoscaler.adapters.hostnames import machine_hostname
 from swarm_autoscaler.core.actions import Action
 from swarm_autoscaler.daemon.loop import Daemon
 from swarm_autoscaler.daemon.tick import TickResult
@@ -67,7 +68,14 @@ def instance_state(lc: LocalCloud, instance_id: str) -> str:
 
 
 def hostname_of(inst: dict[str, Any]) -> str:
-    return str((inst.get("PrivateDnsName") or inst["InstanceId"]).split(".")[0])
+    """The machine's short hostname (the daemon's key for it)."""
+    return machine_hostname(str(inst.get("PrivateDnsName") or inst["InstanceId"]))
+
+
+def short_names(names: Iterable[str]) -> set[str]:
+    """Node or worker names as the daemon keys them: half the local cloud's machines report EC2's full
+    private DNS name, as Amazon Linux does (`MachineEmulator.full_hostname_share`)."""
+    return {machine_hostname(str(n)) for n in names}
 
 
 async def wait_for(

@@ -26,7 +26,7 @@ from typing import Any
 import aiodocker
 import pytest
 import pytest_asyncio
-from tests.e2e.helpers import hostname_of, instance_state, owned_instances, start, wait_for
+from tests.e2e.helpers import hostname_of, instance_state, owned_instances, short_names, start, wait_for
 
 from swarm_autoscaler.core.actions import DrainNode, Launch, RetireWorkers, Terminate
 from swarm_autoscaler.core.services import ON_NODE_STATES
@@ -91,7 +91,7 @@ class DrainWatch:
         drained = {
             n["ID"]: n["Description"]["Hostname"] for n in nodes if n["Spec"]["Availability"] == "drain"
         }
-        self.drained_seen |= set(drained.values())
+        self.drained_seen |= short_names(drained.values())
         for task in tasks:
             node_id = task.get("NodeID") or ""
             state = task["Status"]["State"]
@@ -169,7 +169,7 @@ async def test_service_replicas_launch_machines_run_there_and_scale_back_to_zero
                     return len(got) == REPLICAS and all(state == "running" for _, state in got)
 
                 await wait_for(all_running, 180, f"{REPLICAS} replicas running on new nodes", step=1.0)
-                placed = {host for host, _ in await _replicas(lc)}
+                placed = short_names(host for host, _ in await _replicas(lc))
                 launched = {iid: i for iid, i in _all_ever(lc).items() if iid not in before}
                 assert launched, "nothing was launched for the pending replicas"
                 assert placed <= {hostname_of(i) for i in launched.values()}, (placed, launched)
@@ -181,7 +181,7 @@ async def test_service_replicas_launch_machines_run_there_and_scale_back_to_zero
                 ticks = len(running.record.results)
                 await asyncio.sleep(HOLD_S)
                 assert len(running.record.results) >= ticks + 3, "too few ticks while the replicas ran"
-                assert {host for host, _ in await _replicas(lc)} == placed
+                assert short_names(host for host, _ in await _replicas(lc)) == placed
                 assert await all_running()
                 assert not running.record.of(DrainNode) and not running.record.of(RetireWorkers)
 

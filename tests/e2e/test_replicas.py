@@ -24,6 +24,7 @@ from tests.e2e.helpers import (
     wait_for,
 )
 
+from swarm_autoscaler.adapters.hostnames import machine_hostname
 from swarm_autoscaler.core.actions import DrainNode, Launch, RetireWorkers, Terminate
 from swarm_autoscaler.core.model import GIB
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud, env_without_autoscaler
@@ -161,7 +162,10 @@ async def test_restart_mid_scale_down_resumes_from_labels_and_spares_busy_nodes(
                     "the long task running",
                 )
                 busy_worker = scheduler.tasks["long"].processing_on
-                busy_host, busy_address = str(busy_worker.name), str(busy_worker.address)
+                busy_host, busy_address = (
+                    machine_hostname(str(busy_worker.name)),
+                    str(busy_worker.address),
+                )
                 # mid-scale-down: the first daemon has started draining idle nodes
                 await wait_for(lambda: bool(first.record.of(DrainNode)), 40, "the first daemon draining")
             finally:

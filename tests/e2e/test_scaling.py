@@ -20,6 +20,7 @@ from tests.e2e.helpers import (
     hostname_of,
     instance_state,
     owned_instances,
+    short_names,
     start,
     wait_for,
 )
@@ -86,7 +87,7 @@ async def test_burst_scales_up_joins_real_nodes_and_scales_back_down(
                 assert all(f.status == "finished" for f in futures)
                 ran_on = await client.who_has(futures)
                 assert lc.scheduler is not None
-                names = {str(lc.scheduler.workers[a].name) for addrs in ran_on.values() for a in addrs}
+                names = short_names(lc.scheduler.workers[a].name for addrs in ran_on.values() for a in addrs)
                 assert lc.emulator is not None and all(
                     m.worker is None for m in lc.emulator.machines.values()
                 )

@@ -19,7 +19,15 @@ from pathlib import Path
 
 import pytest
 from distributed import Client
-from tests.e2e.helpers import WORKER_STACK, booting_from_user_data, owned_instances, phase, wait_for
+from tests.e2e.helpers import (
+    WORKER_STACK,
+    booting_from_user_data,
+    hostname_of,
+    owned_instances,
+    phase,
+    short_names,
+    wait_for,
+)
 
 from swarm_autoscaler.core.model import GIB
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
@@ -91,7 +99,7 @@ async def test_the_deployed_stack_scales_up_runs_on_swarm_started_workers_and_ba
                 t = phase("scale up (the deployed daemon launches, machines boot and join)", t, phases)
                 await asyncio.wait_for(client.gather(futures), 300)
                 ran_on = await client.who_has(futures)
-                names = {str(scheduler.workers[a].name) for addrs in ran_on.values() for a in addrs}
+                names = short_names(scheduler.workers[a].name for addrs in ran_on.values() for a in addrs)
                 t = phase("tasks run", t, phases)
             launched = {
                 iid: inst
@@ -100,13 +108,13 @@ async def test_the_deployed_stack_scales_up_runs_on_swarm_started_workers_and_ba
                 ).items()
                 if iid not in before
             }
-            hostnames = {str(i["PrivateDnsName"]).split(".")[0] for i in launched.values()}
+            hostnames = {hostname_of(i) for i in launched.values()}
             assert names and names <= hostnames, (names, hostnames)
             assert all(
                 m.worker is None for m in emulator.machines.values()
             )  # swarm's workers, not the emulator's
             ps = await manager.docker("service", "ps", f"{WORKERS}_worker", "--format", "{{.Node}}")
-            assert names <= set(ps.split()), ps
+            assert names <= short_names(ps.split()), ps
             await wait_for(lambda: not owned_instances(lc), 240, "the fleet back at its minimum (0)")
             await wait_for(lambda: not scheduler.workers, 60, "every dask worker gone")
             phase("drain and terminate to the minimum", t, phases)

@@ -32,6 +32,7 @@ from tests.e2e.helpers import (
     hostname_of,
     owned_instances,
     phase,
+    short_names,
     start,
     wait_for,
 )
@@ -81,7 +82,9 @@ async def test_a_pool_machine_boots_from_its_user_data_starts_into_the_worker_se
                     )
                     [(pool_id, pool_inst)] = _stopped(lc).items()
                     host = hostname_of(pool_inst)
-                    node = lc.local_swarm.nodes[host]  # its dockerd node exists, never joined
+                    node = lc.local_swarm.nodes[
+                        emulator.os_hostnames[pool_id]
+                    ]  # its dockerd node, never joined
                     worker_env = (node.etc / "worker.env").read_text()
                     assert "m5.large" in worker_env, worker_env  # written by its boot script, on its node
                     assert host not in {n.hostname for n in await orchestrator.list_nodes()}
@@ -102,7 +105,9 @@ async def test_a_pool_machine_boots_from_its_user_data_starts_into_the_worker_se
                         t = phase("start (user data rewritten and run again: join, worker task)", t, phases)
                         await asyncio.wait_for(future, 300)
                         ran_on = await client.who_has([future])
-                        names = {str(scheduler.workers[a].name) for addrs in ran_on.values() for a in addrs}
+                        names = short_names(
+                            scheduler.workers[a].name for addrs in ran_on.values() for a in addrs
+                        )
                         t = phase("task run", t, phases)
                     rec = running.record
                     assert {iid for a in rec.of(Start) for iid in a.instance_ids} == {pool_id}

@@ -27,6 +27,7 @@ from tests.e2e.helpers import (
     hostname_of,
     owned_instances,
     phase,
+    short_names,
     start,
     wait_for,
 )
@@ -87,7 +88,7 @@ async def test_machines_boot_from_user_data_into_the_worker_service(cloud: Local
                     if iid not in before
                 }
                 hostnames = {hostname_of(i) for i in launched.values()}
-                names = {name for name, _ in results}
+                names = short_names(name for name, _ in results)
                 # the tasks ran on workers named after the new machines' hostnames ...
                 assert names and names <= hostnames, (names, hostnames)
                 # ... publishing the type's resources (m5.large: 2 CPUs, 8 GiB; no overhead configured)
@@ -99,7 +100,7 @@ async def test_machines_boot_from_user_data_into_the_worker_service(cloud: Local
                 ps = await manager.docker(
                     "service", "ps", SERVICE, "--filter", "desired-state=running", "--format", "{{.Node}}"
                 )
-                assert names <= set(ps.split()), ps
+                assert names <= short_names(ps.split()), ps
                 await wait_for(lambda: not owned_instances(lc), 180, "the fleet back at its minimum (0)")
                 await wait_for(lambda: not scheduler.workers, 60, "every dask worker gone")
                 phase("drain and terminate to the minimum", t, phases)

@@ -73,6 +73,7 @@ from distributed.security import Security
 
 from swarm_autoscaler.adapters.dask_check import MIN_DISTRIBUTED, PROBE, SchedulerCheck, cordon_problem
 from swarm_autoscaler.adapters.dask_fence import _FENCE, DEFAULT_FENCE_TTL, FENCE_PLUGIN, _make_recorders
+from swarm_autoscaler.adapters.hostnames import machine_hostname
 from swarm_autoscaler.core.model import Resources, Task, Worker
 from swarm_autoscaler.core.ports import Fence, WorkloadView
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
@@ -277,7 +278,7 @@ class _HostnameMatcher:
 
     def __call__(self, name: str) -> str:
         match = self._regex.fullmatch(name)
-        return (match.group("hostname") or "") if match else ""
+        return machine_hostname(match.group("hostname") or "") if match else ""
 
 
 # --------------------------------------------------------------------------------------------- adapter

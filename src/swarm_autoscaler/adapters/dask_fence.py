@@ -161,13 +161,20 @@ def _make_fencer() -> Callable[..., dict[str, Any]]:
         dask_scheduler: Any, plugin_name: str, hostnames: list[str], pattern: str, ttl: float, lift: bool
     ) -> dict[str, Any]:
         import asyncio as aio
+        import ipaddress
         import re
 
         regex = re.compile(pattern)
 
         def host_of(ws: Any) -> str:
+            # as `adapters.hostnames.machine_hostname` (this runs on the scheduler, without our package)
             match = regex.fullmatch(str(ws.name)) if ws is not None else None
-            return (match.group("hostname") or "") if match else ""
+            host = (match.group("hostname") or "") if match else ""
+            try:
+                ipaddress.ip_address(host)
+            except ValueError:
+                return host.split(".", 1)[0]
+            return host
 
         plugin = dask_scheduler.plugins.get(plugin_name)
         if plugin is None:

@@ -15,7 +15,6 @@ machines and launches instead. One StartInstances per (type, subnet), so one ref
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -122,11 +121,10 @@ async def start_instances(self: PoolHost, instance_ids: Sequence[str]) -> Launch
 async def _start_group(self: PoolHost, records: list[dict[str, Any]], user_data: str) -> list[Instance]:
     ids = [raw["InstanceId"] for raw in records]
     for instance_id in ids:  # while stopped: the next boot runs the join
-        # ModifyInstanceAttribute, unlike RunInstances, takes the user data base64-encoded by the caller
+        # The raw script: UserData.Value is a blob, which botocore base64-encodes on the wire, and EC2
+        # decodes once. Encoding it here too would store base64 text that cloud-init does not run.
         await self._call(
-            "modify_instance_attribute",
-            InstanceId=instance_id,
-            UserData={"Value": base64.b64encode(user_data.encode())},
+            "modify_instance_attribute", InstanceId=instance_id, UserData={"Value": user_data.encode()}
         )
     now = self.now()
     tags = [{"Key": POOL_TAG, "Value": PoolPhase.START.value}, {"Key": STARTED_AT_TAG, "Value": f"{now:.3f}"}]

@@ -19,6 +19,7 @@ from botocore.exceptions import (
     PartialCredentialsError,
 )
 
+from swarm_autoscaler.adapters.hostnames import machine_hostname
 from swarm_autoscaler.core.catalogue import VRAM
 from swarm_autoscaler.core.model import Instance, InstanceState, InstanceType, PoolPhase, Resources
 from swarm_autoscaler.errors import EndpointError
@@ -224,7 +225,7 @@ def to_instance(raw: Mapping[str, Any]) -> Instance | None:
         type_name=raw["InstanceType"],
         state=state,
         launched_at=max(raw["LaunchTime"].timestamp(), _number(tags.get(STARTED_AT_TAG))),
-        hostname=(raw.get("PrivateDnsName") or tags.get(HOSTNAME_TAG, "")).split(".", 1)[0],
+        hostname=machine_hostname(raw.get("PrivateDnsName") or tags.get(HOSTNAME_TAG, "")),
         zone=raw.get("Placement", {}).get("AvailabilityZone", ""),
         subnet_id=raw.get("SubnetId", ""),
         tags=tags,

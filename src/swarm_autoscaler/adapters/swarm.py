@@ -24,6 +24,7 @@ import aiodocker
 import aiohttp
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
+from swarm_autoscaler.adapters.hostnames import machine_hostname
 from swarm_autoscaler.core.model import Availability, Node, NodeMarks, NodeStatus
 from swarm_autoscaler.core.ports import is_ours
 from swarm_autoscaler.errors import EndpointError, NotFoundError
@@ -87,7 +88,7 @@ def node_from_api(raw: Mapping[str, Any], prefix: str = DEFAULT_PREFIX, cluster_
         is_manager = spec.get("Role") == "manager"
         return Node(
             id=raw["ID"],
-            hostname=raw["Description"]["Hostname"],
+            hostname=machine_hostname(raw["Description"]["Hostname"]),
             availability=Availability(spec["Availability"]),
             status=NodeStatus(raw["Status"]["State"]),
             is_manager=is_manager,

@@ -26,6 +26,12 @@ machine that would take it does not boot, and the log says why. The real boot (`
 own dockerd node: its own `docker swarm join` joins, its `shutdown` stops the instance (the warm pool), and
 the emulator starts no worker: swarm runs the worker global service's task on the node.
 
+Hostnames: each machine's OS reports either EC2's short hostname (`ip-10-0-1-23`: Ubuntu, Debian) or its
+full private DNS name (`ip-10-0-1-23.ec2.internal`: Amazon Linux), and its node and worker take that name.
+`full_hostname_share` of the machines (by default every other one, the first included, so at least half)
+take the full form; a machine keeps its form across stops and starts (`os_hostnames`), so the daemon's
+matching is tested on both (`adapters.hostnames`).
+
 Faults for tests: `never_join` (instance ids or a probability) makes a machine boot but never join.
 """
 
@@ -137,6 +143,7 @@ class MachineEmulator:
     worker_resources: Callable[[InstanceType], dict[str, float]] = dask_resources
     security: Any = None  # dask `Security` of the workers, for a tls:// scheduler
     seed: int = 0
+    full_hostname_share: float = 0.5  # machines whose OS reports the full private DNS name (Amazon Linux)
     # The real boot (real-dockerd path): each machine runs its user data on its own dockerd node, and its
     # dask worker is the one swarm starts there from the worker service. None = the shortcut (in-memory
     # demo): read the join line, join through `joiner`, start an in-process worker while the node is active.
@@ -154,6 +161,7 @@ class MachineEmulator:
     # a world polled for its state can answer from it instead of listing the whole fleet once more.
     listing: dict[str, tuple[str, str]] = field(default_factory=dict)
     listed_at: float | None = None
+    os_hostnames: dict[str, str] = field(default_factory=dict)  # instance id -> the name its OS reports
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
@@ -177,10 +185,10 @@ class MachineEmulator:
         live = await asyncio.to_thread(self._describe)
         now = self.clock()
         self.listing, self.listed_at = live, now
-        for iid, (hostname, type_name) in live.items():
+        for iid, (dns_name, type_name) in live.items():
             if iid not in self.machines:
                 never = iid in self.never_join_ids or self._rng.random() < self.never_join_rate
-                machine = Machine(iid, hostname, type_name, now, never_joins=never)
+                machine = Machine(iid, self.os_hostname(iid, dns_name), type_name, now, never_joins=never)
                 jitter = self._rng.uniform(0.0, self.boot_jitter) if self.boot_jitter else 0.0  # seeded draws
                 machine.boot_at = now + self.boot_delay + jitter  # as before when there is no jitter
                 if iid in self.booted:  # started again: its volume kept everything
@@ -337,6 +345,16 @@ class MachineEmulator:
                 await self.joiner.leave(machine.hostname)
             log.info("machine left", hostname=machine.hostname, instance=machine.instance_id)
 
+    def os_hostname(self, instance_id: str, dns_name: str) -> str:
+        """The hostname the machine's OS reports (see the module doc), fixed when first asked."""
+        name = self.os_hostnames.get(instance_id)
+        if name is None:
+            seen = len(self.os_hostnames)
+            full = (seen * self.full_hostname_share) % 1.0 < self.full_hostname_share
+            name = dns_name if full else dns_name.split(".", 1)[0]
+            self.os_hostnames[instance_id] = name
+        return name
+
     # --- the cloud, through boto3 (sync; run in a thread) ----------------------------------------
 
     def _describe(self) -> dict[str, tuple[str, str]]:
@@ -346,8 +364,8 @@ class MachineEmulator:
         for page in self._ec2.get_paginator("describe_instances").paginate(Filters=filters):
             for reservation in page["Reservations"]:
                 for inst in reservation["Instances"]:
-                    hostname = (inst.get("PrivateDnsName") or inst["InstanceId"]).split(".")[0]
-                    out[inst["InstanceId"]] = (hostname, inst["InstanceType"])
+                    dns_name = inst.get("PrivateDnsName") or inst["InstanceId"]
+                    out[inst["InstanceId"]] = (dns_name, inst["InstanceType"])
         return out
 
     def _user_data(self, instance_id: str) -> str:

@@ -8,7 +8,8 @@ itself from the same public pieces `moto.server` exports.
 
 EC2 instance-type validation is switched ON (moto's `MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION`,
 read into `moto.settings` at import, so it is set in both places): RunInstances of a type moto does
-not know fails with `InvalidInstanceType`, as on real EC2.
+not know fails with `InvalidInstanceType`, as on real EC2. ModifyInstanceAttribute's user data is read
+as EC2 reads it (`moto_user_data`: moto itself refuses the correctly encoded value).
 
 moto keeps its state in process-wide backends: every `MotoServer` in one process shares the same
 EC2 world. Tests isolate themselves by cluster name (the ownership tag) or by `reset()`.
@@ -37,6 +38,7 @@ from moto.moto_server.werkzeug_app import (
 )
 from werkzeug.serving import BaseWSGIServer, make_server
 
+from swarm_autoscaler_lab.localcloud import moto_user_data
 from swarm_autoscaler_lab.localcloud.ec2_faults import FaultInjector
 
 LOCAL_ACCESS_KEY = "testing"
@@ -91,6 +93,7 @@ class MotoServer:
         if self._server is not None:
             return self
         enable_instance_type_validation()
+        moto_user_data.install()
         handler = _QuietHandler if self._quiet else _SkewedDateHandler
         self._server = make_server(
             self._host, self._port, self.faults, threaded=True, request_handler=handler

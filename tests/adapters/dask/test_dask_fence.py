@@ -150,3 +150,18 @@ async def test_a_scheduler_that_cannot_cordon_is_read_not_fenced(
     await workload.unfence(["ip-10-0-0-5"])
     gate.set()
     assert await running == "done"
+
+
+async def test_a_fence_by_short_hostname_cordons_a_worker_named_with_the_full_one(
+    workload: DaskWorkload, start_worker: StartWorker
+) -> None:
+    """On Amazon Linux the node (and so the worker, named `{{.Node.Hostname}}`) reports EC2's full private
+    DNS name; the daemon fences by the machine's short hostname, and the scheduler-side fence matches it."""
+    full = await start_worker("ip-10-0-0-9.eu-west-1.compute.internal", cpus=2)
+    other = await start_worker("ip-10-0-0-8", cpus=2)
+    fence = await workload.fence(["ip-10-0-0-9"])
+    assert [w.address for w in fence.workers] == [full.address] and fence.refused == ()
+    await until(lambda: full.status.name == "closing_gracefully")
+    assert other.status.name == "running"
+    by_name = {w.name: w for w in await workload.list_workers()}
+    assert by_name[str(full.name)].hostname == "ip-10-0-0-9" and by_name[str(full.name)].retiring
