@@ -75,7 +75,7 @@ MISTAKES = {
     ),
     "boot script over EC2's user data limit": (
         {"AUTOSCALER_EC2_ALLOWED_TYPES": allowed(boot_script="echo hello\n" * 1500)},
-        "AUTOSCALER_EC2_ALLOWED_TYPES: m5.large.boot_script: expected at most 15872 bytes (EC2's 16 KiB of "
+        "AUTOSCALER_EC2_ALLOWED_TYPES: m5.large.boot_script: expected at most 14336 bytes (EC2's 16 KiB of "
         "user data, less room for the swarm join appended to it), got 16500 bytes",
     ),
     "lock TTL shorter than two polls": (

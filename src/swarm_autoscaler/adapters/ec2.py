@@ -58,12 +58,14 @@ from swarm_autoscaler.adapters.ec2_support import (
     LABEL_TAG_PREFIX,
     POOL_TAG,
     USER_DATA_LIMIT,
+    check_user_data,
     chunks,
     error_code,
     error_message,
     is_endpoint_failure,
     render_pool_user_data,
     render_user_data,
+    stopped_by_itself,
     to_endpoint_error,
     to_instance,
 )
@@ -191,6 +193,9 @@ class Ec2Cloud(Ec2Transport):
         self._cluster = cluster_name
         self.deployment = ""  # set once at start (`ec2_identity.claim`): this deployment's swarm id
         self._types = dict(allowed_types)  # name -> (ami id, boot script)
+        for name, (_, script) in self._types.items():
+            check_user_data(name, script)  # over EC2's 16 KiB: every launch would fail
+        self._failed_boots: set[str] = set()  # machines seen stopped by their own failed boot
         self._subnets = launch_subnets(subnet_ids)  # ("",) = let EC2 pick (default VPC)
         self._groups = list(security_group_ids)
         self._join_command = join_command
@@ -252,9 +257,21 @@ class Ec2Cloud(Ec2Transport):
             reservations = await self._pages("describe_instances", "Reservations", Filters=filters)
         except (ClientError, BotoCoreError) as exc:
             raise to_endpoint_error(self.endpoint, "DescribeInstances", exc) from None
-        owned = (raw for res in reservations for raw in res.get("Instances", ()) if self._owned(raw))
+        owned = [raw for res in reservations for raw in res.get("Instances", ()) if self._owned(raw)]
+        self._back_off_failed_boots(owned)
         found = (self._with_ownership(to_instance(raw)) for raw in owned)
         return tuple(sorted((i for i in found if i is not None), key=lambda i: (i.launched_at, i.id)))
+
+    def _back_off_failed_boots(self, owned: list[dict[str, Any]]) -> None:
+        """A machine whose boot failed stopped itself (`boot_scripts`): back its (type, subnet) off once,
+        as a capacity refusal does, so the planner replaces it with another type or subnet for a while."""
+        for raw in owned:
+            iid = raw["InstanceId"]
+            if iid in self._failed_boots or not stopped_by_itself(raw):
+                continue
+            self._failed_boots.add(iid)
+            self._backoff.refused(raw["InstanceType"], raw.get("SubnetId", ""), self._clock())
+        self._failed_boots &= {raw["InstanceId"] for raw in owned}
 
     def _with_ownership(self, instance: Instance | None) -> Instance | None:
         """The instance's node labels always include the ownership label: its EC2 tags prove it is ours,
@@ -424,6 +441,7 @@ class Ec2Cloud(Ec2Transport):
         types, so each machine's worker publishes the resources the planner counts on)."""
         for name, script in scripts.items():
             if name in self._types:
+                check_user_data(name, script)
                 self._types[name] = (self._types[name][0], script)
 
     async def _prepare_launch(

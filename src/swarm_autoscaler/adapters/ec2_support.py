@@ -6,7 +6,6 @@ Kept apart from `ec2.py` so each can be read (and tested) on its own.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,6 +18,7 @@ from botocore.exceptions import (
     PartialCredentialsError,
 )
 
+from swarm_autoscaler.adapters import boot_scripts
 from swarm_autoscaler.adapters.hostnames import machine_hostname
 from swarm_autoscaler.core.catalogue import VRAM
 from swarm_autoscaler.core.model import Instance, InstanceState, InstanceType, PoolPhase, Resources
@@ -128,64 +128,24 @@ def to_endpoint_error(endpoint: str, operation: str, exc: BaseException) -> Endp
 
 # ------------------------------------------------------------------------------------------ user data
 
-USER_DATA_LIMIT = 16 * 1024  # EC2's limit on raw user data, before base64
+
+# The boot scripts (`boot_scripts`), where the EC2 adapter and its tests have always found them.
+USER_DATA_LIMIT = boot_scripts.USER_DATA_LIMIT
+POOL_STOP_LINE = boot_scripts.POOL_STOP_LINE
+BOOT_FAILED_LINE = boot_scripts.BOOT_FAILED_LINE
+join_line = boot_scripts.join_line
+render_user_data = boot_scripts.render_user_data
+render_pool_user_data = boot_scripts.render_pool_user_data
+render_start_user_data = boot_scripts.render_start_user_data
+check_user_data = boot_scripts.check_user_data
 
 
-# The last line of a warm-pool machine's first boot: the boot script has run (images pulled), so the
-# machine stops itself (RunInstances sets InstanceInitiatedShutdownBehavior=stop). The machine
-# emulator recognises it too.
-POOL_STOP_LINE = "shutdown -h now"
-_MIME_BOUNDARY = "==swarm-autoscaler=="
-
-
-def _every_boot(script: str) -> str:
-    """`script` as MIME multipart user data whose cloud-config makes cloud-init run it on every boot
-    (user data scripts run once per instance by default): a pool machine's user data is rewritten
-    before each start, and must run on that boot."""
-    b = _MIME_BOUNDARY
-    return (
-        f'Content-Type: multipart/mixed; boundary="{b}"\nMIME-Version: 1.0\n\n'
-        f'--{b}\nContent-Type: text/cloud-config; charset="us-ascii"\n\n'
-        "#cloud-config\ncloud_final_modules:\n- [scripts-user, always]\n\n"
-        f'--{b}\nContent-Type: text/x-shellscript; charset="us-ascii"\n\n{script}\n--{b}--\n'
-    )
-
-
-def render_pool_user_data(boot_script: str) -> str:
-    """A warm-pool machine's first boot: the boot script, then stop (it never joins on that boot)."""
-    script = boot_script.strip("\n")
-    head = "" if script.startswith("#!") else "#!/bin/bash\nset -eu\n"
-    body = f"{script}\n\n" if script else ""
-    return _every_boot(
-        f"{head}{body}# prepared for the warm pool: stop this machine (added by swarm-autoscaler)\n{POOL_STOP_LINE}\n"
-    )
-
-
-def join_line(token: str, manager_address: str, paused: bool = False) -> str:
-    """The swarm join. `paused`: the node joins with availability pause, so swarm places nothing there
-    until the daemon takes it in and sets it active (the dynamic mode: `Policy.join_paused`)."""
-    flag = "--availability pause " if paused else ""
-    return f"docker swarm join {flag}--token {shlex.quote(token)} {shlex.quote(manager_address)}"
-
-
-def render_start_user_data(token: str, manager_address: str, paused: bool = False) -> str:
-    """What a pool machine runs when started: leave the swarm it may have been in (its old node was
-    removed when it was stopped), then join afresh. The boot script already ran on its first boot."""
-    join = join_line(token, manager_address, paused)
-    return _every_boot(
-        "#!/bin/bash\nset -u\n# started from the warm pool: join the swarm (added by swarm-autoscaler)\n"
-        f"docker swarm leave --force >/dev/null 2>&1 || true\n{join}\n"
-    )
-
-
-def render_user_data(boot_script: str, token: str, manager_address: str, paused: bool = False) -> str:
-    """The configured boot script, then the swarm join (`join_line`). A script without a shebang runs
-    under bash."""
-    script = boot_script.strip("\n")
-    head = "" if script.startswith("#!") else "#!/bin/bash\nset -eu\n"
-    join = join_line(token, manager_address, paused)
-    body = f"{script}\n\n" if script else ""
-    return f"{head}{body}# join the swarm as a worker (added by swarm-autoscaler)\n{join}\n"
+def stopped_by_itself(raw: Mapping[str, Any]) -> bool:
+    """An owned machine launched to join (no warm pool tag) that is stopping or stopped: the daemon
+    never stops one, so its boot failed and it stopped itself (`boot_scripts`: a failed boot says why
+    on the console and shuts down; RunInstances leaves InstanceInitiatedShutdownBehavior at stop)."""
+    tags = {t["Key"]: t["Value"] for t in raw.get("Tags", ())}
+    return POOL_TAG not in tags and raw.get("State", {}).get("Name") in ("stopping", "stopped")
 
 
 # ------------------------------------------------------------------------------------------ mapping

@@ -90,8 +90,9 @@ docker run --rm --network none --user 0 -v "$D:/d" --entrypoint python3 {{image}
   'import json,pathlib; f=json.load(open("/d/credentials.json"))["files"]; [pathlib.Path("/d/tls",n).write_text(t) for n,t in f.items()]'
 rm -f "$D/credentials.json"
 # 2. A swarm of its own; the files become swarm secrets (swarm sends them only to the nodes that run a
-# task using them, in memory).
-docker swarm init
+# task using them, in memory). Its overlay address pool lies outside the usual 10.0.0.0/8 VPCs (swarm's
+# default pool would hide the VPC's resolver from overlay tasks; docs/deployment.md, "Create the swarm").
+docker swarm init --default-addr-pool 100.64.0.0/16 --default-addr-pool-mask-length 24
 ADDR=$(docker info --format '{{.Swarm.NodeAddr}}')
 for f in ca scheduler scheduler-key worker worker-key; do docker secret create "dask-$f" "$D/tls/$f.pem"; done
 rm -f "$D"/tls/*-key.pem

@@ -138,10 +138,11 @@ class Overhead(BaseModel):
     gpus: int = Field(default=0, ge=0, description="GPUs kept back.")
 
 
-# EC2 takes at most 16 KiB of user data; the adapter appends the swarm join (shebang, token, manager
-# address: about 250 bytes) to the boot script, so the script must leave room for it.
+# EC2 takes at most 16 KiB of user data; the adapter wraps the boot script (failure report, wait for
+# dockerd, the retried swarm join: about 1.1 KiB, `adapters.boot_scripts`), so the script must leave room
+# for it. The adapter checks the rendered user data of each type at start-up too (`check_user_data`).
 USER_DATA_LIMIT = 16 * 1024
-BOOT_SCRIPT_LIMIT = USER_DATA_LIMIT - 512
+BOOT_SCRIPT_LIMIT = USER_DATA_LIMIT - 2048
 
 
 def _boot_script(value: str) -> str:

@@ -155,6 +155,7 @@ class MachineEmulator:
     machines: dict[str, Machine] = field(default_factory=dict)
     joined_total: int = 0
     prepared_total: int = 0  # machines that booted into the warm pool and stopped themselves
+    failed_boots: int = 0  # machines whose user data failed and stopped them (the real boot)
     booted: set[str] = field(default_factory=set)  # instance ids that booted at least once
     stopping: bool = False  # set to end `run()` after the current step (a half-done leave is never abandoned)
     # The last listing of the live (pending or running) owned instances, and when it was read (`clock`):
@@ -268,6 +269,13 @@ class MachineEmulator:
         self.booted.add(machine.instance_id)
         machine.from_user_data = True
         run = await self.user_data_boot.boot(machine.hostname, raw)
+        if run.powered_off and run.returncode != 0:  # a failed boot stops itself (adapters.boot_scripts)
+            await asyncio.to_thread(self._ec2.stop_instances, InstanceIds=[machine.instance_id])
+            machine.never_joins = True
+            self.failed_boots += 1
+            tail = "\n".join(run.output.strip().splitlines()[-3:])
+            log.warning("machine boot failed and it stopped itself", hostname=machine.hostname, output=tail)
+            return
         if run.powered_off:  # the warm pool's first boot ends with shutdown: InitiatedShutdownBehavior=stop
             await asyncio.to_thread(self._ec2.stop_instances, InstanceIds=[machine.instance_id])
             machine.prepared = True

@@ -1,0 +1,161 @@
+"""The user data the daemon gives its machines: boot script, wait for dockerd, join, and a failed boot
+that says why.
+
+Every launch runs `render_user_data`: the type's boot script, then a wait for dockerd (bounded), then the
+swarm join, retried (bounded). A boot that cannot finish (the boot script fails, dockerd never answers,
+every join attempt fails) writes one line beginning with `BOOT_FAILED_LINE` to standard error, which
+cloud-init copies to the instance's console (EC2 GetConsoleOutput, `aws ec2 get-console-output`) and to
+/var/log/cloud-init-output.log, then shuts the machine down. RunInstances leaves
+InstanceInitiatedShutdownBehavior at `stop`, so the machine stops: the daemon lists an owned machine
+launched to join that stopped by itself (`ec2_support.stopped_by_itself`), backs its (type, subnet) off as
+if EC2 had refused it, and terminates it as "stopped outside the warm pool" on the same tick, instead of
+waiting `max_start_time` and relaunching the same failing type for ever.
+
+Warm pool: the first boot (`render_pool_user_data`) ends in a shutdown by design, so its failure cannot
+be a shutdown too: it writes the console line and keeps running, and the daemon terminates it as broken
+after `max_start_time`. A start (`render_start_user_data`) waits for dockerd and retries its join the same
+way and writes the console line on failure, without stopping (a stopped pool machine is a pool member).
+
+The scripts are POSIX sh (a boot script with its own `#!/bin/sh` keeps working); they need `docker` and
+`shutdown`, which every AMI the deployment guide lists has. `check_user_data` refuses, at start-up, a type
+whose rendered user data is over EC2's 16 KiB.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from swarm_autoscaler.errors import ConfigurationError
+
+USER_DATA_LIMIT = 16 * 1024  # EC2's limit on raw user data, before base64
+
+# The last line of a warm-pool machine's first boot: the boot script has run (images pulled), so the
+# machine stops itself (RunInstances sets InstanceInitiatedShutdownBehavior=stop). The machine
+# emulator recognises it too.
+POOL_STOP_LINE = "shutdown -h now"
+# How a failed boot starts its console line (operators grep the console output for it).
+BOOT_FAILED_LINE = "swarm-autoscaler: boot failed:"
+DOCKERD_WAIT_S = 300  # dockerd starts within seconds on the listed AMIs; a slow first boot pulls nothing yet
+JOIN_ATTEMPTS = 5  # spaced 5, 10, 15, 20 s apart: a manager mid-election answers again within that
+_MIME_BOUNDARY = "==swarm-autoscaler=="
+_LEAVE = "docker swarm leave --force >/dev/null 2>&1 || true\n"  # a started pool machine's old swarm
+# Long enough for any real join token and manager address: what the start-up check renders with.
+_WORST_TOKEN = "SWMTKN-1-" + "x" * 100
+_WORST_MANAGER = "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535"
+
+
+def join_line(token: str, manager_address: str, paused: bool = False) -> str:
+    """The swarm join. `paused`: the node joins with availability pause, so swarm places nothing there
+    until the daemon takes it in and sets it active (the dynamic mode: `Policy.join_paused`)."""
+    flag = "--availability pause " if paused else ""
+    return f"docker swarm join {flag}--token {shlex.quote(token)} {shlex.quote(manager_address)}"
+
+
+def _failure_handler(stop: bool) -> str:
+    """Defines `swarm_autoscaler_boot_failed REASON` and calls it when the script exits non-zero."""
+    then = f"    {POOL_STOP_LINE}\n" if stop else ""
+    return (
+        "# a boot that cannot finish says why on the console (added by swarm-autoscaler)\n"
+        "swarm_autoscaler_boot_failed() {\n"
+        "    trap - EXIT\n"
+        f'    echo "{BOOT_FAILED_LINE} $1 (host $(hostname))" >&2\n'
+        f"{then}"
+        "    exit 1\n"
+        "}\n"
+        'trap \'rc=$?; [ "$rc" -eq 0 ] || swarm_autoscaler_boot_failed "exit status $rc"\' EXIT\n'
+    )
+
+
+def _wait_and_join(join: str, first: str = "") -> str:
+    """Wait for dockerd, run `first`, then join with bounded retries (a node already in a swarm counts
+    as joined)."""
+    polls = DOCKERD_WAIT_S // 2
+    return (
+        "# wait for dockerd, then join the swarm as a worker, retried (added by swarm-autoscaler)\n"
+        "n=0\n"
+        "until docker info >/dev/null 2>&1; do\n"
+        "    n=$((n + 1))\n"
+        f'    [ "$n" -lt {polls} ] || swarm_autoscaler_boot_failed "dockerd did not answer within {DOCKERD_WAIT_S} s"\n'
+        "    sleep 2\n"
+        "done\n"
+        f"{first}"
+        "swarm_autoscaler_join() {\n"
+        "    [ \"$(docker info --format '{{.Swarm.LocalNodeState}}' 2>/dev/null)\" = active ] && return 0\n"
+        f"    {join}\n"
+        "}\n"
+        "n=0\n"
+        "until swarm_autoscaler_join; do\n"
+        "    n=$((n + 1))\n"
+        f'    [ "$n" -lt {JOIN_ATTEMPTS} ] || swarm_autoscaler_boot_failed "docker swarm join failed {JOIN_ATTEMPTS} times"\n'
+        "    sleep $((n * 5))\n"
+        "done\n"
+        "trap - EXIT\n"
+    )
+
+
+def _split_shebang(boot_script: str) -> tuple[str, str]:
+    """(the first line to run under, the boot script's body): a script without a shebang runs under bash."""
+    script = boot_script.strip("\n")
+    if script.startswith("#!"):
+        first, _, body = script.partition("\n")
+        return f"{first}\n", body.strip("\n")
+    return "#!/bin/bash\nset -eu\n", script
+
+
+def _every_boot(script: str) -> str:
+    """`script` as MIME multipart user data whose cloud-config makes cloud-init run it on every boot
+    (user data scripts run once per instance by default): a pool machine's user data is rewritten
+    before each start, and must run on that boot."""
+    b = _MIME_BOUNDARY
+    return (
+        f'Content-Type: multipart/mixed; boundary="{b}"\nMIME-Version: 1.0\n\n'
+        f'--{b}\nContent-Type: text/cloud-config; charset="us-ascii"\n\n'
+        "#cloud-config\ncloud_final_modules:\n- [scripts-user, always]\n\n"
+        f'--{b}\nContent-Type: text/x-shellscript; charset="us-ascii"\n\n{script}\n--{b}--\n'
+    )
+
+
+def render_user_data(boot_script: str, token: str, manager_address: str, paused: bool = False) -> str:
+    """The configured boot script, then the wait for dockerd and the swarm join (`join_line`), a failed
+    boot stopping the machine (module doc). A script without a shebang runs under bash."""
+    head, body = _split_shebang(boot_script)
+    body = f"{body}\n\n" if body else ""
+    return f"{head}{_failure_handler(stop=True)}\n{body}{_wait_and_join(join_line(token, manager_address, paused))}"
+
+
+def render_pool_user_data(boot_script: str) -> str:
+    """A warm-pool machine's first boot: the boot script, then stop (it never joins on that boot)."""
+    head, body = _split_shebang(boot_script)
+    body = f"{body}\n\n" if body else ""
+    return _every_boot(
+        f"{head}{_failure_handler(stop=False)}\n{body}"
+        f"# prepared for the warm pool: stop this machine (added by swarm-autoscaler)\ntrap - EXIT\n{POOL_STOP_LINE}\n"
+    )
+
+
+def render_start_user_data(token: str, manager_address: str, paused: bool = False) -> str:
+    """What a pool machine runs when started: leave the swarm it may have been in (its old node was
+    removed when it was stopped), then join afresh. The boot script already ran on its first boot."""
+    join = join_line(token, manager_address, paused)
+    return _every_boot(
+        "#!/bin/bash\nset -u\n"
+        f"{_failure_handler(stop=False)}"
+        "# started from the warm pool: leave the old swarm, join afresh (added by swarm-autoscaler)\n"
+        f"{_wait_and_join(join, first=_LEAVE)}"
+    )
+
+
+def check_user_data(type_name: str, boot_script: str) -> None:
+    """Refuse a type whose user data (launch or warm pool, rendered with a worst-case join) is over
+    EC2's limit: every launch of it would fail, so the daemon says so at start-up."""
+    for user_data in (
+        render_user_data(boot_script, _WORST_TOKEN, _WORST_MANAGER, paused=True),
+        render_pool_user_data(boot_script),
+    ):
+        size = len(user_data.encode())
+        if size > USER_DATA_LIMIT:
+            raise ConfigurationError(
+                f"the user data of instance type {type_name} is {size} bytes, over EC2's limit of "
+                f"{USER_DATA_LIMIT} (its boot script with the swarm join added): shorten that type's "
+                "boot script (AUTOSCALER_TYPES), for example by fetching the long part from S3"
+            )
