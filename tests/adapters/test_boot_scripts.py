@@ -18,6 +18,7 @@ from swarm_autoscaler.adapters.boot_scripts import (
     JOIN_ATTEMPTS,
     USER_DATA_LIMIT,
     check_user_data,
+    ecr_pull_lines,
     render_pool_user_data,
     render_start_user_data,
     render_user_data,
@@ -137,3 +138,26 @@ def test_scripts_are_posix(tmp_path: Path) -> None:
             done = subprocess.run(["dash", "-n"], input=script, text=True, capture_output=True, check=False)
             assert done.returncode == 0, done.stderr
     assert os.path.exists("/bin/dash")
+
+
+def test_ecr_images_are_pulled_after_a_login_with_the_instance_role(tmp_path: Path) -> None:
+    """`ecr_pull_lines` in a boot script, run with `aws` and `docker` stand-ins: the AWS CLI stands in for
+    ECR's GetAuthorizationToken through the instance role (a real AMI's CLI reads the role from IMDS)."""
+    ecr = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/team/dask-worker:2026.8.0-1"
+    other = "registry.example.com/team/tools:1"
+    boot = "#!/bin/sh\n" + ecr_pull_lines([ecr, other, ecr])
+    aws = tmp_path / "bin-extra"
+    aws.mkdir()
+    (aws / "aws").write_text('#!/bin/sh\necho "$*" >> "$(dirname "$0")/aws-calls"\necho ecr-password\n')
+    (aws / "aws").chmod(0o755)
+    user_data = render_user_data(boot, TOKEN, MANAGER).replace(
+        "#!/bin/sh\n", f"#!/bin/sh\nPATH={aws}:$PATH\n", 1
+    )
+    code, err, calls = _run(tmp_path, user_data)
+    assert code == 0, err
+    assert (aws / "aws-calls").read_text() == "ecr get-login-password --region eu-west-1\n"
+    lines = calls.splitlines()
+    login = lines.index("login --username AWS --password-stdin 123456789012.dkr.ecr.eu-west-1.amazonaws.com")
+    assert lines.index(f"pull --quiet {ecr}") > login and f"pull --quiet {other}" in lines
+    assert calls.count(f"pull --quiet {ecr}") == 1
+    assert ecr_pull_lines([]) == ""

@@ -10,7 +10,7 @@ are its own). The cloud is always torn down (LocalCloud's exit stack, then Local
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -19,13 +19,26 @@ from tests.e2e.helpers import booting_from_user_data, ec2_client
 
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud, LocalCloudOptions
 from swarm_autoscaler_lab.localcloud.dockerd import check_install
+from swarm_autoscaler_lab.localcloud.registry import LocalRegistry
+from swarm_autoscaler_lab.localcloud.registry import missing as registry_missing
 
 E2E_TYPES: dict[str, dict[str, Any]] = {"m5.large": {}, "m5.xlarge": {}, "r5.large": {}}
 CLUSTER = "e2e"
 
 
+@pytest.fixture(scope="session")
+def registry() -> Iterator[LocalRegistry]:
+    """A real private registry with authentication on a loopback address (Debian's docker-registry,
+    htpasswd): it stands in for ECR or a team's registry. The machines' worker image is pulled from it."""
+    lacking = registry_missing()
+    if lacking:
+        pytest.fail(f"the e2e suite needs {', '.join(lacking)}: run scripts/ensure-services.sh")
+    with LocalRegistry() as reg:
+        yield reg
+
+
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
-async def cloud() -> AsyncIterator[LocalCloud]:
+async def cloud(registry: LocalRegistry) -> AsyncIterator[LocalCloud]:
     missing = check_install()
     if missing:
         pytest.skip("the e2e suite needs a real local swarm: " + "; ".join(missing))
@@ -33,6 +46,8 @@ async def cloud() -> AsyncIterator[LocalCloud]:
         fast=True, real_swarm=True, cluster_name=CLUSTER, allowed_types=E2E_TYPES, max_instances=6, seed=3
     )
     async with LocalCloud(options) as lc:
+        # machines booting from user data pull the team worker image (no swarm_autoscaler) from it
+        lc.registry = registry
         yield lc
 
 

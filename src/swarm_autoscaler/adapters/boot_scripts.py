@@ -23,7 +23,9 @@ whose rendered user data is over EC2's 16 KiB.
 
 from __future__ import annotations
 
+import re
 import shlex
+from collections.abc import Sequence
 
 from swarm_autoscaler.errors import ConfigurationError
 
@@ -143,6 +145,36 @@ def render_start_user_data(token: str, manager_address: str, paused: bool = Fals
         "# started from the warm pool: leave the old swarm, join afresh (added by swarm-autoscaler)\n"
         f"{_wait_and_join(join, first=_LEAVE)}"
     )
+
+
+# <account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>...: an image in ECR
+ECR_IMAGE = re.compile(r"^(?P<host>\d{12}\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?)/")
+
+
+def ecr_pull_lines(images: Sequence[str]) -> str:
+    """Boot-script lines that pull `images` on the machine, logging in to ECR first (with the instance
+    role, through the AWS CLI) for each ECR registry among them: swarm's own pull uses the credentials
+    given at deploy time, which ECR expires after 12 hours, and falls back to an image already on the
+    node. Put them in a type's `boot_script` (docs/worker-service.md, "Pulling from ECR"). They wait for
+    dockerd first (bounded); a failed login or pull fails the boot, which then says so."""
+    if not images:
+        return ""
+    lines = [
+        "# pull the worker image, logging in to ECR with the instance role (swarm-autoscaler's ecr_pull_lines)",
+        'n=0; until docker info >/dev/null 2>&1; do n=$((n + 1)); [ "$n" -lt 150 ] || exit 1; sleep 2; done',
+    ]
+    registries: dict[str, str] = {}
+    for image in images:
+        found = ECR_IMAGE.match(image)
+        if found is not None:
+            registries.setdefault(found.group("host"), found.group("region"))
+    for host, region in registries.items():
+        lines.append(
+            f"aws ecr get-login-password --region {shlex.quote(region)}"
+            f" | docker login --username AWS --password-stdin {shlex.quote(host)}"
+        )
+    lines += [f"docker pull --quiet {shlex.quote(image)}" for image in dict.fromkeys(images)]
+    return "\n".join(lines) + "\n"
 
 
 def check_user_data(type_name: str, boot_script: str) -> None:

@@ -73,6 +73,7 @@ from distributed.security import Security
 
 from swarm_autoscaler.adapters.dask_check import MIN_DISTRIBUTED, PROBE, SchedulerCheck, cordon_problem
 from swarm_autoscaler.adapters.dask_fence import _FENCE, DEFAULT_FENCE_TTL, FENCE_PLUGIN, _make_recorders
+from swarm_autoscaler.adapters.dask_versions import READ_VERSIONS, VersionWarnings
 from swarm_autoscaler.adapters.hostnames import machine_hostname
 from swarm_autoscaler.core.model import Resources, Task, Worker
 from swarm_autoscaler.core.ports import Fence, WorkloadView
@@ -103,6 +104,7 @@ Client: Any = _Client
 def _make_state_reader() -> Callable[..., dict[str, Any]]:
     """The function `observe()` runs on the scheduler. Nested so cloudpickle sends it by value."""
     task, record = _make_recorders()
+    versions = READ_VERSIONS
 
     def read_state(dask_scheduler: Any, plugin_name: str, workers_only: bool = False) -> dict[str, Any]:
         workers = [record(ws) for ws in dask_scheduler.workers.values()]
@@ -110,6 +112,7 @@ def _make_state_reader() -> Callable[..., dict[str, Any]]:
             return {"workers": workers}
         hold = dask_scheduler.task_metadata.get("swarm-autoscaler-launch-hold")  # LAUNCH_HOLD_KEY
         return {
+            "versions": versions(dask_scheduler),
             "workers": workers,
             "unrunnable": [task(ts) for ts in dask_scheduler.unrunnable],
             "queued": [task(ts) for ts in dask_scheduler.queued],
@@ -327,6 +330,7 @@ class DaskWorkload:
         self._connecting = asyncio.Lock()
         self._changed = asyncio.Event()
         self.checked: SchedulerCheck | None = None
+        self.versions = VersionWarnings()  # Python/distributed disagreements, each logged once
 
     # --- the Workload port ------------------------------------------------------------------------
 
@@ -338,6 +342,7 @@ class DaskWorkload:
         state = await self._call(client.run_on_scheduler(_READ_STATE, plugin_name=PLUGIN_NAME))
         if not state["watching"]:  # the scheduler restarted since we registered: watch again
             await self._watch(client)
+        self.versions.check(state.get("versions") or {})
         now = self._clock()
         return WorkloadView(
             workers=tuple(self._worker(raw, now) for raw in state["workers"]),

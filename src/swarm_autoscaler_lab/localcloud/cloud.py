@@ -103,6 +103,9 @@ class LocalCloud:
         self._swarm: Any = None
         self._joiner: Any = None
         self._tasks: list[asyncio.Task[None]] = []
+        # A started `registry.LocalRegistry` (the e2e fixtures set it): the real boot then pulls the team
+        # worker image from it, with authentication, instead of loading a tarball into each node.
+        self.registry: Any = None
         self._tmp = tempfile.TemporaryDirectory(prefix="swarm-autoscaler-local-")
         self._stack = contextlib.AsyncExitStack()
 
@@ -211,22 +214,46 @@ class LocalCloud:
             await self.local_swarm.manager.docker("stack", "rm", WORKER_STACK)
 
     async def _start_real_boot(self) -> None:
-        """The worker image in the manager's engine, the worker service deployed, and every machine
-        booted from its user data with that image loaded first (no registry here: an AMI bakes it in)."""
-        from swarm_autoscaler_lab.localcloud.image import ensure_image, image_tarball
+        """The worker image, the worker service deployed, and every machine booted from its user data.
+        With `registry`: the team worker image (docker/worker.Dockerfile, no swarm_autoscaler) pushed once,
+        the stack deployed `--with-registry-auth`, and each node pulls it when swarm starts its task (what
+        ECR is to real machines). Without: the autoscaler's image loaded into each node first (an AMI that
+        bakes it in)."""
+        from swarm_autoscaler_lab.localcloud.image import (
+            IMAGE,
+            ensure_image,
+            ensure_worker_image,
+            image_tarball,
+        )
         from swarm_autoscaler_lab.localcloud.userdata import UserDataBoot, deploy_worker_stack
 
         assert self.emulator is not None
         swarm = self.local_swarm
-        await asyncio.to_thread(ensure_image, swarm.manager)
+        if self.registry is not None:
+            await asyncio.to_thread(ensure_worker_image, swarm.manager)
+            image = await asyncio.to_thread(self._push_worker_image)
+            preload = []
+        else:
+            await asyncio.to_thread(ensure_image, swarm.manager)
+            image, preload = IMAGE, [image_tarball()]
         await asyncio.to_thread(
             deploy_worker_stack,
             swarm,
             cluster_name=self.options.cluster_name,
             scheduler_address=self.scheduler_address,
+            image=image,
+            cli_env=self.registry.cli_env() if self.registry is not None else None,
         )
-        tarball = image_tarball()
-        self.emulator.user_data_boot = UserDataBoot(swarm, preload=[tarball])
+        self.emulator.user_data_boot = UserDataBoot(swarm, preload=preload)
+
+    def _push_worker_image(self) -> str:
+        from swarm_autoscaler_lab.localcloud.image import WORKER_IMAGE, worker_image_key
+
+        return str(
+            self.registry.push(
+                self.local_swarm.manager, WORKER_IMAGE, f"team/dask-worker:{worker_image_key()}"
+            )
+        )
 
     def owner_tags(self) -> dict[str, str]:
         from swarm_autoscaler.adapters.ec2 import owner_tags

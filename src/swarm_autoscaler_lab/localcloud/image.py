@@ -11,6 +11,11 @@ Steps, each cached under `build/` (ignored by git):
    image (Dockerfile, pyproject.toml, README.md, src/): the next run loads that file instead of building.
 
 Contract: `ensure_image(node)` leaves `IMAGE` loaded in `node`'s dockerd and returns its size in bytes.
+
+The team worker image (`ensure_worker_image`, `WORKER_IMAGE`): docker/worker.Dockerfile as a team would
+build it, on the same Debian base (python 3.11) with `distributed` from the same wheels and our
+entrypoint script, and nothing of swarm-autoscaler; the e2e suite pushes it to a local registry
+(`localcloud.registry`) and runs the worker service from it. Cached as `build/image/worker-<key>.tar`.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from swarm_autoscaler_lab.localcloud.dockerd import LocalNode, LocalSwarm, _cli_
 ROOT = Path(__file__).resolve().parents[3]
 BUILD = ROOT / "build"
 IMAGE = "swarm-autoscaler:local"
+WORKER_IMAGE = "team-dask-worker:local"  # docker/worker.Dockerfile: distributed, no swarm_autoscaler
 BASE_IMAGE = "swarm-autoscaler-base:bookworm"
 SUITE = "bookworm"  # the host's Debian: the wheels built here match its python3 (3.11)
 MIRRORS = (
@@ -102,6 +108,7 @@ def image_key(debug: bool = False) -> str:
     digest = hashlib.sha256(b"debug" if debug else b"runtime")
     files = [
         ROOT / "docker" / "Dockerfile",
+        ROOT / "docker" / "worker-entrypoint.sh",
         ROOT / ".dockerignore",
         ROOT / "pyproject.toml",
         ROOT / "README.md",
@@ -144,6 +151,48 @@ def ensure_image(node: LocalNode, tag: str = IMAGE, debug: bool = False) -> int:
     else:
         build_image(node, tag, debug)
         for old in cache.parent.glob(f"{flavour}-*.tar"):
+            old.unlink()
+        partial = cache.with_suffix(".partial")
+        node.docker_sync("save", "-o", str(partial), tag, timeout=300)
+        partial.rename(cache)
+    return int(node.docker_sync("image", "inspect", "-f", "{{.Size}}", tag))
+
+
+def worker_image_key() -> str:
+    """A hash of the team worker image's inputs (its Dockerfile, the entrypoint, the pinned wheels)."""
+    digest = hashlib.sha256(b"worker")
+    for path in (
+        ROOT / "docker" / "worker.Dockerfile",
+        ROOT / "docker" / "worker-entrypoint.sh",
+        ROOT / ".dockerignore",
+        ROOT / "pyproject.toml",
+    ):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def ensure_worker_image(node: LocalNode, tag: str = WORKER_IMAGE) -> int:
+    """Load the cached team worker image into `node`, or build it from docker/worker.Dockerfile (offline,
+    on the Debian base, `distributed` from the wheelhouse) and cache it; its size in bytes."""
+    cache = BUILD / "image" / f"worker-{worker_image_key()}.tar"
+    if cache.exists():
+        node.docker_sync("load", "-i", str(cache), timeout=300)
+    else:
+        base = base_rootfs()
+        wheelhouse()
+        node.docker_sync("import", str(base), BASE_IMAGE, timeout=300)
+        env = {**_cli_env(), "DOCKER_BUILDKIT": "0"}
+        cmd = [
+            _docker_cli(), "-H", node.docker_url, "build", "--network", "none", "--quiet",
+            "-f", "docker/worker.Dockerfile", "--build-arg", f"BASE={BASE_IMAGE}", "-t", tag, ".",
+        ]  # fmt: skip
+        done = subprocess.run(
+            cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=900, check=False
+        )
+        if done.returncode != 0:
+            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-20:])
+            raise ConfigurationError(f"docker build of the worker image failed:\n{tail}")
+        for old in cache.parent.glob("worker-*.tar"):
             old.unlink()
         partial = cache.with_suffix(".partial")
         node.docker_sync("save", "-o", str(partial), tag, timeout=300)

@@ -260,19 +260,23 @@ def deploy_worker_stack(
     scheduler_address: str,
     image: str = IMAGE,
     stack: str = WORKER_STACK,
+    cli_env: Mapping[str, str] | None = None,
 ) -> None:
     """`docker stack deploy` of docker/worker-stack.yml on `swarm`'s manager: the dask worker as a global
     service on the nodes labelled ours, each task mounting its own node's `/etc/swarm-autoscaler` (node
-    folders are `<base>/<hostname>`: `node_etc`), where its user data wrote the worker env file. Blocking."""
+    folders are `<base>/<hostname>`: `node_etc`), where its user data wrote the worker env file. Deployed
+    `--with-registry-auth`, as docs/worker-service.md says: with `cli_env` logged in to a registry
+    (`LocalRegistry.cli_env`), swarm hands those credentials to every node that pulls `image`. Blocking."""
     env = {
-        **_cli_env(),
+        **(cli_env or _cli_env()),
         "DOCKER_HOST": swarm.manager_url,
         "WORKER_IMAGE": image,
         "AUTOSCALER_CLUSTER_NAME": cluster_name,
         "DASK_SCHEDULER_ADDRESS": scheduler_address,
         "WORKER_ENV_DIR": f"{swarm.base_dir}/{{{{.Node.Hostname}}}}/etc-swarm-autoscaler",
     }
-    cmd = [_docker_cli(), "stack", "deploy", "-c", str(ROOT / "docker" / "worker-stack.yml"), stack]
+    compose = str(ROOT / "docker" / "worker-stack.yml")
+    cmd = [_docker_cli(), "stack", "deploy", "--with-registry-auth", "-c", compose, stack]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False)
     if done.returncode != 0:
         raise EndpointError(
