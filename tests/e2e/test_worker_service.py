@@ -35,7 +35,6 @@ from tests.e2e.helpers import (
 from swarm_autoscaler.core.actions import Terminate
 from swarm_autoscaler.core.model import GIB
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
-from swarm_autoscaler_lab.localcloud.image import image_tarball
 
 pytestmark = [pytest.mark.e2e, pytest.mark.swarm, pytest.mark.timeout(900)]
 
@@ -55,7 +54,13 @@ async def test_machines_boot_from_user_data_into_the_worker_service(cloud: Local
     # /etc/swarm-autoscaler, see userdata.node_etc); then each machine boots from its user data
     async with booting_from_user_data(lc):
         t = phase("image and worker service", t, phases)
-        assert image_tarball().exists()  # built or loaded, and cached for each new node's load
+        # the team's image (docker/worker.Dockerfile) from the private registry (standing in for ECR),
+        # which has distributed and the entrypoint script but not swarm_autoscaler
+        label = '{{index .Spec.Labels "com.docker.stack.image"}}'
+        ref = await manager.docker("service", "inspect", SERVICE, "--format", label)
+        assert lc.registry is not None and ref.startswith(f"{lc.registry.host}/team/dask-worker:"), ref
+        probe = "import importlib.util as u, sys; sys.exit(u.find_spec('swarm_autoscaler') is not None)"
+        await manager.docker("run", "--rm", "--network", "none", "--entrypoint", "python3", ref, "-c", probe)
         async with lc.daemon() as daemon:
             running = await start(daemon)
             try:
@@ -80,6 +85,13 @@ async def test_machines_boot_from_user_data_into_the_worker_service(cloud: Local
                     workers = {addr: scheduler.workers[addr] for addrs in ran_on.values() for addr in addrs}
                     results = [(str(ws.name), dict(ws.resources)) for ws in workers.values()]
                     t = phase("tasks run", t, phases)
+                    # each new node pulled the image from the registry; none had a tarball loaded
+                    for iid in set(owned_instances(lc)) - before:
+                        node = lc.local_swarm.nodes.get(emulator.os_hostnames.get(iid, ""))
+                        if node is not None:
+                            images = await node.docker("image", "ls", "--format", "{{.Repository}}")
+                            assert ref.rsplit(":", 1)[0] in images.split(), images
+                            assert "swarm-autoscaler" not in images.split(), images
                 launched = {
                     iid: inst
                     for iid, inst in owned_instances(

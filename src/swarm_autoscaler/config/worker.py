@@ -5,8 +5,9 @@ The daemon renders, for each allowed type, a few shell lines that go first in th
 the machine: the instance type and the resources a worker there publishes, the type's catalogue figures
 minus its configured overhead, with `RAM` in bytes and the type's pin `instance-type:<type>=1e9`. The
 worker global service (`docker/worker-stack.yml`) mounts that folder read-only, and its entrypoint
-(`python -m swarm_autoscaler.runtime.worker`) starts `dask worker` with those resources, named after the
-node's hostname so that `AUTOSCALER_DASK_WORKER_HOSTNAME_PATTERN` finds the machine.
+(`docker/worker-entrypoint.sh`, or `python -m swarm_autoscaler.runtime.worker`) starts `dask worker` with
+those resources and a memory limit of the RAM it publishes, named after the node's hostname so that
+`AUTOSCALER_DASK_WORKER_HOSTNAME_PATTERN` finds the machine.
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ def worker_env(itype: InstanceType, allowed: AllowedType) -> dict[str, str]:
         "SWARM_AUTOSCALER_INSTANCE_TYPE": itype.name,
         "SWARM_AUTOSCALER_WORKER_NTHREADS": str(max(1, int(resources["CPU"]))),
         "SWARM_AUTOSCALER_WORKER_RESOURCES": " ".join(f"{k}={_amount(v)}" for k, v in resources.items()),
+        # dask's memory limit = the RAM it publishes: the worker spills, pauses and is restarted by its
+        # nanny's rules before a task sized to the type takes the machine (and its dockerd) down
+        "SWARM_AUTOSCALER_WORKER_MEMORY_LIMIT": _amount(resources["RAM"]),
     }
 
 

@@ -69,7 +69,7 @@ def worker_argv(env_file: Mapping[str, str], environ: Mapping[str, str], extra: 
         "dask", "worker", scheduler, "--name", name,
         "--nthreads", env_file.get("SWARM_AUTOSCALER_WORKER_NTHREADS", "1"), "--nworkers", "1",
         "--resources", env_file["SWARM_AUTOSCALER_WORKER_RESOURCES"],
-        "--memory-limit", "0", "--no-dashboard", *(["--host", host] if host else []), *extra,
+        "--memory-limit", env_file.get("SWARM_AUTOSCALER_WORKER_MEMORY_LIMIT", "0"), "--no-dashboard", *(["--host", host] if host else []), *extra,
     ]  # fmt: skip
 
 
