@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 from distributed import Client
-from tests.e2e.helpers import IMAGE_WORKERS_DIFFER, phase, wait_for
+from tests.e2e.helpers import IMAGE_WORKERS_DIFFER, hostname_of, phase, short_names, wait_for
 from tests.e2e.keeper_helpers import primaries_of, wait_gone, wait_state, workers_of
 
 from swarm_autoscaler.core.catalogue import CATALOGUE
@@ -239,20 +239,18 @@ async def _life(
             ran_on = {a for addrs in (await client.who_has(futures)).values() for a in addrs}
             # each worker's name, as the worker service set it ({{.Node.Hostname}}), read on the worker
             named = await client.run(os.getenv, "DASK_WORKER_NAME")
-            names = {str(named[a]) for a in ran_on}
+            names = short_names(str(named[a]) for a in ran_on)  # half the machines: the full DNS name
     finally:
         _print_services(swarm, kc, cid)
     t = phase("work over TLS: the cluster's autoscaler launches workers, they boot and compute", t, phases)
     every = kc.instances(("pending", "running", "terminated", "shutting-down"))
-    hostnames = {
-        i["PrivateDnsName"].split(".")[0] for iid, i in every.items() if iid != primary["InstanceId"]
-    }
+    hostnames = {hostname_of(i) for iid, i in every.items() if iid != primary["InstanceId"]}
     assert 1 <= peak <= 2 and names and names <= hostnames, (peak, names, hostnames)
     # the workers joined the primary's swarm, not the keeper's (the session swarm's manager)
     on_primary = await primary_node.docker("node", "ls", "--format", "{{.Hostname}}")
-    assert names <= set(on_primary.split()), on_primary
+    assert names <= short_names(on_primary.split()), on_primary
     on_keeper = await swarm.manager.docker("node", "ls", "--format", "{{.Hostname}}")
-    assert not names & set(on_keeper.split()), on_keeper
+    assert not names & short_names(on_keeper.split()), on_keeper
 
     await wait_gone(api, path, IDLE + 120)
     await _wait_no_instances(kc)

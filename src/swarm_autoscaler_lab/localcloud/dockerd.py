@@ -448,11 +448,25 @@ class LocalSwarm:
         if address is None:
             address = f"127.0.0.{self._next_address}"
             self._next_address += 1
-        node = LocalNode(hostname, address, self.base_dir / hostname, machine_mounts=machine_mounts)
+        node = LocalNode(hostname, address, self._folder_of(hostname), machine_mounts=machine_mounts)
         self.nodes[hostname] = node
         self._spawn(node)
         await node.wait_ready(self.start_timeout)
         return node
+
+    def _folder_of(self, hostname: str) -> Path:
+        """The node's folder, named by its hostname's first label: a full private DNS name
+        (`ip-10-0-1-23.ec2.internal`, as Amazon Linux reports) would make containerd's socket paths
+        longer than a unix socket may be (104 bytes). `<base>/<hostname>` links to it, so the services'
+        `{{.Node.Hostname}}` folder template still finds it."""
+        short = hostname.split(".", 1)[0]
+        folder = self.base_dir / short
+        if short != hostname:
+            folder.mkdir(parents=True, exist_ok=True)
+            link = self.base_dir / hostname
+            if not link.is_symlink():
+                link.symlink_to(short)
+        return folder
 
     async def add_workers(self, hostnames: list[str]) -> list[LocalNode]:
         """Start and join several worker nodes concurrently."""
