@@ -124,7 +124,13 @@ async def run_demo(opts: DemoOptions) -> dict[str, Any]:
     from distributed import Client
 
     started = time.monotonic()
-    cloud_opts = LocalCloudOptions(fast=opts.fast, real_swarm=opts.swarm, real_boot=opts.swarm)
+    # the scheduler as the README deploys it (docker/scheduler-stack.yml): with the packing preload
+    cloud_opts = LocalCloudOptions(
+        fast=opts.fast,
+        real_swarm=opts.swarm,
+        real_boot=opts.swarm,
+        scheduler_preload=("swarm_autoscaler.adapters.dask_packing",),
+    )
     async with LocalCloud(cloud_opts) as lc, lc.daemon() as daemon:
         recorder = Recorder(started, lc.min_plus_reserve)
         previous_hook = daemon.on_tick
