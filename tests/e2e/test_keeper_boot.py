@@ -32,6 +32,7 @@ import subprocess
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from distributed import Client
@@ -42,7 +43,7 @@ from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.keeper.adapters.tags import WORKER_KEEPER_TAG
 from swarm_autoscaler_lab.demo.clusters import KeeperApi
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
-from swarm_autoscaler_lab.localcloud.dockerd import LocalSwarm, _cli_env, _docker_cli
+from swarm_autoscaler_lab.localcloud.dockerd import LocalNode, LocalSwarm, _cli_env, _docker_cli
 from swarm_autoscaler_lab.localcloud.dockerd_joiner import DockerdJoiner
 from swarm_autoscaler_lab.localcloud.image import IMAGE, ROOT, ensure_image, image_tarball
 from swarm_autoscaler_lab.localcloud.keepercloud import KeeperCloud, KeeperCloudOptions, primary_tags
@@ -206,7 +207,8 @@ async def _life(
     (primary,) = primaries_of(kc, cid)
     ip = primary["PrivateIpAddress"]
     assert body["scheduler_url"] == f"tls://{ip}:8786"
-    primary_node = swarm.nodes[primary["PrivateDnsName"].split(".")[0]]
+    primary_node = _node_of(swarm, primary)
+    assert primary_node is not None, sorted(swarm.nodes)
     assert primary_node.address == ip and address_of(primary_node.hostname) == ip
 
     async def all_services() -> bool:  # the boot script creates them (detached) after the scheduler
@@ -268,10 +270,16 @@ async def _wait_no_instances(kc: KeeperCloud) -> None:
     await wait_for(lambda: kc.instances() == {}, 120, "every cluster machine terminated", step=1.0)
 
 
+def _node_of(swarm: LocalSwarm, inst: dict[str, Any]) -> LocalNode | None:
+    """The machine's dockerd node, named as its OS reports its hostname: short or the full DNS name."""
+    full = str(inst["PrivateDnsName"])
+    return swarm.nodes.get(full) or swarm.nodes.get(full.split(".", 1)[0])
+
+
 def _print_services(swarm: LocalSwarm, kc: KeeperCloud, cid: str) -> None:
     """What the primary's services said (for a failure's report)."""
     for inst in primaries_of(kc, cid):
-        node = swarm.nodes.get(inst["PrivateDnsName"].split(".")[0])
+        node = _node_of(swarm, inst)
         if node is None:
             continue
         for service in ("dask-scheduler", "autoscaler", "dask-worker"):

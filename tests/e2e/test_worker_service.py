@@ -85,13 +85,13 @@ async def test_machines_boot_from_user_data_into_the_worker_service(cloud: Local
                     workers = {addr: scheduler.workers[addr] for addrs in ran_on.values() for addr in addrs}
                     results = [(str(ws.name), dict(ws.resources)) for ws in workers.values()]
                     t = phase("tasks run", t, phases)
-                    # each new node pulled the image from the registry; none had a tarball loaded
-                    for iid in set(owned_instances(lc)) - before:
-                        node = lc.local_swarm.nodes.get(emulator.os_hostnames.get(iid, ""))
-                        if node is not None:
-                            images = await node.docker("image", "ls", "--format", "{{.Repository}}")
-                            assert ref.rsplit(":", 1)[0] in images.split(), images
-                            assert "swarm-autoscaler" not in images.split(), images
+                    # each node that ran the work pulled the image from the registry; none had a
+                    # tarball loaded (a worker is named after its node: its OS hostname)
+                    for ws in workers.values():
+                        node = lc.local_swarm.nodes[str(ws.name)]
+                        images = await node.docker("image", "ls", "--format", "{{.Repository}}")
+                        assert ref.rsplit(":", 1)[0] in images.split(), images
+                        assert "swarm-autoscaler" not in images.split(), images
                 launched = {
                     iid: inst
                     for iid, inst in owned_instances(

@@ -461,8 +461,8 @@ class LocalSwarm:
         `{{.Node.Hostname}}` folder template still finds it."""
         short = hostname.split(".", 1)[0]
         folder = self.base_dir / short
-        if short != hostname:
-            folder.mkdir(parents=True, exist_ok=True)
+        if short != hostname:  # the link may point at the folder before it exists (the spawn makes it)
+            self.base_dir.mkdir(parents=True, exist_ok=True)
             link = self.base_dir / hostname
             if not link.is_symlink():
                 link.symlink_to(short)

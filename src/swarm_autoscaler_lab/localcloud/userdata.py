@@ -200,11 +200,13 @@ async def run_user_data(
 
 
 def address_of(hostname: str) -> str | None:
-    """The private IP in an EC2 hostname (`ip-127-5-0-4` -> `127.5.0.4`), if it is a loopback one."""
-    if not hostname.startswith("ip-"):
+    """The private IP in an EC2 hostname (`ip-127-5-0-4` or `ip-127-5-0-4.ec2.internal` -> `127.5.0.4`),
+    if it is a loopback one."""
+    label = hostname.split(".", 1)[0]
+    if not label.startswith("ip-"):
         return None
     try:
-        ip = ipaddress.IPv4Address(hostname[3:].replace("-", "."))
+        ip = ipaddress.IPv4Address(label[3:].replace("-", "."))
     except ValueError:
         return None
     return str(ip) if ip.is_loopback else None
