@@ -18,6 +18,7 @@ from tests.adapters.ec2.ec2_helpers import BOOT_SCRIPT, CloudFactory
 from swarm_autoscaler.adapters.ec2_launch import quota_name
 from swarm_autoscaler.adapters.ec2_support import HOSTNAME_TAG
 from swarm_autoscaler.daemon.loop import InFlightCloud
+from swarm_autoscaler.errors import ConfigurationError
 from swarm_autoscaler_lab.localcloud import FaultInjector, LocalNetwork, StrictEc2
 from swarm_autoscaler_lab.localcloud.ec2_strict import running_now as running
 
@@ -116,6 +117,8 @@ async def test_user_data_must_be_base64_of_at_most_16_kib(
     # what the adapter sends passes, and a boot script too long for EC2 never leaves the process
     cloud = await make_cloud()
     assert len((await cloud.launch(TYPE, 1, {})).instances) == 1
-    long = await make_cloud(allowed_types={TYPE: (network.ami_id, "echo " + "x" * 17000)})
-    result = await long.launch(TYPE, 1, {})
-    assert result.error is not None and "16384" in result.error
+    # refused at start-up, naming the type (adapters.boot_scripts.check_user_data), before any launch
+    with pytest.raises(
+        ConfigurationError, match=rf"instance type {TYPE} is \d+ bytes, over EC2's limit of 16384"
+    ):
+        await make_cloud(allowed_types={TYPE: (network.ami_id, "echo " + "x" * 17000)})
