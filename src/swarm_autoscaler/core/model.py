@@ -376,8 +376,8 @@ class Policy:
     - `subnets`: the subnets a launch may use (empty: one, chosen by EC2). A type counts as refused for
       capacity only while it is refused in every one of them (see backoff.py).
     - `max_unready_share`: the safety stop (safety.py): while more than this share of our nodes are
-      down or unreachable (and at least two), scale-down and the termination of long-down machines halt;
-      scale-up goes on (1 = never).
+      down or unreachable (and at least two), scale-down and the termination of long-down machines (and
+      of broken ones whose node is down) halt; scale-up goes on (1 = never).
     - `max_machine_age`: a machine older than this is replaced, replacement first (drift.py; 0 = never).
     - `budgets`: disruption budgets (`Budget`, core/budgets.py); none: no bound.
     - `join_paused`: machines join the swarm paused (the dynamic mode's boot script), and the planner

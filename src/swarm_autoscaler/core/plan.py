@@ -43,7 +43,8 @@ voluntary disruption (scale-down, consolidation, drift, expiry) passes budgets.p
 budgets and do-not-disrupt (`Plan.held`).
 
 The safety stop (safety.py): while more than `max_unready_share` of our nodes are down or unreachable,
-steps 5 and 6 and the termination of long-down machines (step 4) halt; scale-up goes on (`Plan.halted`).
+steps 5 and 6 and the termination of long-down machines, and of broken ones whose node is down (step 4),
+halt; scale-up goes on (`Plan.halted`).
 
 A machine whose worker runs or queues a task, or holds unique data, is never drained, retired or
 terminated, unless EC2 gave notice it takes it back (interrupt.py: its worker is retired whatever it

@@ -10,10 +10,15 @@ machine is a machine failure, not a partition), the plan holds every step that r
 idleness or for being down:
 
 - scale-down (retire, drain, terminate or stop idle machines) and consolidation (cordons);
-- the termination of a machine whose node stayed down past `node_down_timeout`.
+- the termination of a machine whose node stayed down past `node_down_timeout`;
+- the termination of a broken machine whose node joined but is down (shrink._cut_off): the daemon had
+  not yet seen it ready with a worker when the partition came, and no worker reaches a node its
+  managers cannot reach, so "not up with a worker within max_start_time" is what a partition fakes.
+  Terminated, it would also leave the count, and the stop could lift while the partition lasts.
 
 Scale-up goes on (tasks still get machines), and so do the repairs that remove nothing a partition
-can hide: machines that never joined, nodes whose instance EC2 says is gone or shutting down, and the
+can hide: machines that never joined (no node), a broken machine whose node is ready, stopped
+machines outside the warm pool, nodes whose instance EC2 says is gone or shutting down, and the
 machines EC2 takes back (interrupt.py). `Plan.halted` says why; the daemon logs one warning when the
 stop begins and one line when it ends, and exposes `autoscaler_scale_down_halted`.
 """

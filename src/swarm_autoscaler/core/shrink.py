@@ -69,11 +69,14 @@ def _broken_checks(member: Member) -> tuple[Check, ...]:
 def repair(facts: Facts, halted: bool = False) -> Step:
     """Broken instances, vanished, long-down or terminated machines' nodes, and terminations that did
     not take. Runs even while work is pending. `halted` (the safety stop, safety.py): a machine whose
-    node stayed down is not terminated (its down mark is still kept)."""
+    node stayed down is not terminated (its down mark is still kept), nor a broken one whose node is
+    down (`_cut_off`)."""
     cluster, policy, now = facts.cluster, facts.policy, facts.now
     steps = []
     steps += [
-        terminate(m, broken_reason(m, policy), _broken_checks(m), now) for m in cluster.broken if not m.busy
+        terminate(m, broken_reason(m, policy), _broken_checks(m), now)
+        for m in cluster.broken
+        if not m.busy and not (halted and _cut_off(m))
     ]
     steps += [_repair_disconnected(facts, m, halted) for m in cluster.disconnected]
     steps += [_remove_terminated(m) for m in cluster.terminating]
@@ -84,6 +87,15 @@ def repair(facts: Facts, halted: bool = False) -> Step:
         tuple(m for s in steps for m in s.marks),
         frozenset(n for s in steps for n in s.removed),
     )
+
+
+def _cut_off(member: Member) -> bool:
+    """A broken member a partition can fake: its instance runs and its node joined but is not ready.
+    No worker reaches (or is seen on) a node its managers cannot reach, so "not up with a worker" says
+    nothing about the machine while the node is down. One that never joined (no node), or whose node
+    is ready, or that EC2 lists as stopped, is broken whatever the network does."""
+    inst, node = member.instance, member.node
+    return inst is not None and inst.alive and node is not None and node.status != NodeStatus.READY
 
 
 def _remove(member: Member, reason: str) -> Step:
