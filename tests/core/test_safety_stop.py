@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from tests.builders import NOW, assemble, machine, make_policy, make_task
+from tests.builders import NOW, assemble, machine, make_instance, make_policy, make_task
 
 from swarm_autoscaler.core.actions import Cordon, DrainNode, Launch, RetireWorkers, Stop, Terminate
-from swarm_autoscaler.core.model import NodeMarks, NodeStatus
+from swarm_autoscaler.core.model import InstanceState, NodeMarks, NodeStatus
 from swarm_autoscaler.core.plan import plan
 
 POLICY = make_policy(drain_delay=60, termination_delay=60, node_down_timeout=300, max_instances=10)
@@ -102,10 +102,14 @@ def test_a_joined_machine_the_partition_cut_off_before_its_worker_came_is_not_te
 
 def test_while_halted_a_machine_that_never_joined_or_is_ready_without_a_worker_is_still_repaired() -> None:
     """What a partition cannot fake is still repaired during the stop: an instance with no node past
-    max_start_time (it never joined), and a node that is ready but has no worker."""
+    max_start_time (it never joined), a node that is ready but has no worker, and a machine EC2 lists
+    as stopped (outside any warm pool) whose node is down because it is stopped."""
     never_joined = (machine(4, age=1000)[0], None, None)
     ready_no_worker = machine(5, worker=False, marks=NodeMarks(), age=1000)
-    snapshot = assemble(down(1), down(2), down(3), never_joined, ready_no_worker)
+    _, node, _ = machine(6, worker=False, status=NodeStatus.DOWN, marks=NodeMarks(ready=True))
+    stopped = (make_instance(6, state=InstanceState.STOPPED), node, None)
+    snapshot = assemble(down(1), down(2), down(3), never_joined, ready_no_worker, stopped)
     result = plan(snapshot, POLICY)
-    assert result.halted.startswith("3 of 4 owned nodes")
-    assert sorted(i for a in result.of_kind(Terminate) for i in a.instance_ids) == ["i-0004", "i-0005"]  # type: ignore[attr-defined]
+    assert result.halted.startswith("4 of 5 owned nodes")
+    ended = sorted(i for a in result.of_kind(Terminate) for i in a.instance_ids)  # type: ignore[attr-defined]
+    assert ended == ["i-0004", "i-0005", "i-0006"]
