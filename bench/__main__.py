@@ -31,6 +31,10 @@ BENCHMARKS: dict[str, str] = {
 
 
 def main(argv: list[str]) -> int:
+    if {"-h", "--help"} & set(argv):  # a flag is passed to every benchmark: without this, --help ran them all
+        print(__doc__)
+        print(f"benchmarks: {', '.join(BENCHMARKS)}")
+        return 0
     flags = [a for a in argv if a.startswith("-")]
     names = [a for a in argv if not a.startswith("-")] or list(BENCHMARKS)
     unknown = [n for n in names if n not in BENCHMARKS]
