@@ -121,6 +121,7 @@ class Machine:
     committed: bool = False  # the boot got past its sleep: joining or starting its worker
     worker_up_at: float | None = None  # when its worker first registered (emulator clock)
     prepared: bool = False  # booted into the warm pool and stopped itself
+    prepared_at: float | None = None  # when it stopped itself (emulator clock)
     from_user_data: bool = False  # ran its own user data (the real boot): swarm runs its worker
 
 
@@ -183,10 +184,16 @@ class MachineEmulator:
             await asyncio.sleep(interval)
 
     async def step(self) -> None:
+        asked = self.clock()
         live = await asyncio.to_thread(self._describe)
         now = self.clock()
         self.listing, self.listed_at = live, now
         for iid, (dns_name, type_name) in live.items():
+            known = self.machines.get(iid)
+            if known is not None and known.prepared_at is not None and known.prepared_at < asked:
+                # it stopped itself before this listing began and is live again: started from the pool
+                # between two steps (never seen stopped), so it boots again below
+                self.machines.pop(iid)
             if iid not in self.machines:
                 never = iid in self.never_join_ids or self._rng.random() < self.never_join_rate
                 machine = Machine(iid, self.os_hostname(iid, dns_name), type_name, now, never_joins=never)
@@ -248,7 +255,7 @@ class MachineEmulator:
             self.booted.add(machine.instance_id)
             if line is None:  # prepared for the warm pool: the machine shuts itself down
                 await asyncio.to_thread(self._ec2.stop_instances, InstanceIds=[machine.instance_id])
-                machine.prepared = True
+                machine.prepared, machine.prepared_at = True, self.clock()
                 self.prepared_total += 1
                 log.info("machine prepared for the warm pool and stopped", hostname=machine.hostname)
                 return
@@ -278,7 +285,7 @@ class MachineEmulator:
             return
         if run.powered_off:  # the warm pool's first boot ends with shutdown: InitiatedShutdownBehavior=stop
             await asyncio.to_thread(self._ec2.stop_instances, InstanceIds=[machine.instance_id])
-            machine.prepared = True
+            machine.prepared, machine.prepared_at = True, self.clock()
             self.prepared_total += 1
             log.info("machine ran its user data and stopped", hostname=machine.hostname)
             return
