@@ -33,6 +33,9 @@ take the full form; a machine keeps its form across stops and starts (`os_hostna
 matching is tested on both (`adapters.hostnames`).
 
 Faults for tests: `never_join` (instance ids or a probability) makes a machine boot but never join.
+
+Why one file of this size: one machine's life (seen, booted by either path, prepared, started again,
+stopped, gone) is one state machine over one `Machine` record; split, each half would re-read the other.
 """
 
 from __future__ import annotations
