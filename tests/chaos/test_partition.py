@@ -6,7 +6,8 @@ twice `AUTOSCALER_NODE_DOWN_TIMEOUT`, while their machines and dask workers run 
 every retirement's drain, removal and termination of a partitioned host while the partition lasts:
 there must be none. Without the stop (AUTOSCALER_MAX_UNREADY_SHARE=1, seed 184640, run by hand on
 2026-12-05) all 4 partitioned machines were terminated and their nodes removed; with it, none. The
-daemon logs a `scale-down halted` warning; after the partition heals, the fleet settles as usual."""
+daemon logs a `scale-down halted` warning; after the partition heals, the fleet settles as usual.
+The partition comes once the fleet is full (8 workers): in a growing fleet the share is diluted."""
 
 from __future__ import annotations
 
@@ -37,8 +38,15 @@ def test_a_partition_that_makes_most_nodes_look_down_disrupts_none_of_them(tmp_p
     )
     report = run_chaos(config, tmp_path)
     print(report.summary())
-    print(f"  partitioned: {report.partitioned} node(s); their disruptions: {report.partition_disruptions}")
+    print(
+        f"  partitioned: {report.partitioned} of {report.partition_fleet} worker node(s); "
+        f"their disruptions: {report.partition_disruptions}"
+    )
     assert report.partitioned >= 2, "the fleet was too small at the partition: nothing was tested"
+    # Partitioned before the fleet was full, scale-up (which goes on) would add ready nodes until the
+    # down share fell under 45%: then the stop lifts by its own rule (docs/planning.md rule 11) and the
+    # long-down machines are terminated, which this test is not about (seed 531134 did so at 3 of 7).
+    assert report.partition_fleet >= 8, f"the fleet never filled ({report.partition_fleet} of 8 workers)"
     assert report.partition_disruptions == {}, report.partition_disruptions
     assert report.hits == [], report.hits
     log = (tmp_path / "daemon.log").read_text()

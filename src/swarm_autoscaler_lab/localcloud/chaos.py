@@ -45,6 +45,7 @@ from swarm_autoscaler_lab.localcloud.cloudhost import WorldOptions
 _WORLD_MODULE = "swarm_autoscaler_lab.localcloud.cloudhost_main"
 READY_TIMEOUT_S = 90.0
 SETTLED_POLLS = 5
+PARTITION_FULL_WAIT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +59,10 @@ class ChaosConfig:
     kill_at: float | None = 28.0  # SIGKILL and restart the daemon then (None: never)
     cancel_at: float = 45.0
     settle_timeout: float = 240.0  # bounded; slow to converge under load (one run did not within 120 s)
-    # (at, seconds, share): a network partition makes `share` of the nodes look down for `seconds`
+    # (at, seconds, share): a network partition makes `share` of the nodes look down for `seconds`, from
+    # `at` once the fleet is full (a worker on each of `world.max_instances` machines; at most
+    # PARTITION_FULL_WAIT_S later): in a fleet that can still grow, scale-up (which goes on) adds ready
+    # nodes and the down share falls below the safety stop's by its own rule
     partition: tuple[float, float, float] | None = None
     timing: dict[str, str] = field(
         default_factory=lambda: {
@@ -94,6 +98,7 @@ class ChaosReport:
     cancel_seconds: float = 0.0  # how long the world took to cancel the backlog
     mode: str = "computational"  # the daemon's mode: "dynamic" when the world runs swarm services
     partitioned: int = 0  # nodes the partition took down (0: none)
+    partition_fleet: int = 0  # workers connected when the partition began
     partition_disruptions: dict[str, int] = field(default_factory=dict)  # of partitioned hosts, during it
 
     def fired(self) -> dict[str, bool]:
@@ -200,6 +205,7 @@ def run_chaos(config: ChaosConfig, workdir: Path) -> ChaosReport:
         cancel_seconds=measured.get("cancel_ms", 0) / 1000,
         mode="dynamic" if config.world.dynamic else "computational",
         partitioned=measured.get("partitioned", 0),
+        partition_fleet=measured.get("partition_fleet", 0),
         partition_disruptions=report.get("partition_disruptions", {}),
     )
 
@@ -230,6 +236,10 @@ def _script(
     if config.partition is not None:
         at, seconds, share = config.partition
         time.sleep(max(0.0, at - (time.monotonic() - t0)))
+        full_by = time.monotonic() + PARTITION_FULL_WAIT_S
+        while world.get("/state")["workers"] < config.world.max_instances and time.monotonic() < full_by:
+            time.sleep(0.5)
+        measured["partition_fleet"] = int(world.get("/state")["workers"])
         measured["partitioned"] = int(world.post(f"/partition?share={share}&on=1")["down"])
         time.sleep(seconds)
         world.post("/partition?on=0")
