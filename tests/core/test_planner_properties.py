@@ -89,6 +89,13 @@ def test_never_drains_retires_or_terminates_a_busy_node(snapshot: Snapshot, poli
                 assert not working & set(addresses), action
 
 
+ROLLED = ("drift:", "expiry:")
+
+
+def _replaced_first(cordon: Cordon) -> bool:
+    return cordon.reason.startswith(ROLLED) or "recommends rebalancing" in cordon.reason
+
+
 @FAST
 @given(worlds(), policies())
 def test_cordons_only_while_nothing_waits(snapshot: Snapshot, policy: Policy) -> None:
@@ -98,9 +105,20 @@ def test_cordons_only_while_nothing_waits(snapshot: Snapshot, policy: Policy) ->
     machines take its tasks (the cost-aware pass), none of which is pinned to its type."""
     result = plan(snapshot, policy)
     cordons = [a for a in result.actions if isinstance(a, Cordon)]
+    # A drifted or expired machine is cordoned with its replacement launched in the same plan, and a
+    # machine EC2 recommends rebalancing is cordoned with one launched early (docs/planning.md): those
+    # cordons come with launches by design. A roll's replacement is of the rolled machine's type.
+    rolls = [c for c in cordons if _replaced_first(c)]
+    cordons = [c for c in cordons if not _replaced_first(c)]
+    launched = {a.type_name for a in result.actions if isinstance(a, Launch)}
+    type_of = {m.hostname: m.type_name for m in classify(snapshot, policy).active}
+    for roll in rolls:
+        if roll.reason.startswith(ROLLED):
+            assert type_of[roll.hostname] in launched, roll
     if not cordons:
         return
-    assert not any(isinstance(a, Launch | ActivateNode | Uncordon) for a in result.actions)
+    moving = (ActivateNode, Uncordon) if rolls else (Launch, ActivateNode, Uncordon)
+    assert not any(isinstance(a, moving) for a in result.actions)
     assert policy.consolidate_below > 0
     workers = {w.address: w for w in snapshot.workers}
     for action in cordons:
