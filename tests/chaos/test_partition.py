@@ -17,15 +17,19 @@ from pathlib import Path
 
 import pytest
 
-from swarm_autoscaler_lab.localcloud.chaos import ChaosConfig, run_chaos
+from swarm_autoscaler_lab.localcloud.chaos import ChaosConfig, ChaosReport, run_chaos
 from swarm_autoscaler_lab.localcloud.cloudhost import WorldOptions
 
-pytestmark = [pytest.mark.chaos, pytest.mark.timeout(480)]
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(900)]
 
 
-def test_a_partition_that_makes_most_nodes_look_down_disrupts_none_of_them(tmp_path: Path) -> None:
-    raw = os.environ.get("CHAOS_SEED")
-    seed = int(raw) if raw else random.SystemRandom().randrange(1_000_000)
+# A world whose fleet is not full when the partition is due tests nothing (the premise of 45% is not
+# reached): it is run again under the next seed, at most this many worlds in all, and each is printed. A
+# fresh-clone run once met a world whose fleet never filled (seed 183211: 6 launches, 0 of 8 workers).
+WORLDS = 3
+
+
+def _world(seed: int, tmp_path: Path) -> ChaosReport:
     print(f"\npartition seed: {seed} (replay with CHAOS_SEED={seed})")
     config = ChaosConfig(
         seed=seed,
@@ -42,6 +46,21 @@ def test_a_partition_that_makes_most_nodes_look_down_disrupts_none_of_them(tmp_p
         f"  partitioned: {report.partitioned} of {report.partition_fleet} worker node(s); "
         f"their disruptions: {report.partition_disruptions}"
     )
+    return report
+
+
+def test_a_partition_that_makes_most_nodes_look_down_disrupts_none_of_them(tmp_path: Path) -> None:
+    raw = os.environ.get("CHAOS_SEED")
+    seed = int(raw) if raw else random.SystemRandom().randrange(1_000_000)
+    for attempt in range(WORLDS):
+        world_path = tmp_path / f"world{attempt}"
+        world_path.mkdir()
+        report = _world(seed + attempt, world_path)
+        if report.partitioned >= 2 and report.partition_fleet >= 8:
+            break
+        # Not tested: whatever it did is printed above, and nothing of it is counted.
+        print(f"  world {attempt + 1} of {WORLDS}: the fleet was not full at the partition; another world")
+    tmp_path = world_path
     assert report.partitioned >= 2, "the fleet was too small at the partition: nothing was tested"
     # Partitioned before the fleet was full, scale-up (which goes on) would add ready nodes until the
     # down share fell under 45%: then the stop lifts by its own rule (docs/planning.md rule 11) and the
