@@ -100,7 +100,6 @@ NAME_TAG = "Name"
 # terminated is recognised by its hostname (kept in a tag, as EC2 drops a terminated one's private DNS name).
 LISTED_STATES = tuple(state.value for state in InstanceState)
 TERMINATE_BATCH = 50
-DESCRIBE_IDS_BATCH = 200  # EC2's limit on values in one filter
 MAX_TAGS = 50  # EC2's limit per resource
 _RESERVED_PREFIXES = ("aws:", LABEL_TAG_PREFIX)
 
@@ -584,15 +583,6 @@ class Ec2Cloud(Ec2Transport):
                 await self._terminate_batch(batch)
         except (ClientError, BotoCoreError) as exc:
             raise to_endpoint_error(self.endpoint, "TerminateInstances", exc) from None
-
-    async def _describe_ids(self, ids: list[str]) -> list[dict[str, Any]]:
-        """The instances among `ids` that EC2 still knows (ids that do not exist are simply absent)."""
-        found: list[dict[str, Any]] = []
-        for batch in chunks(ids, DESCRIBE_IDS_BATCH):
-            filters = [{"Name": "instance-id", "Values": batch}]
-            reservations = await self._pages("describe_instances", "Reservations", Filters=filters)
-            found.extend(raw for res in reservations for raw in res.get("Instances", ()))
-        return found
 
     async def _terminate_batch(self, batch: list[str]) -> None:
         try:

@@ -26,11 +26,12 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from swarm_autoscaler import __version__
 from swarm_autoscaler.adapters.ec2_clock import Ec2Clock
-from swarm_autoscaler.adapters.ec2_support import THROTTLING_CODES, is_transient, to_endpoint_error
+from swarm_autoscaler.adapters.ec2_support import THROTTLING_CODES, chunks, is_transient, to_endpoint_error
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
 
 # Appended to botocore's user agent: CloudTrail (and the lab's audit of IAM actions) can tell our calls.
 PRODUCT_USER_AGENT = f"swarm-autoscaler/{__version__}"
+DESCRIBE_IDS_BATCH = 200  # EC2's limit on values in one filter
 _SENT = "swarm_autoscaler_sent"  # request context key: monotonic time the call started (for the clock)
 
 
@@ -185,6 +186,15 @@ class Ec2Transport:
                     result: dict[str, Any] = await getattr(client, operation)(**params)
                     return result
         raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
+
+    async def _describe_ids(self, ids: list[str]) -> list[dict[str, Any]]:
+        """The instances among `ids` that EC2 still knows (ids that do not exist are simply absent)."""
+        found: list[dict[str, Any]] = []
+        for batch in chunks(ids, DESCRIBE_IDS_BATCH):
+            filters = [{"Name": "instance-id", "Values": batch}]
+            reservations = await self._pages("describe_instances", "Reservations", Filters=filters)
+            found.extend(raw for res in reservations for raw in res.get("Instances", ()))
+        return found
 
     async def _pages(
         self, operation: str, key: str, page_size: int | None = None, **params: Any

@@ -28,7 +28,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, DESCRIBE_IDS_BATCH, NAME_TAG, OWNER_TAG, OWNER_VALUE
+from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, NAME_TAG, OWNER_TAG, OWNER_VALUE
 from swarm_autoscaler.adapters.ec2_support import (
     GONE_CODES,
     UNKNOWN_TYPE_CODES,
@@ -204,15 +204,6 @@ class Ec2Primaries(Ec2Transport):
         """For the interruption queue (`adapters.ec2_interruptions`): a worker of this keeper's clusters
         (their autoscalers read the notice's tag through the keeper's listing)."""
         return self._worker(raw)
-
-    async def _describe_ids(self, ids: list[str]) -> list[dict[str, Any]]:
-        """The instances among `ids` that EC2 still knows (for the interruption queue)."""
-        found: list[dict[str, Any]] = []
-        for batch in chunks(ids, DESCRIBE_IDS_BATCH):
-            filters = [{"Name": "instance-id", "Values": batch}]
-            reservations = await self._pages("describe_instances", "Reservations", Filters=filters)
-            found.extend(raw for res in reservations for raw in res.get("Instances", ()))
-        return found
 
     def listing(self, cluster_id: str) -> tuple[float, tuple[dict[str, Any], ...]] | None:
         """The last listing's time and the workers of `cluster_id` in it (terminated ones too, as EC2
