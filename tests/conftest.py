@@ -29,9 +29,18 @@ def restore_logging() -> Iterator[None]:
     """Puts the root logger and structlog back as they were: for tests that configure the daemon's logging."""
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
+    # configure_logging adopts the vendors' loggers (their own handlers go, they propagate): put them back too.
+    vendors = {
+        name: (list(lg.handlers), lg.propagate)
+        for name, lg in logging.root.manager.loggerDict.items()
+        if isinstance(lg, logging.Logger) and name.split(".")[0] in ("distributed", "bokeh", "tornado")
+    }
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
+    for name, (vendor_handlers, propagate) in vendors.items():
+        logging.getLogger(name).handlers[:] = vendor_handlers
+        logging.getLogger(name).propagate = propagate
     structlog.reset_defaults()
 
 

@@ -97,3 +97,24 @@ def test_reconfiguring_replaces_only_our_handler() -> None:
     configure_logging("INFO", "json", stream=io.StringIO())
     ours = [h for h in logging.getLogger().handlers if getattr(h, "_swarm_autoscaler_handler", False)]
     assert len(ours) == 1 and foreign in logging.getLogger().handlers
+
+
+def test_distributed_imported_before_logging_is_configured_logs_in_the_format_redacted() -> None:
+    """The keeper imports distributed before it configures logging; distributed's import then gives its
+    loggers a stderr handler of their own and stops them propagating, so their lines (comm errors that
+    carry URLs among them) skipped the JSON format and the redaction. Imported first here on purpose,
+    whatever ran before in this process."""
+    import distributed  # noqa: F401  (its import configures its loggers)
+
+    vendor = logging.getLogger("distributed.comm")
+    stray = logging.StreamHandler(io.StringIO())
+    logging.getLogger("distributed").addHandler(stray)
+    logging.getLogger("distributed").propagate = False
+    out = io.StringIO()
+    configure_logging("INFO", "json", stream=out)
+    vendor.warning("cannot reach %s", "tls://:hunter2@scheduler:8786")
+    assert stray not in logging.getLogger("distributed").handlers
+    [line] = [json.loads(text) for text in out.getvalue().splitlines()]
+    assert line["logger"] == "distributed.comm" and line["level"] == "warning"
+    assert line["event"] == f"cannot reach tls://{REDACTED}@scheduler:8786"
+    assert "hunter2" not in out.getvalue()

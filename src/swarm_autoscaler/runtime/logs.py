@@ -27,6 +27,10 @@ _SECRET_KEY = re.compile(r"secret|password|passwd|token|access_key|authorization
 _URL_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)(?P<userinfo>[^\s/@]+)@", re.IGNORECASE)
 _HANDLER_MARK = "_swarm_autoscaler_handler"
 _QUIET_LOGGERS = ("botocore", "aiobotocore", "urllib3", "asyncio")
+# Libraries that give their loggers a handler of their own when imported before logging is configured
+# (distributed's import does, for itself, bokeh and tornado): their lines would bypass the format and
+# the redaction. Their levels are kept; their handlers go, and their records reach the root's handler.
+_ADOPTED_LOGGERS = ("distributed", "bokeh", "tornado")
 
 
 def redact_text(text: str) -> str:
@@ -116,9 +120,23 @@ def _configure_stdlib(number: int, out: TextIO, shared: list[Processor], rendere
     # Python warnings (say, distributed's version-mismatch warning) become log records too: every line
     # on standard error is then in the chosen format (one JSON object per line for `json`).
     logging.captureWarnings(True)
+    _adopt_vendor_loggers()
     # SDK chatter (request signing, connection pools) only when debugging.
     for name in _QUIET_LOGGERS:
         logging.getLogger(name).setLevel(number if number <= logging.DEBUG else max(number, logging.WARNING))
+
+
+def _adopt_vendor_loggers() -> None:
+    names = [
+        name
+        for name in list(logging.root.manager.loggerDict)
+        if any(name == vendor or name.startswith(vendor + ".") for vendor in _ADOPTED_LOGGERS)
+    ]
+    for name in names:
+        logger = logging.getLogger(name)
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+        logger.propagate = True
 
 
 def startup_line(text: str, fmt: str, level: Literal["error", "warning"] = "error") -> str:
