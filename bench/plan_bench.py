@@ -14,8 +14,8 @@ translation of the tasks into the workload (`core.services.service_view`) plus `
 
 A real region's catalogue: the row `region` plans 10,000 tasks x 1,000 nodes with every type moto offers in
 us-east-1 (hundreds), read as the daemon reads them (DescribeInstanceTypes, every page, through the EC2
-adapter, from a local moto server) and priced from the package's table, else at a rate per vCPU, GiB and
-GPU for the types the table lacks (the bench needs a price, not the right one).
+adapter, from a local moto server) and priced at the bundled catalogue's approximate figure for the types
+it has, else at a rate per vCPU, GiB and GPU (the bench needs a price, not the right one).
 
 Run: `python -m bench plan` (or `make bench`). `--quick` runs fewer repetitions.
 """
@@ -34,6 +34,7 @@ from pathlib import Path
 
 from swarm_autoscaler.adapters.ec2 import Ec2Cloud
 from swarm_autoscaler.core.actions import Plan
+from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.cluster import TYPE_LABEL
 from swarm_autoscaler.core.model import (
     GIB,
@@ -54,7 +55,6 @@ from swarm_autoscaler.core.model import (
     Worker,
 )
 from swarm_autoscaler.core.plan import plan
-from swarm_autoscaler.core.price_table import fallback_price
 from swarm_autoscaler.core.services import ServiceTask, SwarmNode, service_view
 from swarm_autoscaler_lab.localcloud.moto_server import LOCAL_ACCESS_KEY, LOCAL_SECRET_KEY, MotoServer
 
@@ -340,12 +340,14 @@ async def _region_types(region: str) -> tuple[InstanceType, ...]:
                 Filters=[{"Name": "location", "Values": [region]}],
             )
     names = {o["InstanceType"] for o in offered}
-    priced = [
-        dataclasses.replace(t, price_per_hour=fallback_price(region, t.name) or _rate(t.resources))
-        for t in described
-        if t.name in names
-    ]
+    priced = [dataclasses.replace(t, price_per_hour=_approximate(t)) for t in described if t.name in names]
     return tuple(sorted(priced, key=lambda t: (-t.resources.gpus, t.name)))
+
+
+def _approximate(t: InstanceType) -> float:
+    known = CATALOGUE.get(t.name)
+    price = known.price_per_hour if known is not None else None
+    return price if price is not None else _rate(t.resources)
 
 
 def _rate(r: Resources) -> float:

@@ -80,7 +80,7 @@ async def world(redis_server: RedisServer) -> AsyncIterator[World]:
             Machine("i-a", "alice", "w1", cluster["id"], "m5.large", NOW - 600),
             Machine("i-b", "bob", "w9", "kc-b", "m5.large", NOW - 600),
         ]
-        await usage.record(readings(machines, NOW), NOW)
+        await usage.record(readings(machines, NOW, {"m5.large": 0.096}), NOW)
         yield World(client, tokens, alice, bob, admin, cluster["id"], served, hosts)
     await keeper.stop()
     await tokens.close()

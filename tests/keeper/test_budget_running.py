@@ -67,7 +67,7 @@ class World:
 
     async def spend(self, seconds: float) -> None:
         m = Machine("i-w", "alice", "w1", "kc-0001", "m5.large", T0 - seconds, T0)
-        await self.usage.record(readings([m], T0), T0)
+        await self.usage.record(readings([m], T0, {"m5.large": 0.096}), T0)
 
 
 @pytest.fixture

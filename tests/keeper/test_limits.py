@@ -44,7 +44,7 @@ class World:
 
     async def spend(self, user: str, wallet: str, seconds: float, iid: str) -> None:
         machine = Machine(iid, user, wallet, f"kc-{iid}", "m5.large", NOW - seconds, NOW)
-        await self.usage.record(readings([machine], NOW), NOW)
+        await self.usage.record(readings([machine], NOW, {"m5.large": 0.096}), NOW)
 
 
 @pytest.fixture

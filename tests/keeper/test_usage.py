@@ -11,10 +11,11 @@ import pytest
 
 from swarm_autoscaler.keeper.adapters.redis_usage import RedisUsage
 from swarm_autoscaler.keeper.metrics import KeeperMetrics
-from swarm_autoscaler.keeper.usage import Machine, Reading, ended_at, readings, usage_json
+from swarm_autoscaler.keeper.usage import Machine, Reading, ended_at, readings, unpriced, usage_json
 from swarm_autoscaler_lab.localcloud.redis_server import RedisServer
 
 T0 = 1_800_000_000.0  # an hour's start
+PRICES = {"m5.large": 0.096}  # what the keeper's start read (set by a test: no price is AWS's here)
 
 
 def machine(
@@ -28,14 +29,14 @@ def test_billing_is_per_second_with_a_minute_minimum() -> None:
     assert machine().billed_seconds(T0 + 10) == 60.0
     assert machine().billed_seconds(T0 + 90.5) == 90.5
     assert machine(ended=T0 + 100).billed_seconds(T0 + 500) == 100.0
-    assert machine().price_per_second == pytest.approx(0.096 / 3600)
+    assert machine().price_per_second_at(PRICES) == pytest.approx(0.096 / 3600)
     spot = Machine("i-2", "a", "w", "kc-1", "m5.large", T0, spot_price_per_hour=0.036)
     assert spot.price_per_second == pytest.approx(0.01 / 1000)
 
 
 def test_the_ledger_bills_the_price_the_keeper_read_at_start_and_the_spot_price_first() -> None:
-    """`prices` is what the keeper's start read (the operator's price_per_hour, else the Price List,
-    else the package's table): it wins over the bundled catalogue, for types it lacks too."""
+    """`prices` is what the keeper's start read (the operator's price_per_hour, else the Price List):
+    the one source of on-demand prices, for types the bundled catalogue lacks too."""
     prices = {"m5.large": 0.2, "m7i.large": 0.1008}
     m7i = Machine("i-3", "alice", "w1", "kc-1", "m7i.large", T0)
     spot = Machine("i-2", "alice", "w1", "kc-1", "m5.large", T0, spot_price_per_hour=0.036)
@@ -43,6 +44,18 @@ def test_the_ledger_bills_the_price_the_keeper_read_at_start_and_the_spot_price_
         r.machine.instance_id: r.price_per_second for r in readings([machine(), m7i, spot], T0 + 60, prices)
     }
     assert got == pytest.approx({"i-1": 0.2 / 3600, "i-3": 0.1008 / 3600, "i-2": 0.036 / 3600})
+
+
+async def test_a_machine_of_unknown_price_is_billed_neither_at_a_guess_nor_at_zero(
+    ledger: RedisUsage,
+) -> None:
+    """A type the keeper did not price at start (no longer configured; the bundled catalogue has a
+    figure for m5.large, which must not be used): not read, then all its seconds once a price is known."""
+    m = machine()
+    assert readings([m], T0 + 600, {}) == [] and unpriced([m], {}) == {"m5.large"}
+    assert await ledger.record(readings([m], T0 + 600, {}), T0 + 600) == []
+    (later,) = await ledger.record(readings([m], T0 + 900, {"m5.large": 0.2}), T0 + 900)
+    assert later.seconds == 900.0 and later.price_per_second == pytest.approx(0.2 / 3600)
 
 
 def test_end_time_from_the_state_transition_reason() -> None:
@@ -75,11 +88,13 @@ async def ledger(redis_server: RedisServer) -> AsyncIterator[RedisUsage]:
 
 async def test_a_repeated_or_older_reading_counts_nothing_twice(ledger: RedisUsage) -> None:
     m = machine()
-    first = await ledger.record(readings([m], T0 + 30), T0 + 30)
+    first = await ledger.record(readings([m], T0 + 30, PRICES), T0 + 30)
     assert [r.seconds for r in first] == [60.0]
-    assert await ledger.record(readings([m], T0 + 30), T0 + 30) == []  # a restart reading again
-    assert await ledger.record(readings([m], T0 + 20), T0 + 20) == []  # a replica with a lagging clock
-    later = await ledger.record(readings([m], T0 + 100), T0 + 100)
+    assert await ledger.record(readings([m], T0 + 30, PRICES), T0 + 30) == []  # a restart reading again
+    assert (
+        await ledger.record(readings([m], T0 + 20, PRICES), T0 + 20) == []
+    )  # a replica with a lagging clock
+    later = await ledger.record(readings([m], T0 + 100, PRICES), T0 + 100)
     assert [r.seconds for r in later] == [pytest.approx(40.0)]
     (row,) = await ledger.query("alice", "w1", None, None)
     assert row.seconds == pytest.approx(100.0)
@@ -88,8 +103,8 @@ async def test_a_repeated_or_older_reading_counts_nothing_twice(ledger: RedisUsa
 
 async def test_since_and_until_select_hours_and_ids_select_wallets(ledger: RedisUsage) -> None:
     a, b = machine("i-a"), machine("i-b", user="bob", wallet="w2")
-    await ledger.record(readings([a, b], T0 + 600), T0 + 600)
-    await ledger.record(readings([a], T0 + 3600 + 60), T0 + 3600 + 60)  # counted in the next hour
+    await ledger.record(readings([a, b], T0 + 600, PRICES), T0 + 600)
+    await ledger.record(readings([a], T0 + 3600 + 60, PRICES), T0 + 3600 + 60)  # counted in the next hour
     assert [r.seconds for r in await ledger.query("alice", None, None, T0 + 3600)] == [600.0]
     assert [r.seconds for r in await ledger.query("alice", None, T0 + 3600, None)] == [pytest.approx(3060.0)]
     assert [r.user_id for r in await ledger.query(None, "w2", None, None)] == ["bob"]

@@ -1,5 +1,4 @@
-"""On-demand prices of EC2 instance types from the AWS Price List API (`pricing:GetProducts`), with the
-package's generated fallback table (`core.price_table`) for accounts that may not call it.
+"""On-demand prices of EC2 instance types from the AWS Price List API (`pricing:GetProducts`).
 
 `PriceList.on_demand(names)`: USD per hour of each named type in the region, Linux, shared tenancy, no
 pre-installed software, used capacity: what a RunInstances with a plain Linux AMI is billed at. The Price
@@ -7,9 +6,11 @@ List API answers only in a few regions (us-east-1 is one); it is asked there, wh
 unless an endpoint is set (an EC2-compatible server, such as the local cloud, that serves it too).
 
 `source_prices(...)` is the one rule the daemon and the keeper share: the operator's per-type price wins,
-then the Price List, then the fallback table; a type with none of them has no price, which the callers
-turn into a start-up error (never $0). AccessDenied (no `pricing:GetProducts`) falls back to the table
-with one warning; any other failure of the Price List too.
+then the Price List. There is no third source: the package ships no price table, since no dated copy of
+AWS's offer files could be had to generate one, and a price typed from memory would bill wallets with an
+invented figure. A type with neither price is a start-up error (never $0) that names the types and both
+ways out: grant pricing:GetProducts, or set each one's `price_per_hour`. A Price List that cannot be read
+(AccessDenied without the permission, no route to it) is said in that error, with AWS's message.
 """
 
 from __future__ import annotations
@@ -20,17 +21,13 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, Self
 
-import structlog
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 
 from swarm_autoscaler.adapters.ec2_support import error_message
 from swarm_autoscaler.adapters.ec2_transport import PRODUCT_USER_AGENT
-from swarm_autoscaler.core.price_table import AS_OF, fallback_price
 from swarm_autoscaler.errors import ConfigurationError
-
-log = structlog.get_logger("swarm_autoscaler.adapters.ec2_pricing")
 
 PRICING_REGION = "us-east-1"  # one of the Price List API's endpoints
 LINUX_FILTERS = {
@@ -129,10 +126,12 @@ class PriceList:
 
 @dataclass(frozen=True, slots=True)
 class Priced:
-    """Each type's on-demand price and where it came from ("setting", "price list", "table AS_OF")."""
+    """Each type's on-demand price and where it came from ("setting" or "price list"); `unreadable`: why
+    the Price List could not be read, when it was asked and failed."""
 
     prices: dict[str, float]
     sources: dict[str, str]
+    unreadable: str | None = None
 
     def missing(self, names: Sequence[str]) -> list[str]:
         return [n for n in names if n not in self.prices]
@@ -144,29 +143,25 @@ async def source_prices(
     operator: Mapping[str, float | None],
     price_list: PriceList | None,
 ) -> Priced:
-    """The operator's price, else the Price List's (when `price_list` may be asked), else the fallback
-    table's. A type with none is absent from the result (the caller refuses to start)."""
+    """The operator's price, else the Price List's (when `price_list` may be asked). A type with neither
+    is absent from the result (the caller refuses to start)."""
     prices: dict[str, float] = {}
     sources: dict[str, str] = {}
     for name in names:
         if (set_price := operator.get(name)) is not None:
             prices[name], sources[name] = set_price, "setting"
     wanted = [n for n in names if n not in prices]
-    listed: dict[str, float] = {}
+    unreadable: str | None = None
     if wanted and price_list is not None:
         try:
             listed = await price_list.on_demand(wanted)
         except (ClientError, BotoCoreError) as exc:
-            log.warning(
-                f"the Price List API cannot be read ({error_message(exc)}): pricing from the package's table "
-                f"({AS_OF}); grant pricing:GetProducts for current prices"
-            )
-    for name in wanted:
-        if name in listed:
-            prices[name], sources[name] = listed[name], "price list"
-        elif (table := fallback_price(region, name)) is not None:
-            prices[name], sources[name] = table, f"table ({AS_OF})"
-    return Priced(prices, sources)
+            unreadable = error_message(exc)  # said in the start's one error line, if a type is left unpriced
+        else:
+            for name in wanted:
+                if name in listed:
+                    prices[name], sources[name] = listed[name], "price list"
+    return Priced(prices, sources, unreadable)
 
 
 async def read_prices(
@@ -187,8 +182,19 @@ async def read_prices(
         priced = await source_prices(names, region, operator, price_list)
     missing = priced.missing(names)
     if missing:
-        raise ConfigurationError(
-            f"{setting}: no price known for {', '.join(missing)} in {region} (the Price List API gave none and "
-            'the package\'s table has none): set its "price_per_hour", or grant pricing:GetProducts'
-        )
+        raise ConfigurationError(no_price_message(setting, missing, region, priced.unreadable))
     return priced
+
+
+def no_price_message(setting: str, missing: Sequence[str], region: str, unreadable: str | None) -> str:
+    """One line: which types have no price, why the Price List gave none, and the two ways to fix it."""
+    why = (
+        f"the AWS Price List could not be read ({unreadable})"
+        if unreadable is not None
+        else f"the AWS Price List lists no Linux on-demand price for them in {region}"
+    )
+    return (
+        f"{setting}: no price known for {', '.join(missing)} in {region}: {why}; grant pricing:GetProducts "
+        'to the role this process runs with, or set "price_per_hour" (USD) for each of them (no type is planned or billed '
+        "at an invented price or at $0)"
+    )

@@ -45,6 +45,7 @@ from swarm_autoscaler.config.settings import (
 )
 from swarm_autoscaler.config.types import (
     MAX_FLEET,
+    MAX_PRICE,
     TYPE_NAME,
     USER_DATA_LIMIT,
     AllowedType,
@@ -188,6 +189,14 @@ class KeeperSettings(BaseSettings):
         json_schema_extra={"example": "analytics-keeper"},
     )
     primary_type: str = Field(default="m5.large", description="Instance type of each cluster's primary.")
+    primary_price_per_hour: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_PRICE,
+        description="USD per hour of the primary's type in the usage ledger; wins over the AWS Price List, and "
+        "is required when the keeper may not call pricing:GetProducts (a worker type's price_per_hour wins "
+        "over it for the same type).",
+    )
     primary_ami_id: AmiId = Field(
         description="AMI the primaries boot (it needs docker).",
         json_schema_extra={"example": "ami-0123456789abcdef0"},

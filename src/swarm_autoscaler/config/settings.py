@@ -297,7 +297,7 @@ class Ec2Settings(Ec2AccessSettings):
         "go once no machine of the type worked for this long, and refilled when it works again; default 0: "
         'kept always), "min" (machines of the type always running, '
         'default 0), "warm_pool" (stopped machines kept ready to start, default 0; each costs its EBS '
-        'volume), "price_per_hour" (USD, wins over the AWS Price List and the package price table everywhere), '
+        'volume), "price_per_hour" (USD, wins over the AWS Price List everywhere; required for each type when the daemon may not call pricing:GetProducts), '
         '"overhead" ({"cpus", "ram_gib", "gpus"} kept back for the OS and sidecars), "boot_script" (shell '
         'run at boot), "surge_above" (while a worker of the type is up, launch more of it only when more '
         'than this many pending tasks would go on them; default 0: for any), "capacity" (the EC2 '

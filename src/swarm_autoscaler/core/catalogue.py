@@ -7,8 +7,10 @@ and g4dn rows match the instance-type data bundled with moto 5.2.5 (a test cross
 HTTP). moto no longer ships the p3 family, so those rows come from AWS's published P3 specifications.
 
 Prices are APPROXIMATE public on-demand prices for Linux in us-east-1, in USD per hour, as listed by
-AWS at the time of writing. They are for ranking types against each other, not for billing; a
-`TypePolicy.price_per_hour` overrides them.
+AWS at the time of writing. They are for ranking types against each other in the lab, the simulator
+and the demo (and the local cloud's Price List stand-in serves them), never for billing: the daemon and
+the keeper price every type from the operator's `price_per_hour` or the AWS Price List alone
+(`adapters.ec2_pricing`), and refuse to start without one of them.
 """
 
 from __future__ import annotations

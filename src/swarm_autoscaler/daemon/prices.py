@@ -1,8 +1,7 @@
 """The prices the daemon plans with, from one rule, kept current while it runs.
 
 On-demand price of each allowed type: the operator's `price_per_hour`, else the AWS Price List
-(`pricing:GetProducts`), else the package's generated table (`core.price_table`); a type with none
-stops the start (`ec2_pricing.read_prices`). A type launched spot first is priced, for the cheapest-fit
+(`pricing:GetProducts`); a type with neither stops the start (`ec2_pricing.read_prices`). A type launched spot first is priced, for the cheapest-fit
 choice, at its `spot_price_per_hour` when set, else at the spot price EC2 quotes (the highest over the
 zones), else at its on-demand price.
 

@@ -282,14 +282,19 @@ async def run_keeper(config: KeeperConfig) -> int:
 
 async def _prices(config: KeeperConfig, types: list[str]) -> dict[str, float]:
     """The usage ledger's on-demand price of each type the keeper launches (`ec2_pricing.read_prices`):
-    a worker type's `price_per_hour` wins, then the AWS Price List, then the package's table."""
+    a worker type's `price_per_hour` wins, then AUTOSCALER_KEEPER_PRIMARY_PRICE_PER_HOUR for the primary's
+    type, then the AWS Price List; none of them stops the start."""
     ec2 = config.ec2
-    workers = config.keeper.worker_types
+    keeper = config.keeper
+    operator = {keeper.primary_type: keeper.primary_price_per_hour}
+    operator |= {
+        name: spec.price_per_hour for name, spec in keeper.worker_types.items() if spec.price_per_hour
+    }
     priced = await read_prices(
         list(dict.fromkeys(types)),
         region=ec2.region,
-        operator={name: spec.price_per_hour for name, spec in workers.items()},
-        setting="AUTOSCALER_KEEPER_WORKER_TYPES",
+        operator=operator,
+        setting="AUTOSCALER_KEEPER_WORKER_TYPES (the primary's: AUTOSCALER_KEEPER_PRIMARY_PRICE_PER_HOUR)",
         endpoint=ec2.endpoint,
         access_key_id=ec2.access_key_id.get_secret_value() if ec2.access_key_id else None,
         secret_access_key=ec2.secret_access_key.get_secret_value() if ec2.secret_access_key else None,

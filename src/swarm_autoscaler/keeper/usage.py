@@ -2,10 +2,11 @@
 
 Every machine of a cluster (its primary and its workers) is billed from its launch to its end (or to
 now while it runs), per second with EC2's 60-second minimum, at its type's on-demand price (`UsageAccountant.prices`, read at
-the keeper's start by the daemon's rule: the operator's `price_per_hour`, else the AWS Price List, else the
-package's table; a type with none stops the start), or at the spot price when it runs as a spot instance
-and the price is known. A type missing from `prices` (no longer configured) falls back to the bundled
-catalogue. How close this is to the bill: docs/keeper-usage.md. A machine is attributed to the (user, wallet) and cluster of its ownership tags.
+the keeper's start by the daemon's rule: the operator's `price_per_hour`, else the AWS Price List; a type
+with neither stops the start), or at the spot price when it runs as a spot instance and the price is
+known. A machine whose price is not known (a type no longer configured) is never billed at a guess nor
+at $0: it is not read, with one warning naming its type, and since a reading is absolute its seconds are
+all counted on the first pass that knows its price. How close this is to the bill: docs/keeper-usage.md. A machine is attributed to the (user, wallet) and cluster of its ownership tags.
 
 The ledger (`UsageLedger`, redis in production) stores, per machine, the seconds already counted, and
 adds to the totals only what a new reading adds beyond them, in one atomic step: a reading is an
@@ -27,7 +28,6 @@ from typing import Any, Protocol, runtime_checkable
 
 import structlog
 
-from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.errors import AutoscalerError
 
 log = structlog.get_logger("swarm_autoscaler.keeper.usage")
@@ -57,18 +57,16 @@ class Machine:
         return max(MINIMUM_S, end - self.launched_at)
 
     @property
-    def price_per_second(self) -> float:
+    def price_per_second(self) -> float | None:
+        """The spot price per second, when the machine runs as a spot instance of known price."""
         return self.price_per_second_at({})
 
-    def price_per_second_at(self, prices: Mapping[str, float]) -> float:
-        """The spot price when known, else `prices` by type, else the bundled catalogue's."""
+    def price_per_second_at(self, prices: Mapping[str, float]) -> float | None:
+        """The spot price when known, else `prices` by type; None when neither is known."""
         if self.spot_price_per_hour is not None:
             return self.spot_price_per_hour / HOUR
         price = prices.get(self.instance_type)
-        if price is None:
-            known = CATALOGUE.get(self.instance_type)
-            price = known.price_per_hour if known is not None else None
-        return (price or 0.0) / HOUR
+        return None if price is None else price / HOUR
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,15 +78,20 @@ class Reading:
     price_per_second: float
 
 
-def readings(
-    machines: Iterable[Machine], now: float, prices: Mapping[str, float] | None = None
-) -> list[Reading]:
-    """Each cluster machine's billed seconds so far and their price (`prices`: USD per hour by type)."""
-    return [
-        Reading(m, m.billed_seconds(now), m.price_per_second_at(prices or {}))
-        for m in machines
-        if m.cluster_id
-    ]
+def readings(machines: Iterable[Machine], now: float, prices: Mapping[str, float]) -> list[Reading]:
+    """Each cluster machine's billed seconds so far and their price (`prices`: USD per hour by type). A
+    machine with no known price is left out (see the module doc); `unpriced` names their types."""
+    out = []
+    for m in machines:
+        price = m.price_per_second_at(prices)
+        if m.cluster_id and price is not None:
+            out.append(Reading(m, m.billed_seconds(now), price))
+    return out
+
+
+def unpriced(machines: Iterable[Machine], prices: Mapping[str, float]) -> set[str]:
+    """The types of the cluster machines `readings` leaves out for want of a price."""
+    return {m.instance_type for m in machines if m.cluster_id and m.price_per_second_at(prices) is None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,10 +188,23 @@ class UsageAccountant:
     prices: Mapping[str, float] = field(default_factory=dict)  # USD per hour by type, set at start
     passes: int = 0
     _last: float | None = field(default=None)
+    _warned: set[str] = field(default_factory=set)
+
+    def _warn_unpriced(self, types: set[str]) -> None:
+        for name in sorted(types - self._warned):
+            log.warning(
+                f"machines of {name} are not billed yet: the keeper priced at start only the types it launches "
+                "now, and {name} is not one of them; all their seconds are counted by the first keeper "
+                'started with it among AUTOSCALER_KEEPER_WORKER_TYPES (with its "price_per_hour", or with '
+                "pricing:GetProducts granted)"
+            )
+        self._warned |= types
 
     async def account(self) -> list[Reading]:
         now = self.clock()
-        added = await self.ledger.record(readings(await self.source.machines(), now, self.prices), now)
+        machines = await self.source.machines()
+        self._warn_unpriced(unpriced(machines, self.prices))
+        added = await self.ledger.record(readings(machines, now, self.prices), now)
         self.passes += 1
         self._last = now
         if self.on_counted is not None and added:

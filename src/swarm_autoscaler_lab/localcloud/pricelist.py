@@ -2,8 +2,10 @@
 
 moto has no Price List service. This one answers `GetProducts` for the AmazonEC2 service code with one
 product document per matching instance type, shaped as AWS's (`product.attributes`, `terms.OnDemand`
-with an hourly `pricePerUnit.USD`), from the package's fallback table (`core.price_table`) unless a test
-sets a price of its own (`set_price`), so that a test can tell which source a price came from.
+with an hourly `pricePerUnit.USD`). It prices the bundled catalogue's types at the catalogue's
+APPROXIMATE figures (labelled so in `core.catalogue`: for the lab and the demo, never AWS's list) in any
+region, and any other type only when a test sets its price (`set_price`): a type it does not know it
+lists with no price, as AWS does for a type outside the region, so a test sees the start-up error.
 `deny()` makes it answer AccessDeniedException, as AWS does to a principal without pricing:GetProducts.
 """
 
@@ -14,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from swarm_autoscaler.core.price_table import PRICES
+from swarm_autoscaler.core.catalogue import CATALOGUE
 
 TARGET_PREFIX = "AWSPriceListService."
 StartResponse = Callable[..., Any]
@@ -44,7 +46,10 @@ class PriceListService:
     def price(self, region: str, type_name: str) -> float | None:
         with self._lock:
             found = self._prices.get((region, type_name))
-        return found if found is not None else PRICES.get(region, {}).get(type_name)
+        if found is not None:
+            return found
+        known = CATALOGUE.get(type_name)
+        return known.price_per_hour if known is not None else None
 
     def answer(self, target: str, body: bytes, start_response: StartResponse) -> Iterable[bytes]:
         with self._lock:

@@ -2,9 +2,10 @@
 
 moto stands in for EC2's DescribeInstanceTypes (its bundled data: 1,395 types, GPUs and their memory, each
 type's architectures) and DescribeImages (its bundled public AMIs, one of them arm64); the local cloud's
-Price List stand-in (`localcloud.pricelist`) stands in for AWS's pricing:GetProducts, which moto lacks.
-The last test is the issue's "done when": m7i.large, c7g.large on an arm64 AMI and g5.xlarge plan and
-launch, priced from the Price List.
+Price List stand-in (`localcloud.pricelist`) stands in for AWS's pricing:GetProducts, which moto lacks:
+the prices a test sets there are the test's own figures, not AWS's (none are to be had offline), and
+prove only which source a price came from. The issue's "done when": m7i.large, c7g.large on an arm64
+AMI and g5.xlarge plan and launch, priced from the Price List.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import json
 from typing import Any
 
 import pytest
-from structlog.testing import capture_logs
 from tests.adapters.ec2.ec2_helpers import ACCESS_KEY, BOOT_SCRIPT, SECRET_KEY, CloudFactory
 from tests.builders import make_snapshot
 from tests.fakes import SteppedClock
@@ -26,7 +26,6 @@ from swarm_autoscaler.core.actions import Launch
 from swarm_autoscaler.core.catalogue import VRAM
 from swarm_autoscaler.core.model import GIB, Resources, Task
 from swarm_autoscaler.core.plan import plan
-from swarm_autoscaler.core.price_table import AS_OF, PRICES
 from swarm_autoscaler.daemon.app import _catalogue
 from swarm_autoscaler.daemon.prices import Prices
 from swarm_autoscaler.errors import ConfigurationError
@@ -36,6 +35,13 @@ MIB = 1024**2
 ARM64_AMI = "ami-0e9271c829888680e"  # moto's bundled Amazon Linux 2022 arm64 image
 X86_AMI = "ami-760aaa0f"  # moto's bundled Amazon Linux x86_64 image
 DONE_WHEN = {"m7i.large": X86_AMI, "c7g.large": ARM64_AMI, "g5.xlarge": X86_AMI}
+# what the local Price List is told to answer for the types the bundled catalogue lacks (a test's figures)
+LISTED = {"m7i.large": 0.1008, "c7g.large": 0.0725, "g5.xlarge": 1.006}
+
+
+def _list(faults: FaultInjector, prices: dict[str, float]) -> None:
+    for name, usd in prices.items():
+        faults.price_list.set_price("us-east-1", name, usd)
 
 
 async def test_types_the_bundled_catalogue_lacks_come_from_ec2_with_their_gpu_memory(
@@ -94,14 +100,14 @@ def _price_list(server: MotoServer) -> PriceList:
 async def test_prices_come_from_the_price_list_asked_as_aws_reads_it(
     moto_server: MotoServer, faults: FaultInjector
 ) -> None:
-    faults.price_list.set_price("us-east-1", "m7i.large", 0.1234)  # not the table's: proves the source
+    _list(faults, {"m7i.large": 0.1234, "g5.xlarge": 1.006})
     sent: list[dict[str, Any]] = []
     async with _price_list(moto_server) as prices:
         prices._client.meta.events.register(
             "before-send.pricing.GetProducts", lambda request, **_: sent.append(json.loads(request.body))
         )
         got = await prices.on_demand(["m7i.large", "g5.xlarge", "m7i.bogus"])
-    assert got == {"m7i.large": 0.1234, "g5.xlarge": PRICES["us-east-1"]["g5.xlarge"]}
+    assert got == {"m7i.large": 0.1234, "g5.xlarge": 1.006}  # m7i.bogus: listed with no price, left out
     # at the wire: the AmazonEC2 offer, Linux, shared tenancy, no pre-installed software, in the region
     terms = {f["Field"]: f["Value"] for f in sent[0]["Filters"]}
     assert sent[0]["ServiceCode"] == "AmazonEC2"
@@ -115,30 +121,39 @@ async def test_prices_come_from_the_price_list_asked_as_aws_reads_it(
     }
 
 
-async def test_without_the_permission_the_table_prices_with_one_warning_and_the_operator_wins(
+async def test_without_the_permission_the_operator_prices_and_an_unpriced_type_stops_the_start(
     moto_server: MotoServer, faults: FaultInjector
 ) -> None:
-    faults.price_list.deny()  # AccessDeniedException, as for a principal without pricing:GetProducts
-    with capture_logs() as logs:
-        priced = await read_prices(
-            ["m7i.large", "c7g.large"],
-            region="us-east-1",
-            operator={"c7g.large": 0.05},
-            setting="AUTOSCALER_EC2_ALLOWED_TYPES",
-            endpoint=moto_server.endpoint,
-            access_key_id=ACCESS_KEY,
-            secret_access_key=SECRET_KEY,
-        )
-    assert priced.prices == {"m7i.large": PRICES["us-east-1"]["m7i.large"], "c7g.large": 0.05}
-    assert priced.sources == {"m7i.large": f"table ({AS_OF})", "c7g.large": "setting"}
-    warnings = [e["event"] for e in logs if e["log_level"] == "warning"]
-    assert len(warnings) == 1 and "pricing:GetProducts" in warnings[0]
+    """AccessDeniedException, as AWS answers a principal without pricing:GetProducts: the operator's
+    prices still serve, and a type without one is a one-line start-up error naming both fixes."""
+    _list(faults, LISTED)
+    faults.price_list.deny()
+    kwargs: dict[str, Any] = {
+        "region": "us-east-1",
+        "setting": "AUTOSCALER_EC2_ALLOWED_TYPES",
+        "endpoint": moto_server.endpoint,
+        "access_key_id": ACCESS_KEY,
+        "secret_access_key": SECRET_KEY,
+    }
+    priced = await read_prices(
+        ["m7i.large", "c7g.large"], operator={"m7i.large": 0.2, "c7g.large": 0.05}, **kwargs
+    )
+    assert priced.prices == {"m7i.large": 0.2, "c7g.large": 0.05}
+    assert set(priced.sources.values()) == {"setting"}
+    with pytest.raises(ConfigurationError) as caught:
+        await read_prices(["m7i.large", "c7g.large"], operator={"c7g.large": 0.05}, **kwargs)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(
+        "AUTOSCALER_EC2_ALLOWED_TYPES: no price known for m7i.large "
+    )
+    assert "c7g.large" not in message  # priced by its setting
+    assert "AccessDenied" in message and "pricing:GetProducts" in message and "price_per_hour" in message
 
 
 async def test_a_type_with_no_price_anywhere_stops_the_start(moto_server: MotoServer) -> None:
     with pytest.raises(ConfigurationError) as caught:
         await read_prices(
-            ["m7i.large", "x2iedn.metal"],  # the table has no x2iedn, nor does the local Price List
+            ["m7i.large", "x2iedn.metal"],  # neither listed with a price by the local Price List
             region="us-east-1",
             operator={},
             setting="AUTOSCALER_EC2_ALLOWED_TYPES",
@@ -146,7 +161,9 @@ async def test_a_type_with_no_price_anywhere_stops_the_start(moto_server: MotoSe
             access_key_id=ACCESS_KEY,
             secret_access_key=SECRET_KEY,
         )
-    assert "x2iedn.metal" in str(caught.value) and "price_per_hour" in str(caught.value)
+    message = str(caught.value)
+    assert "no price known for m7i.large, x2iedn.metal in us-east-1" in message
+    assert "lists no Linux on-demand price" in message and "price_per_hour" in message and "$0" in message
 
 
 async def test_m7i_c7g_on_arm64_and_g5_plan_and_launch_priced_from_the_price_list(
@@ -158,7 +175,7 @@ async def test_m7i_c7g_on_arm64_and_g5_plan_and_launch_priced_from_the_price_lis
     monkeypatch: pytest.MonkeyPatch,
     raw_ec2: Any,
 ) -> None:
-    faults.price_list.set_price("us-east-1", "c7g.large", 0.0725)
+    _list(faults, LISTED)
     types = {name: {"ami_id": ami} for name, ami in DONE_WHEN.items()}
     for key, value in {
         "AUTOSCALER_CLUSTER_NAME": "done-when",
@@ -177,11 +194,8 @@ async def test_m7i_c7g_on_arm64_and_g5_plan_and_launch_priced_from_the_price_lis
     await prices.read_list()
     catalogue = prices.priced(await _catalogue(cloud, list(DONE_WHEN)))
     await cloud.check_images()
-    assert {n: t.price_per_hour for n, t in catalogue.items()} == {
-        "m7i.large": PRICES["us-east-1"]["m7i.large"],
-        "c7g.large": 0.0725,
-        "g5.xlarge": PRICES["us-east-1"]["g5.xlarge"],
-    }
+    assert {n: t.price_per_hour for n, t in catalogue.items()} == LISTED
+    assert prices.sources == dict.fromkeys(DONE_WHEN, "price list")
     policy = policy_from_settings(settings, catalogue)
     work = {  # one task at a time, and the type the cheapest fit gives it
         Task("cpu", Resources.of(1.0, 2 * GIB)): "c7g.large",  # $0.0725 < m7i's $0.1008
@@ -198,11 +212,11 @@ async def test_m7i_c7g_on_arm64_and_g5_plan_and_launch_priced_from_the_price_lis
         assert described["Reservations"][0]["Instances"][0]["ImageId"] == DONE_WHEN[expected]
 
 
-async def test_a_price_list_out_of_reach_falls_back_to_the_table_within_seconds() -> None:
+async def test_a_price_list_out_of_reach_stops_the_start_within_seconds_saying_why() -> None:
     """A manager in a private subnet with no route to the Price List: a closed port stands for it."""
     started = asyncio.get_running_loop().time()
-    with capture_logs() as logs:
-        priced = await read_prices(
+    with pytest.raises(ConfigurationError) as caught:
+        await read_prices(
             ["m7i.large"],
             region="us-east-1",
             operator={},
@@ -211,6 +225,5 @@ async def test_a_price_list_out_of_reach_falls_back_to_the_table_within_seconds(
             access_key_id=ACCESS_KEY,
             secret_access_key=SECRET_KEY,
         )
-    assert priced.sources == {"m7i.large": f"table ({AS_OF})"}
-    assert [e for e in logs if e["log_level"] == "warning"]
+    assert "could not be read" in str(caught.value) and "m7i.large" in str(caught.value)
     assert asyncio.get_running_loop().time() - started < 15
