@@ -189,6 +189,14 @@ class KeeperSettings(BaseSettings):
         json_schema_extra={"example": "analytics-keeper"},
     )
     primary_type: str = Field(default="m5.large", description="Instance type of each cluster's primary.")
+    primary_metadata_hop_limit: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="Primaries require IMDSv2 (session tokens) from their metadata service; this is the token's "
+        "hop limit. 2 (the default) lets the primary's containers (its autoscaler, which launches the workers "
+        "with the primary's instance profile) use it; 1 breaks that autoscaler unless it is given keys.",
+    )
     primary_price_per_hour: float | None = Field(
         default=None,
         gt=0,

@@ -104,6 +104,7 @@ def primaries(config: KeeperConfig) -> Ec2Primaries:
         custom_tags=dict(ec2.custom_tags),
         scheduler_port=keeper.scheduler_port,
         dashboard_port=keeper.dashboard_port,
+        metadata_hop_limit=keeper.primary_metadata_hop_limit,
     )
 
 

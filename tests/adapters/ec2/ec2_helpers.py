@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from swarm_autoscaler.adapters.ec2 import Ec2Cloud
+from swarm_autoscaler.adapters.ec2_transport import Ec2Transport
 
 ACCESS_KEY = "AKIATESTEXAMPLE0001"
 SECRET_KEY = "tEsT/SeCrEt+Key/that-must-never-leak"
@@ -25,7 +26,7 @@ async def join_command() -> tuple[str, str]:
 CloudFactory = Callable[..., Awaitable[Ec2Cloud]]
 
 
-def wire(cloud: Ec2Cloud, operation: str) -> list[dict[str, str]]:
+def wire(cloud: Ec2Transport, operation: str) -> list[dict[str, str]]:
     """Every `operation` request as it leaves the process (botocore's `before-send` event: the signed
     HTTP request, after serialisation), its form parameters decoded once, as EC2 reads them. What
     moto answers is not the point here: moto accepts requests AWS reads differently."""

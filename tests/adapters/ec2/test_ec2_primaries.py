@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from tests.adapters.ec2.ec2_helpers import ACCESS_KEY, SECRET_KEY
+from tests.adapters.ec2.ec2_helpers import ACCESS_KEY, SECRET_KEY, wire
 from tests.keeper.fakes import FakeProbe
 
 from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, OWNER_TAG, OWNER_VALUE, Ec2Cloud
@@ -137,6 +137,26 @@ async def test_create_launches_a_tagged_primary_with_its_boot_script(
     ip = raw["PrivateIpAddress"]
     assert (cluster.scheduler_url, cluster.dashboard_url) == (f"tls://{ip}:8786", f"http://{ip}:8787")
     assert hosts.stats.api_calls["RunInstances"] == 1
+
+
+async def test_a_primary_is_launched_with_imdsv2_required_and_the_hop_limit_set(make_hosts: Factory) -> None:
+    """At the wire (the RunInstances botocore sends; moto ignores MetadataOptions): an organisation rule
+    that refuses launches without IMDSv2 (an SCP on ec2:MetadataHttpTokens) lets the primary through, and
+    its autoscaler's container, one hop further than the machine, can still use the instance profile."""
+    hosts = await make_hosts()
+    sent = wire(hosts, "RunInstances")
+    await hosts.create(ALICE, 1_800_000_000.0)
+    (params,) = sent
+    assert params["MetadataOptions.HttpTokens"] == "required"
+    assert params["MetadataOptions.HttpEndpoint"] == "enabled"
+    assert params["MetadataOptions.HttpPutResponseHopLimit"] == "2"
+
+    one_hop = await make_hosts(metadata_hop_limit=1)
+    sent = wire(one_hop, "RunInstances")
+    await one_hop.create(BOB, 1_800_000_000.0)
+    assert sent[0]["MetadataOptions.HttpPutResponseHopLimit"] == "1"
+    with pytest.raises(ConfigurationError, match="metadata_hop_limit"):
+        await make_hosts(metadata_hop_limit=65)
 
 
 async def test_a_restarted_keeper_rebuilds_every_cluster_from_tags(make_hosts: Factory) -> None:

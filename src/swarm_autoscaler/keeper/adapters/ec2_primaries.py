@@ -17,6 +17,11 @@ A scheduler's addresses are the primary's private IP and the configured ports, u
 tagged `swarm-autoscaler/keeper/scheduler-url` and `.../dashboard-url` (which a boot script, or the
 local cloud, may set when the scheduler listens elsewhere).
 
+A primary, like every machine the daemon launches, requires IMDSv2 (`MetadataOptions`, hop limit
+`metadata_hop_limit`, 2 by default: its autoscaler runs in a container, one hop further than the machine,
+and reaches EC2 with the primary's instance profile), so an organisation rule that refuses launches
+without session tokens lets it through.
+
 Why one file of this size: one adapter over one EC2 client, whose listing, launches, tag writes and
 terminations share the tag scheme and its caches (primary ids, each cluster's listed workers).
 """
@@ -28,7 +33,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, NAME_TAG, OWNER_TAG, OWNER_VALUE
+from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, DEFAULT_HOP_LIMIT, NAME_TAG, OWNER_TAG, OWNER_VALUE
+from swarm_autoscaler.adapters.ec2_launch import metadata_options
 from swarm_autoscaler.adapters.ec2_support import (
     GONE_CODES,
     UNKNOWN_TYPE_CODES,
@@ -94,11 +100,17 @@ class Ec2Primaries(Ec2Transport):
         custom_tags: Mapping[str, str] | None = None,
         scheduler_port: int = 8786,
         dashboard_port: int = 8787,
+        metadata_hop_limit: int = DEFAULT_HOP_LIMIT,
         **transport: Any,
     ) -> None:
         super().__init__(region=region, **transport)
         if not keeper_name:
             raise ConfigurationError("keeper_name must not be empty: it is the ownership tag")
+        if not 1 <= metadata_hop_limit <= 64:
+            raise ConfigurationError(
+                f"metadata_hop_limit must be within 1..64 (EC2's), got {metadata_hop_limit}"
+            )
+        self._hop_limit = metadata_hop_limit
         self._name = keeper_name
         self._type = primary_type
         self._ami = ami_id
@@ -334,6 +346,7 @@ class Ec2Primaries(Ec2Transport):
             "MinCount": 1,
             "MaxCount": 1,
             "UserData": user_data,  # botocore base64-encodes it
+            "MetadataOptions": metadata_options(self._hop_limit),
             "TagSpecifications": [
                 {"ResourceType": "instance", "Tags": tag_list(tags)},
                 {"ResourceType": "volume", "Tags": tag_list(owner)},
