@@ -4,6 +4,11 @@ The daemon, the demo and the simulator all call `run_tick`; none has its own pat
 Observe is all-or-nothing: if any source fails, the tick acts on nothing. Act (`daemon.act`) turns
 every error into data (an `Outcome`), so one failing action never stops the others, and re-checks every
 disruptive action against a fresh read right before it runs.
+
+A launch that EC2 refuses for capacity or a quota backs its type off (`Cloud.unavailable`); the tick then
+falls through at once, not a tick later: the launches of a plan made again on a fresh listing of the
+instances (the in-flight view: what was just launched counts) and the new back-offs are carried out in the
+same tick, once. Only launches: every other action waits for the next tick's plan.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from swarm_autoscaler.core.actions import Plan
+from swarm_autoscaler.core.actions import Launch, Plan
 from swarm_autoscaler.core.cluster import Fleet, classify
 from swarm_autoscaler.core.model import InstanceType, Policy, Snapshot
 from swarm_autoscaler.core.plan import plan as make_plan
@@ -120,5 +125,41 @@ async def run_tick(
         left = max(deadline - (time.monotonic() - started), deadline / 2)
         config = dataclasses.replace(config, deadline=left)
     outcomes = await act(plan, snapshot, ports, still_leader, config, age)
+    if deadline is not None:
+        config = dataclasses.replace(config, deadline=deadline - (time.monotonic() - started))
+    again = await _fall_through(ports, snapshot, policy, planner, outcomes, still_leader, config, age)
+    if again is not None:
+        plan = dataclasses.replace(plan, actions=plan.actions + again[0].actions)
+        outcomes += again[1]
     phases += (("act", time.monotonic() - planned),)
     return TickResult(snapshot, policy, plan, outcomes, acted=True, phases=phases)
+
+
+async def _fall_through(
+    ports: Ports,
+    snapshot: Snapshot,
+    policy: Policy,
+    planner: Callable[[Snapshot, Policy], Plan],
+    outcomes: tuple[Outcome, ...],
+    still_leader: StillLeader,
+    config: ActConfig,
+    age: Age,
+) -> tuple[Plan, tuple[Outcome, ...]] | None:
+    """After a refused launch: the launches of the plan made again on what is true now (see the module
+    doc), carried out; None when no launch was refused, there is no time left, or the listing fails (the
+    next tick plans again)."""
+    refused = any(isinstance(o.action, Launch) and o.kind == "capacity" for o in outcomes)
+    if not refused or (config.deadline is not None and config.deadline <= 0) or not still_leader():
+        return None
+    try:
+        instances = await ports.cloud.list_instances()
+    except AutoscalerError:
+        return None
+    fresh = dataclasses.replace(
+        snapshot, instances=instances, unavailable=ports.cloud.unavailable(snapshot.now)
+    )
+    launches = tuple(a for a in planner(fresh, policy).actions if isinstance(a, Launch))
+    if not launches:
+        return None
+    again = Plan(launches)
+    return again, await act(again, fresh, ports, still_leader, config, age)

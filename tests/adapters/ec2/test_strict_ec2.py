@@ -8,19 +8,25 @@ on (`conftest.moto_server`); these turn on each of the others."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from tests.adapters.ec2.ec2_helpers import BOOT_SCRIPT, CloudFactory
+from tests.adapters.ec2.ec2_helpers import BOOT_SCRIPT, CloudFactory, wire
+from tests.fakes import FakeWorkload, SteppedClock
 
 from swarm_autoscaler.adapters.ec2_launch import quota_name
 from swarm_autoscaler.adapters.ec2_support import HOSTNAME_TAG
+from swarm_autoscaler.core.actions import Launch
+from swarm_autoscaler.core.model import GIB, Policy, Resources, Task, TypePolicy
 from swarm_autoscaler.daemon.loop import InFlightCloud
+from swarm_autoscaler.daemon.tick import ActConfig, Ports, run_tick
 from swarm_autoscaler.errors import ConfigurationError
 from swarm_autoscaler_lab.localcloud import FaultInjector, LocalNetwork, StrictEc2
 from swarm_autoscaler_lab.localcloud.ec2_strict import running_now as running
+from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
 
 TYPE = "m5.large"
 GPU = "g4dn.xlarge"  # 4 vCPUs, in the "G and VT" quota
@@ -122,3 +128,47 @@ async def test_user_data_must_be_base64_of_at_most_16_kib(
         ConfigurationError, match=rf"instance type {TYPE} is \d+ bytes, over EC2's limit of 16384"
     ):
         await make_cloud(allowed_types={TYPE: (network.ami_id, "echo " + "x" * 17000)})
+
+
+async def test_a_quota_refusal_falls_through_to_the_next_type_in_the_same_tick(
+    make_cloud: CloudFactory, network: LocalNetwork, strict: Any, clock: SteppedClock
+) -> None:
+    """Stands in for EC2's VcpuLimitExceeded when the account's Standard on-demand vCPU quota is used up
+    (a new account's is small): the cheapest fit (m5.large) is refused at once in every zone, and a type
+    counted against another quota (x2iedn.xlarge, the X family's) is launched in the same tick, not a
+    tick later. Checked at the wire: the RunInstances requests botocore sent, in order."""
+    standard = quota_name(TYPE, "on-demand")
+    used = sum(v for t, _, v in running("us-east-1") if quota_name(t, "on-demand") == standard)
+    rules = strict(vcpu_quotas={standard: used})  # no room left for one more Standard machine
+    other = "x2iedn.xlarge"
+    cloud = await make_cloud(allowed_types={n: (network.ami_id, BOOT_SCRIPT) for n in (TYPE, other)})
+    sent = wire(cloud, "RunInstances")
+    described = {t.name: t for t in await cloud.instance_types([TYPE, other])}
+    catalogue = {  # the test's own prices: the cheapest fit is m5.large
+        TYPE: dataclasses.replace(described[TYPE], price_per_hour=0.096),
+        other: dataclasses.replace(described[other], price_per_hour=0.667),
+    }
+    policy = Policy(
+        allowed_types=(TypePolicy(TYPE), TypePolicy(other)),
+        min_instances=0,
+        max_instances=5,
+        max_start_time=300,
+        drain_delay=30,
+        termination_delay=60,
+        subnets=tuple(network.subnet_ids),  # a type is out once every one of them refused it
+    )
+    workload = FakeWorkload(unrunnable=[Task("job", Resources.of(1.0, 2 * GIB))])
+    ports = Ports(InFlightCloud(cloud), MemorySwarm(), workload)
+
+    result = await run_tick(ports, policy, catalogue, clock(), config=ActConfig(cloud.cluster_name))
+
+    assert [(p["InstanceType"], p["MinCount"]) for p in sent] == [(TYPE, "1"), (other, "1")]
+    assert rules.over_quota == 1 and cloud.stats.quota_refusals == {
+        (TYPE, "on-demand", "VcpuLimitExceeded"): 1
+    }
+    launched = [o for o in result.outcomes if isinstance(o.action, Launch)]
+    assert [(o.action.type_name, o.ok, o.kind) for o in launched] == [
+        (TYPE, False, "capacity"),
+        (other, True, ""),
+    ]
+    assert [i.type_name for i in await ports.cloud.list_instances()] == [other]  # counted: no second launch
