@@ -58,7 +58,10 @@ def shift(snapshot: Snapshot, d: float) -> Snapshot:
 def shift_plan(result: Plan, d: float) -> Plan:
     def moved(action: object) -> object:
         # every action that carries a node's marks (None: unchanged)
-        if not isinstance(action, NodeUpdate | DrainNode | Cordon | Uncordon) or action.marks is None:
+        if (
+            not isinstance(action, NodeUpdate | DrainNode | Cordon | Uncordon | Terminate)
+            or action.marks is None
+        ):
             return action
         return dataclasses.replace(action, marks=_marks(action.marks, d))
 

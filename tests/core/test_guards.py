@@ -238,6 +238,8 @@ def test_a_node_whose_instance_is_gone_is_removed_only_when_down_and_idle() -> N
 
 
 def _terminating(n: int, since: float, **kw: Any) -> Machine:
+    """A machine whose termination went ahead `since`: drained (and by default its worker gone)."""
+    kw = {"availability": Availability.DRAIN, "worker": False, **kw}
     return machine(n, marks=NodeMarks(ready=True, termination_started=since), **kw)
 
 
@@ -247,8 +249,10 @@ def test_a_termination_is_asked_again_from_termination_delay_on_never_for_a_busy
     fleet = (
         _terminating(1, NOW - 119),
         _terminating(2, NOW - 120),
-        _terminating(3, NOW - 5000, processing=[RUNNING]),
+        _terminating(3, NOW - 5000, worker=True, processing=[RUNNING]),
         dying,
+        # ready, active, with a connected worker: it serves work, its mark is stale (never asked again)
+        _terminating(5, NOW - 5000, worker=True, availability=Availability.ACTIVE),
     )
     assert _terminated(plan(assemble(*fleet), make_policy())) == {"i-0002"}
 

@@ -66,19 +66,14 @@ def test_a_busy_interrupted_machine_is_retired_drained_terminated_and_replaced_a
     assert got.actions == (
         Launch("m5.large", 1, "2 pending task(s) need new capacity; cheapest fitting type: m5.large"),
         RetireWorkers((addr(1),), f"{WHY}: its results move to workers that stay", (NodeOurs(node.id),)),
-        # the terminating mark rides with the drain: written only if the drain goes ahead
-        DrainNode(
-            node.id,
-            node.hostname,
-            WHY,
-            (Retired(hostname(1)), NodeOurs(node.id)),
-            NodeMarks(ready=True, termination_started=NOW),
-        ),
+        DrainNode(node.id, node.hostname, WHY, (Retired(hostname(1)), NodeOurs(node.id))),
+        # the terminating mark rides with the termination: written only if it goes ahead
         Terminate(
             ("i-0001",),
             f"{WHY}: let go",
             (node.id,),
             (HostIdle(hostname(1)), Retired(hostname(1)), NodeOurs(node.id)),
+            NodeMarks(ready=True, termination_started=NOW),
         ),
     )
     assert got.pending == 2

@@ -93,6 +93,7 @@ def mark(n: int, why: str, **changes: float | bool | None) -> NodeUpdate:
 def _resolved(expected: Plan, snapshot: Snapshot) -> Plan:
     marks = {n.id: n.marks for n in snapshot.nodes}
     draining = {a.node_id for a in expected.actions if isinstance(a, DrainNode)}
+    ending = {a.node_ids[0] for a in expected.actions if isinstance(a, Terminate) and len(a.node_ids) == 1}
     for a in expected.actions:
         if isinstance(a, Marked):
             node = f"node-{a.n}"
@@ -100,11 +101,13 @@ def _resolved(expected: Plan, snapshot: Snapshot) -> Plan:
     actions: list[Action] = []
     for a in expected.actions:
         match a:
-            case Marked(n=n) if f"node-{n}" in draining:
+            case Marked(n=n) if f"node-{n}" in draining | ending:
                 continue
             case Marked(n=n, why=why):
                 actions.append(NodeUpdate(f"node-{n}", why, marks[f"node-{n}"]))
-            case DrainNode(node_id=node) if marks[node] != _observed(snapshot, node):
+            case DrainNode(node_id=node) if _before_end(marks, snapshot, node) != _observed(snapshot, node):
+                actions.append(replace(a, marks=_before_end(marks, snapshot, node)))
+            case Terminate(node_ids=(node,)) if node in marks and marks[node] != _observed(snapshot, node):
                 actions.append(replace(a, marks=marks[node]))
             case Cordon(node_id=node):
                 actions.append(replace(a, marks=replace(marks[node], cordoned_since=NOW)))
@@ -113,6 +116,12 @@ def _resolved(expected: Plan, snapshot: Snapshot) -> Plan:
             case _:
                 actions.append(a)
     return replace(expected, actions=tuple(actions))
+
+
+def _before_end(marks: dict[str, NodeMarks], snapshot: Snapshot, node_id: str) -> NodeMarks:
+    """A drained node's marks: its termination mark, if the plan terminates it too, rides in the
+    Terminate, written only when that goes ahead."""
+    return replace(marks[node_id], termination_started=_observed(snapshot, node_id).termination_started)
 
 
 def _observed(snapshot: Snapshot, node_id: str) -> NodeMarks:
@@ -726,7 +735,8 @@ REPAIR = [
         Plan(),
     ),
     Case(
-        "a termination that did not take is asked again",
+        "a termination that did not take is asked again, on a first termination's checks: no worker "
+        "connected since, its node still ours",
         assemble(machine(1, worker=False, marks=NodeMarks(True, termination_started=NOW - 200))),
         Plan(
             (
@@ -734,7 +744,42 @@ REPAIR = [
                     ("i-0001",),
                     "termination requested earlier did not take; asking again",
                     ("node-1",),
+                    (NoWorker(hostname(1)), NodeOurs("node-1")),
+                ),
+            )
+        ),
+    ),
+    Case(
+        "a drained machine whose termination did not take, its worker still connected and idle, is asked "
+        "again with its host idle",
+        assemble(
+            machine(
+                1,
+                availability=Availability.DRAIN,
+                marks=NodeMarks(True, drained_since=NOW - 400, termination_started=NOW - 200),
+            )
+        ),
+        Plan(
+            (
+                Terminate(
+                    ("i-0001",),
+                    "termination requested earlier did not take; asking again",
+                    ("node-1",),
                     idle_and_ours(1),
+                ),
+            )
+        ),
+    ),
+    Case(
+        "a terminating mark on a node that serves work (ready, active, its worker connected) is stale: "
+        "cleared, never asked again (a skipped or cut-short termination left it)",
+        assemble(machine(1, marks=NodeMarks(True, termination_started=NOW - 200))),
+        Plan(
+            (
+                mark(
+                    1,
+                    "marked terminating, but it serves work: no termination went out; mark cleared",
+                    termination_started=None,
                 ),
             )
         ),

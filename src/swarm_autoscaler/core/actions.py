@@ -183,12 +183,17 @@ class DrainNode:
 @dataclass(frozen=True, slots=True)
 class Terminate:
     """Terminate instances (and remove their swarm nodes, if any). The planner emits one instance per
-    action, so that `expect` speaks of one machine; `act` may batch several into one cloud call."""
+    action, so that `expect` speaks of one machine; `act` may batch several into one cloud call.
+    `marks`: its node's complete new marks, `termination_started` set (filled in by the planner; None:
+    nothing to write), written once the termination goes ahead, right before TerminateInstances, and
+    taken back if that call fails: a termination skipped on its re-check leaves no mark (one left
+    behind would end the machine later as "a termination that did not take")."""
 
     instance_ids: tuple[str, ...]
     reason: str
     node_ids: tuple[str, ...] = ()
     expect: tuple[Check, ...] = ()
+    marks: NodeMarks | None = None
 
 
 @dataclass(frozen=True, slots=True)

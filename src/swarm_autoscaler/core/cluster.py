@@ -174,8 +174,9 @@ _TRANSITIONS: Mapping[Bucket, frozenset[Bucket]] = {
     # Terminate.
     Bucket.BROKEN: frozenset({Bucket.ACTIVE, Bucket.JOINING}) | _TERMINAL,
     # EC2 finishes terminating (gone); the instance vanishes first while its node lingers
-    # (disconnected, then RemoveNode).
-    Bucket.TERMINATING: frozenset({Bucket.GONE, Bucket.DISCONNECTED}),
+    # (disconnected, then RemoveNode); a stale terminating mark on a node that serves work is cleared
+    # (active: no termination went out, shrink._ask_again).
+    Bucket.TERMINATING: frozenset({Bucket.GONE, Bucket.DISCONNECTED, Bucket.ACTIVE}),
     # Never touched by the planner; an operator may remove them.
     Bucket.MANAGER: frozenset({Bucket.GONE}),
     Bucket.UNOWNED: frozenset({Bucket.GONE}),

@@ -26,7 +26,7 @@ that capacity is there if the warning follows. Once its workers run and hold not
 `interrupted` bucket (cluster.py) and let go as above. Before, a recommendation was handled as a
 warning: busy workers were retired and their running work redone elsewhere.
 
-The machine stays in the bucket (its node marked terminating) until EC2 lists it as shutting down, so
+The machine stays in the bucket (its node marked terminating once its termination went ahead) until EC2 lists it as shutting down, so
 each tick plans the steps still to do again. It is never stopped into the warm pool (the pool's steps
 never see the bucket).
 """
@@ -50,7 +50,7 @@ from swarm_autoscaler.core.actions import (
 from swarm_autoscaler.core.cluster import Member
 from swarm_autoscaler.core.model import Availability, Snapshot, Task
 from swarm_autoscaler.core.shrink import terminate
-from swarm_autoscaler.core.steps import Facts, Mark, Step
+from swarm_autoscaler.core.steps import Facts, Step
 
 
 def interrupted_hosts(snapshot: Snapshot) -> frozenset[str]:
@@ -112,15 +112,12 @@ def let_go(facts: Facts) -> Step:
     """Retire, drain and terminate every interrupted machine; cordon the busy ones EC2 recommends
     rebalancing (see the module docstring)."""
     actions: list[Action] = [_advise(m) for m in advised(facts)]
-    marks: list[Mark] = []
     for member in facts.cluster.interrupted:
-        step = _let_go(member, facts.now)
-        actions += step.actions
-        marks += step.marks
-    return Step(tuple(actions), tuple(marks))
+        actions += _let_go(member)
+    return Step(tuple(actions))
 
 
-def _let_go(member: Member, now: float) -> Step:
+def _let_go(member: Member) -> tuple[Action, ...]:
     inst, node = member.instance, member.node
     assert inst is not None
     at = inst.interrupted_at if inst.interrupted_at is not None else inst.rebalance_at
@@ -137,5 +134,5 @@ def _let_go(member: Member, now: float) -> Step:
         expect: tuple[Check, ...] = (NoWorker(member.hostname), NotJoined(member.hostname))
     else:
         expect = (HostIdle(member.hostname), Retired(member.hostname), *ours)
-    ended = terminate(member, f"{why}: let go", expect, now)
-    return Step((*actions, *ended.actions), ended.marks)
+    ended = terminate(member, f"{why}: let go", expect)
+    return (*actions, *ended.actions)

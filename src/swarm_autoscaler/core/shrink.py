@@ -36,21 +36,20 @@ from swarm_autoscaler.core.actions import (
 from swarm_autoscaler.core.arrivals import idle_delays
 from swarm_autoscaler.core.cluster import Member, broken_reason
 from swarm_autoscaler.core.launches import reserve_expired, useful, useful_of
-from swarm_autoscaler.core.model import NodeStatus
+from swarm_autoscaler.core.model import Availability, NodeStatus
 from swarm_autoscaler.core.pool import PoolRoom
 from swarm_autoscaler.core.steps import Facts, Mark, Step, mark
 
 
-def terminate(member: Member, reason: str, expect: tuple[Check, ...], now: float) -> Step:
-    """One Terminate of `member`'s instance (and the removal of its node, if it joined); its node is
-    marked as terminating first, so that a restart does not count it as capacity."""
+def terminate(member: Member, reason: str, expect: tuple[Check, ...]) -> Step:
+    """One Terminate of `member`'s instance (and the removal of its node, if it joined). Its node's
+    `termination_started` mark rides in the Terminate (`core.updates`): act writes it only when the
+    termination goes ahead, right before the cloud call, so that a restart does not count the machine
+    as capacity, and a termination skipped on its re-check leaves no mark behind."""
     inst, node = member.instance, member.node
     assert inst is not None
-    marks: tuple[Mark, ...] = ()
-    if node is not None and node.marks.termination_started is None:
-        marks = (mark(node.id, "terminating", termination_started=now),)
     node_ids = (node.id,) if node is not None else ()
-    return Step((Terminate((inst.id,), reason, node_ids, expect=expect),), marks)
+    return Step((Terminate((inst.id,), reason, node_ids, expect=expect),))
 
 
 def _idle_and_ours(member: Member) -> tuple[Check, ...]:
@@ -71,17 +70,16 @@ def repair(facts: Facts, halted: bool = False) -> Step:
     not take. Runs even while work is pending. `halted` (the safety stop, safety.py): a machine whose
     node stayed down is not terminated (its down mark is still kept), nor a broken one whose node is
     down (`_cut_off`)."""
-    cluster, policy, now = facts.cluster, facts.policy, facts.now
+    cluster, policy = facts.cluster, facts.policy
     steps = []
     steps += [
-        terminate(m, broken_reason(m, policy), _broken_checks(m), now)
+        terminate(m, broken_reason(m, policy), _broken_checks(m))
         for m in cluster.broken
         if not m.busy and not (halted and _cut_off(m))
     ]
     steps += [_repair_disconnected(facts, m, halted) for m in cluster.disconnected]
     steps += [_remove_terminated(m) for m in cluster.terminating]
-    again = "termination requested earlier did not take; asking again"
-    steps += [terminate(m, again, _idle_and_ours(m), now) for m in cluster.terminating if _stuck(facts, m)]
+    steps += [_ask_again(m) for m in cluster.terminating if _stuck(facts, m)]
     return Step(
         tuple(a for s in steps for a in s.actions),
         tuple(m for s in steps for m in s.marks),
@@ -134,6 +132,27 @@ def _remove_terminated(member: Member) -> Step:
     return _remove(member, f"its instance is {inst.state}")
 
 
+# The reasons of a termination asked again, and of a stale terminating mark cleared (see `_ask_again`).
+ASK_AGAIN = "termination requested earlier did not take; asking again"
+STALE_TERMINATING = "marked terminating, but it serves work: no termination went out; mark cleared"
+
+
+def _ask_again(member: Member) -> Step:
+    """A machine marked terminating `termination_delay` ago that is still alive. act writes the mark
+    only for a termination that went ahead, so this is one EC2 did not carry out, asked again on the
+    checks of a first termination of a machine in its state: no worker connected since (or, with one,
+    its host idle) and its node still ours. A node that is ready, active and has a connected worker
+    serves work: its mark did not come from a termination that went out (a cut-short call, an older
+    version that wrote the mark before the re-check), so the mark is cleared, never asked again, and
+    the next plan decides from what the machine is."""
+    node = member.node
+    assert node is not None
+    if node.status == NodeStatus.READY and node.availability == Availability.ACTIVE and member.workers:
+        return Step(marks=(mark(node.id, STALE_TERMINATING, termination_started=None),))
+    work: Check = HostIdle(member.hostname) if member.workers else NoWorker(member.hostname)
+    return terminate(member, ASK_AGAIN, (work, NodeOurs(node.id)))
+
+
 def _stuck(facts: Facts, member: Member) -> bool:
     inst, node = member.instance, member.node
     if inst is None or not inst.alive or node is None or member.busy:
@@ -157,13 +176,11 @@ def scale_down(
     chosen = _beyond_reserve(facts, received, launching, launched)
     room = PoolRoom(facts)
     ends = [
-        room.stop(m, reason, _idle_and_ours(m)) or terminate(m, reason, _idle_and_ours(m), facts.now)
+        room.stop(m, reason, _idle_and_ours(m)) or terminate(m, reason, _idle_and_ours(m))
         for m, reason in chosen
     ]
     if not cordoned_only:
-        ends += [
-            terminate(m, why, _idle_and_ours(m), facts.now) for m, why in _expired_reserve(facts, launching)
-        ]
+        ends += [terminate(m, why, _idle_and_ours(m)) for m, why in _expired_reserve(facts, launching)]
         ends += _released_at_once(facts, drain, launching, launched + len(chosen))
     return Step(
         (*drain.actions, *(a for s in ends for a in s.actions)),
@@ -221,7 +238,7 @@ def _released_at_once(facts: Facts, drain: Step, launching: Collection[str], lea
     took work meanwhile is kept. Only where nothing else wants the drained machine: no reserve or warm
     pool for its type, a type this plan does not launch, and above `min_instances` (`leaving`: machines
     this plan already ends or launches)."""
-    policy, now = facts.policy, facts.now
+    policy = facts.policy
     by_node = {m.node.id: m for m in facts.cluster.active if m.node is not None}
     live = useful(facts.cluster) - len(facts.cluster.reserve) - leaving
     out = []
@@ -236,7 +253,7 @@ def _released_at_once(facts: Facts, drain: Step, launching: Collection[str], lea
         if tp is None or tp.reserve or tp.warm_pool or not why or delay > 0 or live <= policy.min_instances:
             continue
         expect: tuple[Check, ...] = (HostIdle(member.hostname), *action.expect[2:], NodeOurs(action.node_id))
-        out.append(terminate(member, f"let go once drained ({why})", expect, now))
+        out.append(terminate(member, f"let go once drained ({why})", expect))
         live -= 1
     return out
 

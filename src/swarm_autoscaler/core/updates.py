@@ -10,6 +10,10 @@ and act never computes a mark:
 - The marks of a node the plan drains wait for its drain: they go in its `DrainNode` (DISRUPT phase,
   skipped with it), not in its NodeUpdate (which keeps its labels: the ownership label among them is
   what the drain's re-check wants to see, `NodeOurs`).
+- So do the marks of a node the plan terminates (its node not removed by the plan): they go in its
+  `Terminate`, with `termination_started` = now (kept when set before), written only when the
+  termination goes ahead. A node drained and terminated in one plan: its DrainNode carries the marks
+  without `termination_started`, its Terminate with it.
 - A `Cordon` carries the node's complete new marks with `cordoned_since` = now (written before the
   worker is cordoned, so that a restart knows), an `Uncordon` those with `cordoned_since` cleared
   (written after the worker is set running).
@@ -21,7 +25,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from swarm_autoscaler.core.actions import Action, Cordon, DrainNode, NodeUpdate, Uncordon
+from swarm_autoscaler.core.actions import Action, Cordon, DrainNode, NodeUpdate, Terminate, Uncordon
 from swarm_autoscaler.core.model import NodeMarks, Snapshot
 from swarm_autoscaler.core.steps import Mark, MarkChanges
 
@@ -61,22 +65,23 @@ def node_updates(
     """(the NodeUpdates, in node order; `actions` with the marks their node update carries filled in).
     Reasons are kept, in order, each once."""
     changed = new_marks(snapshot, marks, removed)
-    draining = {a.node_id for a in actions if isinstance(a, DrainNode)}
+    ending = {a.node_ids[0] for a in actions if isinstance(a, Terminate) and len(a.node_ids) == 1} - removed
+    waiting = {a.node_id for a in actions if isinstance(a, DrainNode)} | ending  # marks ride there
     why: dict[str, list[str]] = {}
     for m in marks:
         if m.node_id in changed:
             why.setdefault(m.node_id, []).append(m.why)
     lacking = {entry.node_id: entry for entry in labels}
     updates = []
-    for node_id in sorted(set(changed) - draining | set(lacking)):
+    for node_id in sorted(set(changed) - waiting | set(lacking)):
         label = lacking.get(node_id)
-        reasons = why.get(node_id, []) if node_id not in draining else []
+        reasons = why.get(node_id, []) if node_id not in waiting else []
         reasons += [label.why] if label is not None else []
         updates.append(
             NodeUpdate(
                 node_id,
                 "; ".join(dict.fromkeys(reasons)),
-                None if node_id in draining else changed.get(node_id),
+                None if node_id in waiting else changed.get(node_id),
                 label.labels if label is not None else (),
             )
         )
@@ -87,6 +92,11 @@ def node_updates(
         match action:
             case DrainNode(node_id=node_id) if node_id in changed:
                 filled.append(dataclasses.replace(action, marks=changed[node_id]))
+            case Terminate(node_ids=(node_id,)) if node_id in ending:
+                base = changed.get(node_id, current[node_id])
+                if base.termination_started is None:
+                    base = dataclasses.replace(base, termination_started=now)
+                filled.append(action if base == current[node_id] else dataclasses.replace(action, marks=base))
             case Cordon(node_id=node_id):
                 base = changed.get(node_id, current[node_id])
                 filled.append(

@@ -1,13 +1,16 @@
 """Performing single actions through the ports for `act`, and the fresh reads it re-checks against.
 
 A node's marks and launch labels are written in ONE node update (`Orchestrator.mark`), exactly as the
-plan's NodeUpdate, DrainNode, Cordon or Uncordon states them (complete marks: nothing is computed here);
+plan's NodeUpdate, DrainNode, Cordon, Uncordon or Terminate states them (complete marks: nothing is
+computed here; a failed termination takes back the `termination_started` its Terminate wrote);
 marks the node already carries in the snapshot, with no label, are not written again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -123,11 +126,18 @@ class Doer:
 
     def terminate_batch(self, actions: Sequence[Terminate], note: str) -> Job:
         """Every Terminate of the act in ONE `Cloud.terminate` call, then their nodes removed. `note`
-        (how their hosts were fenced) goes in the result. The only way a Terminate is carried out."""
+        (how their hosts were fenced) goes in the result. The only way a Terminate is carried out.
+        Their nodes' marks (`termination_started`) are written first, and taken back if the call fails:
+        a node carries the mark only for a termination that went ahead."""
 
         async def perform() -> str:
             ids = list(dict.fromkeys(i for a in actions for i in a.instance_ids))
-            await self.ports.cloud.terminate(ids)
+            marked = await self._mark_ending(actions)
+            try:
+                await self.ports.cloud.terminate(ids)
+            except Exception:
+                await self._mark_ending(marked, undo=True)
+                raise
             nodes = dict.fromkeys(n for a in actions for n in a.node_ids)
             async with asyncio.TaskGroup() as tg:
                 for node_id in nodes:
@@ -138,6 +148,28 @@ class Doer:
         # Once TerminateInstances went out the step runs to its end, even past the deadline: it was
         # re-checked, and cut short it would leave nodes behind and report as undone what was done.
         return Job(tuple(actions), perform, finish_past_deadline=True)
+
+    async def _mark_ending(self, actions: Sequence[Terminate], undo: bool = False) -> list[Terminate]:
+        """Write the marks the terminations carry (with `undo`: their node's marks without the
+        `termination_started` they set), concurrently, best effort: a failed write is no reason to keep
+        a machine the plan ends (EC2 lists it as shutting down soon), nor to hide the call's failure.
+        Returns the terminations whose marks were written."""
+
+        async def write(action: Terminate) -> Terminate | None:
+            node_id, marks = action.node_ids[0], action.marks
+            assert marks is not None
+            with contextlib.suppress(Exception):
+                if undo:  # (written even when equal to the snapshot's: the node carries the mark now)
+                    before = self._marks.get(node_id, NodeMarks()).termination_started
+                    undone = dataclasses.replace(marks, termination_started=before)
+                    await self.ports.orchestrator.mark(node_id, undone)
+                else:
+                    await self._write(node_id, marks, {})
+                return action
+            return None
+
+        carrying = [a for a in actions if a.marks is not None and len(a.node_ids) == 1]
+        return [a for a in await asyncio.gather(*(write(a) for a in carrying)) if a is not None]
 
     def stop_batch(self, actions: Sequence[Stop], note: str = "") -> Job:
         """Every Stop of the act in ONE `Cloud.stop_instances` call, then their nodes removed (a stopped machine
