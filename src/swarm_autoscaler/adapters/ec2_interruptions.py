@@ -28,15 +28,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, Self
 from urllib.parse import urlsplit
 
 import structlog
-from aiobotocore.config import AioConfig
-from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
@@ -47,7 +44,7 @@ from swarm_autoscaler.adapters.ec2_support import (
     to_endpoint_error,
     to_instance,
 )
-from swarm_autoscaler.adapters.ec2_transport import PRODUCT_USER_AGENT
+from swarm_autoscaler.adapters.ec2_transport import NO_SDK_RETRIES, ClientLifetime, open_client
 from swarm_autoscaler.errors import EndpointError
 
 log = structlog.get_logger("swarm_autoscaler.adapters.ec2_interruptions")
@@ -175,7 +172,7 @@ class PollResult:
     counts: dict[str, int] | None = None
 
 
-class SqsInterruptions:
+class SqsInterruptions(ClientLifetime):
     """Reads the interruption queue and tags the machines it names (see the module docstring)."""
 
     def __init__(
@@ -201,41 +198,19 @@ class SqsInterruptions:
         self._wait = wait_seconds
         self._on_message = on_message
         self._retry = (retry_attempts, retry_initial, retry_max)
-        self._stack: AsyncExitStack | None = None
-        self._client: Any = None
 
     async def start(self) -> Self:
         if self._client is not None:
             return self
-        key, secret = self._credentials
-        config = AioConfig(
-            retries={"total_max_attempts": 1, "mode": "standard"},  # tenacity retries, selectively
-            read_timeout=self._wait + 10,
-            user_agent_extra=PRODUCT_USER_AGENT,
-        )
-        stack = AsyncExitStack()
-        creator = get_session().create_client(
+        self._stack, self._client = await open_client(
             "sqs",
-            region_name=self._region,
-            endpoint_url=self.endpoint,
-            aws_access_key_id=key,
-            aws_secret_access_key=secret,
-            config=config,
+            region=self._region,
+            endpoint=self.endpoint,
+            credentials=self._credentials,
+            retries=NO_SDK_RETRIES,
+            read_timeout=self._wait + 10,
         )
-        self._client = await stack.enter_async_context(creator)
-        self._stack = stack
         return self
-
-    async def close(self) -> None:
-        stack, self._stack, self._client = self._stack, None, None
-        if stack is not None:
-            await stack.aclose()
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     async def _call(self, operation: str, **params: Any) -> dict[str, Any]:
         if self._client is None:

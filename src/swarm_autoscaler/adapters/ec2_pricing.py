@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, Self
 
-from aiobotocore.config import AioConfig
-from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 
 from swarm_autoscaler.adapters.ec2_support import error_message
-from swarm_autoscaler.adapters.ec2_transport import PRODUCT_USER_AGENT
+from swarm_autoscaler.adapters.ec2_transport import ClientLifetime, open_client
 from swarm_autoscaler.errors import ConfigurationError
 
 PRICING_REGION = "us-east-1"  # one of the Price List API's endpoints
@@ -53,7 +50,7 @@ def product_price(item: str | Mapping[str, Any]) -> float | None:
     return min(found) if found else None
 
 
-class PriceList:
+class PriceList(ClientLifetime):
     """A client of the Price List API. Use `async with PriceList(...) as prices`."""
 
     def __init__(
@@ -69,36 +66,22 @@ class PriceList:
         self._endpoint = endpoint
         self._credentials = (access_key_id, secret_access_key)
         self._timeout = timeout
-        self._stack: AsyncExitStack | None = None
-        self._client: Any = None
 
-    async def __aenter__(self) -> Self:
-        key, secret = self._credentials
-        config = AioConfig(
+    async def start(self) -> Self:
+        if self._client is not None:
+            return self
+        self._stack, self._client = await open_client(
+            "pricing",
+            region=PRICING_REGION,
+            endpoint=self._endpoint,
+            credentials=self._credentials,
             # a handful of calls a day; a host that cannot reach the Price List (a private subnet without
-            # a route to it) falls back to the table after seconds, not minutes
+            # a route to it) is told so after seconds, not minutes
             retries={"total_max_attempts": 2, "mode": "adaptive"},
-            connect_timeout=min(self._timeout, 5.0),
             read_timeout=self._timeout,
-            user_agent_extra=PRODUCT_USER_AGENT,
-        )
-        self._stack = AsyncExitStack()
-        self._client = await self._stack.enter_async_context(
-            get_session().create_client(
-                "pricing",
-                region_name=PRICING_REGION,
-                endpoint_url=self._endpoint,
-                aws_access_key_id=key,
-                aws_secret_access_key=secret,
-                config=config,
-            )
+            connect_timeout=min(self._timeout, 5.0),
         )
         return self
-
-    async def __aexit__(self, *_: object) -> None:
-        stack, self._stack, self._client = self._stack, None, None
-        if stack is not None:
-            await stack.aclose()
 
     async def on_demand(self, names: Sequence[str]) -> dict[str, float]:
         """USD per hour of each of `names` the Price List prices in the region (others are left out).

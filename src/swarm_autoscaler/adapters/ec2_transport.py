@@ -15,7 +15,6 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Self
 
 from aiobotocore.config import AioConfig
@@ -33,6 +32,63 @@ from swarm_autoscaler.errors import ConfigurationError, EndpointError
 PRODUCT_USER_AGENT = f"swarm-autoscaler/{__version__}"
 DESCRIBE_IDS_BATCH = 200  # EC2's limit on values in one filter
 _SENT = "swarm_autoscaler_sent"  # request context key: monotonic time the call started (for the clock)
+# botocore retries nothing itself: tenacity retries, selectively (see `Ec2Transport._call`)
+NO_SDK_RETRIES: dict[str, Any] = {"total_max_attempts": 1, "mode": "standard"}
+
+
+async def open_client(
+    service: str,
+    *,
+    region: str,
+    endpoint: str | None,
+    credentials: tuple[str | None, str | None],
+    retries: dict[str, Any],
+    read_timeout: float,
+    connect_timeout: float | None = None,
+) -> tuple[AsyncExitStack, Any]:
+    """An aiobotocore client of `service` with the product's user agent, and the stack that closes it.
+    The one place the AWS adapters (EC2, the Price List, SQS) create a client. Raises what the SDK
+    raises (BotoCoreError, ValueError for a malformed endpoint)."""
+    timeouts: dict[str, float] = {"read_timeout": read_timeout}
+    if connect_timeout is not None:
+        timeouts["connect_timeout"] = connect_timeout
+    key, secret = credentials
+    stack = AsyncExitStack()
+    creator = get_session().create_client(
+        service,
+        region_name=region,
+        endpoint_url=endpoint,
+        aws_access_key_id=key,
+        aws_secret_access_key=secret,
+        config=AioConfig(retries=retries, user_agent_extra=PRODUCT_USER_AGENT, **timeouts),
+    )
+    try:
+        return stack, await stack.enter_async_context(creator)
+    except BaseException:
+        await stack.aclose()
+        raise
+
+
+class ClientLifetime:
+    """The lifetime of one adapter's AWS client (`open_client`): `start()` opens it (each adapter's own),
+    `close()` closes it, and `async with` does both."""
+
+    _stack: AsyncExitStack | None = None
+    _client: Any = None
+
+    async def start(self) -> Self:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        stack, self._stack, self._client = self._stack, None, None
+        if stack is not None:
+            await stack.aclose()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
 
 
 @dataclass
@@ -61,7 +117,7 @@ class Ec2Stats:
         return sum(self.api_calls.values())
 
 
-class Ec2Transport:
+class Ec2Transport(ClientLifetime):
     """The EC2 client's lifetime, calls and clock. Subclasses add the operations they need."""
 
     def __init__(
@@ -88,8 +144,6 @@ class Ec2Transport:
         self._page_size = page_size
         self._retry = (retry_attempts, retry_initial, retry_max)
         self._timeout = timeout
-        self._stack: AsyncExitStack | None = None
-        self._client: Any = None
         self.stats = Ec2Stats()
         if not 5 <= self._page_size <= 1000:
             raise ConfigurationError(f"page_size must be within 5..1000 (EC2 limits), got {self._page_size}")
@@ -101,44 +155,22 @@ class Ec2Transport:
     async def start(self) -> Self:
         if self._client is not None:
             return self
-        key, secret = self._credentials
-        config = AioConfig(
-            retries={"total_max_attempts": 1, "mode": "standard"},  # tenacity retries, selectively
-            connect_timeout=self._timeout,
-            read_timeout=self._timeout,
-            user_agent_extra=PRODUCT_USER_AGENT,
-        )
-        stack = AsyncExitStack()
-        creator = get_session().create_client(
-            "ec2",
-            region_name=self._region,
-            endpoint_url=self._endpoint_url,
-            aws_access_key_id=key,
-            aws_secret_access_key=secret,
-            config=config,
-        )
         try:
-            self._client = await stack.enter_async_context(creator)
+            stack, self._client = await open_client(
+                "ec2",
+                region=self._region,
+                endpoint=self._endpoint_url,
+                credentials=self._credentials,
+                retries=NO_SDK_RETRIES,
+                read_timeout=self._timeout,
+                connect_timeout=self._timeout,
+            )
         except (BotoCoreError, ValueError) as exc:
-            await stack.aclose()
             raise to_endpoint_error(self.endpoint, "creating the EC2 client", exc) from None
         self._client.meta.events.register("before-call.ec2", self._count_call)
         self._client.meta.events.register("after-call.ec2", self._note_date)
         self._stack = stack
         return self
-
-    async def close(self) -> None:
-        stack, self._stack, self._client = self._stack, None, None
-        if stack is not None:
-            await stack.aclose()
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
 
     def _count_call(self, model: Any, context: dict[str, Any], **_: Any) -> None:
         self.stats.api_calls[model.name] += 1
