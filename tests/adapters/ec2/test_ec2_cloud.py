@@ -1,4 +1,5 @@
-"""Contract tests of Ec2Cloud against a real moto server over HTTP: launch, list, terminate, types."""
+"""Contract tests of Ec2Cloud against a real moto server over HTTP (moto stands in for EC2's RunInstances,
+DescribeInstances, TerminateInstances and DescribeInstanceTypes): launch, list, terminate, types."""
 
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ from tests.builders import make_snapshot
 from tests.fakes import SteppedClock
 
 from swarm_autoscaler.adapters.ec2_pricing import PriceList, read_prices
+from swarm_autoscaler.config.keeper import load_keeper_settings
 from swarm_autoscaler.config.policy import policy_from_settings
 from swarm_autoscaler.config.settings import load_settings
 from swarm_autoscaler.core.actions import Launch
@@ -29,6 +30,7 @@ from swarm_autoscaler.core.plan import plan
 from swarm_autoscaler.daemon.app import _catalogue
 from swarm_autoscaler.daemon.prices import Prices
 from swarm_autoscaler.errors import ConfigurationError
+from swarm_autoscaler.keeper.app import _prices as keeper_prices
 from swarm_autoscaler_lab.localcloud import FaultInjector, LocalNetwork, MotoServer
 
 MIB = 1024**2
@@ -166,7 +168,9 @@ async def test_a_type_with_no_price_anywhere_stops_the_start(moto_server: MotoSe
     assert "lists no Linux on-demand price" in message and "price_per_hour" in message and "$0" in message
 
 
-async def test_m7i_c7g_on_arm64_and_g5_plan_and_launch_priced_from_the_price_list(
+@pytest.mark.parametrize("source", ["price list", "setting"])
+async def test_m7i_c7g_on_arm64_and_g5_plan_and_launch_priced_from_the_price_list_or_the_operator(
+    source: str,
     make_cloud: CloudFactory,
     moto_server: MotoServer,
     network: LocalNetwork,
@@ -175,8 +179,15 @@ async def test_m7i_c7g_on_arm64_and_g5_plan_and_launch_priced_from_the_price_lis
     monkeypatch: pytest.MonkeyPatch,
     raw_ec2: Any,
 ) -> None:
+    """The issue's "done when". "price list": AWS's pricing:GetProducts answers (the local stand-in, told
+    the test's prices); "setting": the principal lacks pricing:GetProducts (AccessDeniedException) and
+    the operator sets each type's price_per_hour instead."""
     _list(faults, LISTED)
-    types = {name: {"ami_id": ami} for name, ami in DONE_WHEN.items()}
+    types: dict[str, dict[str, Any]] = {name: {"ami_id": ami} for name, ami in DONE_WHEN.items()}
+    if source == "setting":
+        faults.price_list.deny()
+        for name, usd in LISTED.items():
+            types[name]["price_per_hour"] = usd
     for key, value in {
         "AUTOSCALER_CLUSTER_NAME": "done-when",
         "AUTOSCALER_DASK_SCHEDULER_URL": "tcp://scheduler:8786",
@@ -195,7 +206,7 @@ async def test_m7i_c7g_on_arm64_and_g5_plan_and_launch_priced_from_the_price_lis
     catalogue = prices.priced(await _catalogue(cloud, list(DONE_WHEN)))
     await cloud.check_images()
     assert {n: t.price_per_hour for n, t in catalogue.items()} == LISTED
-    assert prices.sources == dict.fromkeys(DONE_WHEN, "price list")
+    assert prices.sources == dict.fromkeys(DONE_WHEN, source)
     policy = policy_from_settings(settings, catalogue)
     work = {  # one task at a time, and the type the cheapest fit gives it
         Task("cpu", Resources.of(1.0, 2 * GIB)): "c7g.large",  # $0.0725 < m7i's $0.1008
@@ -227,3 +238,35 @@ async def test_a_price_list_out_of_reach_stops_the_start_within_seconds_saying_w
         )
     assert "could not be read" in str(caught.value) and "m7i.large" in str(caught.value)
     assert asyncio.get_running_loop().time() - started < 15
+
+
+async def test_the_keeper_prices_its_primary_type_from_its_own_setting_without_the_price_list(
+    moto_server: MotoServer, faults: FaultInjector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The keeper's usage ledger without pricing:GetProducts (AccessDeniedException): the workers' types
+    are priced by their price_per_hour, the primary's by AUTOSCALER_KEEPER_PRIMARY_PRICE_PER_HOUR; without
+    that one the keeper does not start, and the line names the setting."""
+    faults.price_list.deny()
+    ami = "ami-0123456789abcdef0"
+    for key, value in {
+        "AUTOSCALER_KEEPER_TOKEN": "a-Keeper-token-0123456789",
+        "AUTOSCALER_KEEPER_NAME": "priced-keeper",
+        "AUTOSCALER_KEEPER_PUBLIC_URL": "http://10.0.0.5:8080",
+        "AUTOSCALER_KEEPER_PRIMARY_AMI_ID": ami,
+        "AUTOSCALER_KEEPER_PRIMARY_TYPE": "m7i.large",
+        "AUTOSCALER_KEEPER_WORKER_TYPES": json.dumps(
+            {"c7g.large": {"ami_id": ami, "price_per_hour": 0.0725}}
+        ),
+        "AUTOSCALER_EC2_ENDPOINT": moto_server.endpoint,
+        "AUTOSCALER_EC2_ACCESS_KEY_ID": ACCESS_KEY,
+        "AUTOSCALER_EC2_SECRET_ACCESS_KEY": SECRET_KEY,
+    }.items():
+        monkeypatch.setenv(key, value)
+    types = ["m7i.large", "c7g.large"]
+    with pytest.raises(ConfigurationError) as caught:
+        await keeper_prices(load_keeper_settings(), types)
+    assert "m7i.large" in str(caught.value) and "AUTOSCALER_KEEPER_PRIMARY_PRICE_PER_HOUR" in str(
+        caught.value
+    )
+    monkeypatch.setenv("AUTOSCALER_KEEPER_PRIMARY_PRICE_PER_HOUR", "0.1008")
+    assert await keeper_prices(load_keeper_settings(), types) == {"m7i.large": 0.1008, "c7g.large": 0.0725}
