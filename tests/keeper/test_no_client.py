@@ -98,7 +98,7 @@ async def test_clients_are_counted_from_data_leaving_out_the_cluster_s_own_autos
         primary.scheduler.address, tls_files=(f["ca.pem"], f["worker.pem"], f["worker-key.pem"])
     ) as autoscaler:
         await autoscaler.connect()
-        assert len(primary.scheduler.clients) == 2  # fire-and-forget and the autoscaler's
+        assert len(primary.scheduler.clients) == 1  # fire-and-forget's: the autoscaler is no client
         assert await clients.clients(cluster) == 0
         async with Worker(primary.scheduler.address, security=primary.worker_security(), nthreads=1):  # type: ignore[no-untyped-call]
             async with Client(

@@ -10,51 +10,27 @@ leaves no trace: no marker, no exception, only "could not be told" (False) or "u
 
 from __future__ import annotations
 
-import asyncio
-import os
 import pickle
-import ssl
 import struct
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgpack
 import pytest
 from aiohttp import web
 from distributed.core import rpc
 from distributed.security import Security
 from structlog.testing import capture_logs
+from tests.hostile import Payload, hostile_message, hostile_scheduler
 
+from swarm_autoscaler.adapters.dask_wire import WireError, first_frame
 from swarm_autoscaler.keeper.adapters.dask_clients import LIMIT, TlsSchedulerClients, present_from_metrics
-from swarm_autoscaler.keeper.adapters.dask_wire import WireError, first_frame
 from swarm_autoscaler.keeper.adapters.tls import make_credentials
 from swarm_autoscaler.keeper.credentials import Credentials, InProcessCredentials
 from swarm_autoscaler.keeper.model import Cluster, ClusterKey, ClusterState
 
 CID = "kc-hostile"
-
-
-class _Payload:
-    """Unpickled, it makes the directory `path`: code chosen by whoever sent the bytes."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def __reduce__(self) -> tuple[object, tuple[str]]:
-        return (os.mkdir, (self.path,))
-
-
-def hostile_message(marker: Path) -> bytes:
-    """One distributed message whose first frame points at a pickled frame (`__Pickled__`)."""
-    frames = [
-        msgpack.packb({"__Pickled__": 1}),
-        msgpack.packb({"num-sub-frames": 0, "pickled-obj": pickle.dumps(_Payload(str(marker)))}),
-    ]
-    prelude = struct.pack(f"<{len(frames) + 1}Q", len(frames), *map(len, frames))
-    body = prelude + b"".join(frames)
-    return struct.pack("<Q", len(body)) + body
 
 
 @dataclass
@@ -86,24 +62,8 @@ async def hostile(tmp_path: Path) -> AsyncIterator[Hostile]:
         tls_scheduler_key=files["scheduler-key.pem"], require_encryption=True,
     ).get_listen_args("scheduler")["ssl_context"]  # fmt: skip
 
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            writer.write(hostile_message(marker))  # as its handshake
-            while True:
-                (size,) = struct.unpack("<Q", await reader.readexactly(8))
-                await reader.readexactly(size)
-                writer.write(hostile_message(marker))  # as every answer
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
-            pass
-        finally:
-            writer.close()
-
-    server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=listen)
-    port = server.sockets[0].getsockname()[1]
-
     async def metrics(_: web.Request) -> web.Response:  # hostile text: NaN, negatives, junk, pickles
-        body = b"dask_scheduler_client_connections_added_total NaN\n" + pickle.dumps(_Payload(str(marker)))
+        body = b"dask_scheduler_client_connections_added_total NaN\n" + pickle.dumps(Payload(str(marker)))
         return web.Response(body=body)
 
     app = web.Application()
@@ -114,11 +74,10 @@ async def hostile(tmp_path: Path) -> AsyncIterator[Hostile]:
     await site.start()
     http_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
-        yield Hostile(f"tls://127.0.0.1:{port}", f"http://127.0.0.1:{http_port}", marker, creds, files)
+        async with hostile_scheduler(marker, listen) as url:
+            yield Hostile(url, f"http://127.0.0.1:{http_port}", marker, creds, files)
     finally:
         await runner.cleanup()
-        server.close()
-        await server.wait_closed()
 
 
 async def test_a_hostile_scheduler_runs_no_code_in_the_keeper_while_dask_s_own_comm_would(
@@ -171,7 +130,7 @@ def test_the_wire_decodes_a_pickled_frame_as_a_plain_map_and_refuses_what_is_mal
     [
         (
             "dask_scheduler_client_connections_added_total 3.0\ndask_scheduler_client_connections_removed_total 1.0\n",
-            1,
+            2,
         ),
         (
             "dask_scheduler_client_connections_added_total 1.0\ndask_scheduler_client_connections_removed_total 1.0\n",
@@ -200,8 +159,8 @@ def test_the_wire_decodes_a_pickled_frame_as_a_plain_map_and_refuses_what_is_mal
 def test_the_client_count_is_read_from_metrics_text_and_anything_odd_is_unknown(
     text: str, expected: int | None
 ) -> None:
-    """Prometheus text as distributed serves it (connections added less removed, less the cluster's
-    own autoscaler); what a hostile scheduler could serve instead reads as unknown (None), which never
+    """Prometheus text as distributed serves it (connections added less removed; the cluster's own
+    autoscaler is no client); what a hostile scheduler could serve instead reads as unknown (None), which never
     ends a cluster."""
     assert present_from_metrics(text) == expected
 

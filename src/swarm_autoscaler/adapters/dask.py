@@ -1,4 +1,15 @@
-"""The dask scheduler behind the `Workload` port, with `distributed`'s asynchronous client.
+"""The dask scheduler behind the `Workload` port, read as data, never as code.
+
+**No dask client in the daemon.** distributed's own comm unpickles whatever the scheduler answers, and
+every holder of a client of that scheduler can make it answer anything (`run_on_scheduler` replaces its
+handlers): with a dask `Client` the daemon would run their code with its rights (EC2, the docker socket).
+So the adapter installs plain-data handlers on the scheduler once (`dask_handlers.INSTALL`, sent with
+the scheduler's own `run_function`, whose pickled answer is never opened) and then speaks to them with
+`dask_wire.call`: each answer decoded by plain msgpack, bounded (`STATE_LIMIT`), its shape checked (an
+answer it cannot read is an `EndpointError`, never code run). A scheduler that restarted does not know
+the handlers (it answers `None`): the adapter installs them again and retries once. The daemon is not a
+client of the scheduler (it is not in `scheduler.clients`, and a keeper counting clients counts users
+only).
 
 Resource conventions (what workers advertise with `--resources` and tasks request with
 `client.submit(..., resources=...)`):
@@ -17,14 +28,12 @@ Resource conventions (what workers advertise with `--resources` and tasks reques
 - `Worker.hostname` is the named group `hostname` of `worker_hostname_pattern` matched (with
   `re.fullmatch`) against the worker's name; a name that does not match gives an empty hostname.
 
-Scheduler-side code: `observe()` (and `list_workers()`, its cheap subset) runs one function on the scheduler (`run_on_scheduler`) that copies
-the state into plain lists and dicts. Change notifications come from a small `SchedulerPlugin`
-registered under the name `swarm-autoscaler-watch`, which publishes on the event topic
-`swarm-autoscaler-change` when a task becomes unrunnable (`no-worker`) or `queued`, when a worker gets
-more work than it can run at once, and when a worker leaves; notifications are coalesced over
-`_COALESCE` seconds. Both are built inside factory functions so that cloudpickle ships them *by value*:
-the scheduler does not need this package installed, only `distributed`. They must therefore use
-nothing but builtins and their own arguments.
+Scheduler-side code (`dask_handlers.py`): `observe()` (and `list_workers()`, its cheap subset) is one
+call of the state handler, which copies the state into plain lists and dicts. Change notifications come
+from the watch plugin there, which counts a change when a task becomes unrunnable (`no-worker`) or
+`queued`, when a worker gets more work than it can run at once, and when a worker leaves, coalesced over
+`COALESCE` seconds; `wait_for_change` is one long-polling call of the wait handler (the count and the
+watch's epoch are plain numbers and a string).
 
 Cordoning a worker sets its status to `closing_gracefully` on the scheduler and on the worker, the
 first step of dask's own `retire_workers`, without the rest: the scheduler gives it no new task, the
@@ -54,8 +63,8 @@ worker is saturated) are neither unrunnable nor processing; `observe()` returns 
 `WorkloadView.queued`; the planner counts them as pending. A task with no `CPU` restriction needs
 one CPU (it occupies one of a worker's threads), and a worker that advertises no `CPU` has `nthreads` CPUs.
 
-Why one file of this size: the scheduler-side functions shipped by value and the client code that reads
-their output are the two halves of one wire format, kept together so that they change together.
+Why one file of this size: one class implements the whole port, and each method checks the shape of its
+handler's answer beside the call that asked for it (the scheduler side is `dask_handlers.py`).
 """
 
 from __future__ import annotations
@@ -63,166 +72,38 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import ssl
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
-from distributed import Client as _Client
-from distributed.security import Security
+from distributed.protocol.pickle import dumps
 
-from swarm_autoscaler.adapters.dask_check import MIN_DISTRIBUTED, PROBE, SchedulerCheck, cordon_problem
-from swarm_autoscaler.adapters.dask_fence import _FENCE, DEFAULT_FENCE_TTL, FENCE_PLUGIN, _make_recorders
-from swarm_autoscaler.adapters.dask_versions import READ_VERSIONS, VersionWarnings
+from swarm_autoscaler.adapters.dask_check import MIN_DISTRIBUTED, SchedulerCheck, cordon_problem
+from swarm_autoscaler.adapters.dask_fence import DEFAULT_FENCE_TTL
+from swarm_autoscaler.adapters.dask_handlers import INSTALL, LAUNCH_HOLD_KEY, OPS
+from swarm_autoscaler.adapters.dask_versions import VersionWarnings
+from swarm_autoscaler.adapters.dask_wire import WireError, call, client_context
 from swarm_autoscaler.adapters.hostnames import machine_hostname
 from swarm_autoscaler.core.model import Resources, Task, Worker
 from swarm_autoscaler.core.ports import Fence, WorkloadView
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
 
+__all__ = ["LAUNCH_HOLD_KEY", "PIN_PREFIX", "DaskWorkload", "split_resources"]
+
 PIN_PREFIX = "instance-type:"
-PLUGIN_NAME = "swarm-autoscaler-watch"
-# The autoscaler's own client is named (its id on the scheduler starts `Client-swarm-autoscaler-`), so
-# whoever counts a scheduler's clients (the keeper: "no client, no cluster") can leave it out.
-CLIENT_NAME = "swarm-autoscaler"
-# Scheduler metadata a keeper sets to hold this cluster's launches (its wallet's budget is spent): the
-# reason, or "" for none. Read with every observe.
-LAUNCH_HOLD_KEY = "swarm-autoscaler-launch-hold"
-CHANGE_TOPIC = "swarm-autoscaler-change"
 DEFAULT_HOSTNAME_PATTERN = r"(?P<hostname>.+)"
-_COALESCE = 0.1
-_DEAD_CLIENT_STATUSES = frozenset({"closing", "closed"})
+# Bytes of one answer read at most: a state of tens of thousands of tasks (about 100 bytes each) fits;
+# a scheduler that sends more is not read (an EndpointError), so it cannot exhaust the daemon's memory.
+STATE_LIMIT = 64 * 1024 * 1024
+_SMALL = 1024 * 1024  # an install's or a wait's answer
 _RETIRING_STATUSES = frozenset({"closing_gracefully", "closing", "closed"})
-
-T = TypeVar("T")
-
-# distributed ships no type hints for Client; treat it as dynamic in one place.
-Client: Any = _Client
-
-# --------------------------------------------------------------------------------------------- scheduler side
+_UNREADABLE = (KeyError, TypeError, ValueError, IndexError, AttributeError)
 
 
-def _make_state_reader() -> Callable[..., dict[str, Any]]:
-    """The function `observe()` runs on the scheduler. Nested so cloudpickle sends it by value."""
-    task, record = _make_recorders()
-    versions = READ_VERSIONS
-
-    def read_state(dask_scheduler: Any, plugin_name: str, workers_only: bool = False) -> dict[str, Any]:
-        workers = [record(ws) for ws in dask_scheduler.workers.values()]
-        if workers_only:  # the cheap re-read before a disruptive action: thousands of tasks skipped
-            return {"workers": workers}
-        hold = dask_scheduler.task_metadata.get("swarm-autoscaler-launch-hold")  # LAUNCH_HOLD_KEY
-        return {
-            "versions": versions(dask_scheduler),
-            "workers": workers,
-            "unrunnable": [task(ts) for ts in dask_scheduler.unrunnable],
-            "queued": [task(ts) for ts in dask_scheduler.queued],
-            "watching": plugin_name in dask_scheduler.plugins,
-            "hold": hold if isinstance(hold, str) else "",
-        }
-
-    return read_state
-
-
-def _make_address_reader() -> Callable[..., list[str]]:
-    def read_addresses(dask_scheduler: Any) -> list[str]:
-        return list(dask_scheduler.workers)
-
-    return read_addresses
-
-
-# Nested functions (qualname "<locals>") are pickled by value; module-level ones would be by reference.
-_READ_STATE = _make_state_reader()
-_READ_ADDRESSES = _make_address_reader()
-
-
-def _make_status_setter() -> Callable[..., list[str]]:
-    def set_status(dask_scheduler: Any, addresses: list[str], status: str) -> list[str]:
-        """Set `status` ("closing_gracefully" to cordon, "running" to uncordon) on the scheduler and on
-        each worker; return the addresses that have it. A cordon only applies to a running or paused
-        worker, an uncordon only to a closing_gracefully one."""
-        import time
-
-        allowed = ("running", "paused") if status == "closing_gracefully" else ("closing_gracefully",)
-        done = []
-        for address in addresses:
-            ws = dask_scheduler.workers.get(address)
-            if ws is None:
-                continue
-            if ws.status.name in allowed:
-                stimulus_id = f"swarm-autoscaler-{status}-{time.time()}"
-                dask_scheduler.handle_worker_status_change(status, ws, stimulus_id)
-                dask_scheduler.stream_comms[address].send(
-                    {"op": "worker-status-change", "status": status, "stimulus_id": stimulus_id}
-                )
-            if ws.status.name == status:
-                done.append(address)
-        return done
-
-    return set_status
-
-
-_SET_STATUS = _make_status_setter()
-
-
-def _make_oversubscribed() -> Callable[[Any, Any], bool]:
-    def oversubscribed(scheduler: Any, key: Any) -> bool:
-        """True when the task just put in processing waits behind others on its worker."""
-        ts = scheduler.tasks.get(key)
-        ws = ts.processing_on if ts is not None else None
-        if ws is None:
-            return False
-        if len(ws.processing) > ws.nthreads:
-            return True
-        needs = ts.resource_restrictions or {}
-        return any(ws.used_resources.get(r, 0) > ws.resources.get(r, 0) for r in needs)
-
-    return oversubscribed
-
-
-def _make_watch_plugin(name: str, topic: str, coalesce: float) -> Any:
-    """A SchedulerPlugin publishing on `topic` when work waits for capacity or a worker leaves."""
-    # Imported here so that they are bound in the closure and the plugin pickles by value.
-    import asyncio as aio
-
-    from distributed.diagnostics.plugin import SchedulerPlugin
-
-    oversubscribed = _make_oversubscribed()
-
-    class ChangeWatch(SchedulerPlugin):
-        idempotent = True
-
-        def __init__(self) -> None:
-            self.name = name
-            self.scheduler: Any = None
-            self.reasons: set[str] = set()
-
-        async def start(self, scheduler: Any) -> None:
-            self.scheduler = scheduler
-
-        def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
-            if finish in ("no-worker", "queued"):
-                self.notify(finish)
-            elif finish == "processing" and self.scheduler and oversubscribed(self.scheduler, key):
-                self.notify("queued-on-worker")
-
-        def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
-            self.notify("worker-left")
-
-        def notify(self, reason: str) -> None:
-            first = not self.reasons
-            self.reasons.add(reason)
-            if first:
-                try:
-                    aio.get_running_loop().call_later(coalesce, self.flush)
-                except RuntimeError:  # not on the event loop: publish now
-                    self.flush()
-
-        def flush(self) -> None:
-            reasons, self.reasons = sorted(self.reasons), set()
-            if self.scheduler is not None and reasons:
-                self.scheduler.log_event(topic, {"reasons": reasons})
-
-    return ChangeWatch()
+class SchedulerRaised(EndpointError):
+    """The scheduler answered a handler's call with an error (its text, never its pickled exception)."""
 
 
 # --------------------------------------------------------------------------------------------- translation
@@ -287,23 +168,24 @@ class _HostnameMatcher:
 # --------------------------------------------------------------------------------------------- adapter
 
 
-def _security(tls_files: tuple[str, str, str] | None) -> Any:
-    """dask's TLS settings from (CA, certificate, key) PEM files; None: plain tcp://."""
-    if tls_files is None:
-        return None
-    ca, cert, key = tls_files
-    return Security(  # type: ignore[no-untyped-call]
-        tls_ca_file=ca, tls_client_cert=cert, tls_client_key=key, require_encryption=True
-    )
+def _error_text(answer: Any) -> str:
+    """What a handler error says (distributed's `error_message`: texts beside a pickled exception that is
+    never opened), or the answer's type."""
+    if isinstance(answer, dict):
+        text = answer.get("exception_text") or answer.get("message") or answer.get("status")
+        return str(text)[:300]
+    return f"an answer of type {type(answer).__name__}"
 
 
 class DaskWorkload:
-    """`ports.Workload` on a dask scheduler.
+    """`ports.Workload` on a dask scheduler, through plain-data handlers (see the module's notes).
 
-    One asynchronous `Client` is created on first use and reused; `close()` (or `async with`) closes
-    it. Every scheduler call is bounded by `timeout` seconds except retirement, bounded by
-    `retire_timeout` (moving a retiring worker's data can take a while). Unreachable scheduler,
-    closed connection or a timeout raise `EndpointError` naming the scheduler address.
+    Each call opens one connection (TLS with `tls_files`: CA, certificate, key) and is bounded by
+    `timeout` seconds, except retirement, bounded by `retire_timeout` (moving a retiring worker's data can
+    take a while), and the long-polling wait. An unreachable scheduler, a closed connection, a timeout,
+    an answer that is not the expected data, or an error raised on the scheduler raise `EndpointError`
+    naming the scheduler address. `close()` (or `async with`) is kept for the port's lifecycle; no
+    connection outlives a call.
     """
 
     def __init__(
@@ -318,7 +200,8 @@ class DaskWorkload:
         tls_files: tuple[str, str, str] | None = None,
     ) -> None:
         self.address = scheduler_address
-        self._security = _security(tls_files)
+        self._tls_files = tls_files
+        self._context: ssl.SSLContext | None = None
         self._pattern = worker_hostname_pattern
         self._fence_ttl = fence_ttl
         self._clock = clock
@@ -326,9 +209,9 @@ class DaskWorkload:
         self._timeout = timeout
         self._retire_timeout = retire_timeout
         self._endpoint = f"dask scheduler {scheduler_address}"
-        self._client: Any = None
-        self._connecting = asyncio.Lock()
-        self._changed = asyncio.Event()
+        self._installed = False
+        self._installing = asyncio.Lock()
+        self._seen: tuple[str, int] | None = None  # the watch's (epoch, changes) at the last observe
         self.checked: SchedulerCheck | None = None
         self.versions = VersionWarnings()  # Python/distributed disagreements, each logged once
 
@@ -336,29 +219,30 @@ class DaskWorkload:
 
     async def observe(self) -> WorkloadView:
         """Workers (with processing tasks), unrunnable and queued tasks, from one scheduler call."""
-        client = await self._connected()
-        # Changes before this read are seen by it; only later ones should wake wait_for_change.
-        self._changed.clear()
-        state = await self._call(client.run_on_scheduler(_READ_STATE, plugin_name=PLUGIN_NAME))
-        if not state["watching"]:  # the scheduler restarted since we registered: watch again
-            await self._watch(client)
-        self.versions.check(state.get("versions") or {})
+        state = await self._op("state", {"workers_only": False}, limit=STATE_LIMIT)
         now = self._clock()
-        return WorkloadView(
-            workers=tuple(self._worker(raw, now) for raw in state["workers"]),
-            unrunnable=tuple(_task(raw, now) for raw in state["unrunnable"]),
-            queued=tuple(_task(raw, now) for raw in state["queued"]),
-            launch_hold=str(state.get("hold") or "")[:500],
-        )
+        try:
+            # Changes before this read are seen by it; only later ones should wake wait_for_change.
+            self._seen = _changes(state["changes"])
+            self.versions.check(state.get("versions") or {})
+            return WorkloadView(
+                workers=tuple(self._worker(raw, now) for raw in state["workers"]),
+                unrunnable=tuple(_task(raw, now) for raw in state["unrunnable"]),
+                queued=tuple(_task(raw, now) for raw in state["queued"]),
+                launch_hold=str(state.get("hold") or "")[:500],
+            )
+        except _UNREADABLE as exc:
+            raise self._not_data("state", exc) from None
 
     async def list_workers(self) -> tuple[Worker, ...]:
         """The workers only (as `observe` reports them), from one scheduler call that leaves out the
         unrunnable and queued tasks. Does not consume change notifications."""
-        client = await self._connected()
-        read = client.run_on_scheduler(_READ_STATE, plugin_name=PLUGIN_NAME, workers_only=True)
-        state = await self._call(read)
+        state = await self._op("state", {"workers_only": True}, limit=STATE_LIMIT)
         now = self._clock()
-        return tuple(self._worker(raw, now) for raw in state["workers"])
+        try:
+            return tuple(self._worker(raw, now) for raw in state["workers"])
+        except _UNREADABLE as exc:
+            raise self._not_data("workers", exc) from None
 
     async def retire(self, addresses: Sequence[str]) -> tuple[str, ...]:
         """Retire gracefully (close and remove); return those no longer known to the scheduler after.
@@ -367,17 +251,23 @@ class DaskWorkload:
         other worker can take it (e.g. it is the last one) it keeps the worker, which is then not
         reported. The result is checked against a fresh read of the worker list.
         """
-        client = await self._connected()
-        before = set(await self._call(client.run_on_scheduler(_READ_ADDRESSES)))
+        before = await self._addresses()
         known = [a for a in dict.fromkeys(addresses) if a in before]
         if not known:
             return ()
-        retiring = client.retire_workers(workers=known, close_workers=True, remove=True)
-        with self._translated_errors(), contextlib.suppress(TimeoutError):
+        retiring = self._op("retire", {"addresses": known}, timeout=self._retire_timeout + self._timeout)
+        with contextlib.suppress(TimeoutError):
             # On timeout the scheduler carries on; whatever already left is reported below.
             await asyncio.wait_for(retiring, self._retire_timeout)
-        after = set(await self._call(client.run_on_scheduler(_READ_ADDRESSES)))
+        after = await self._addresses()
         return tuple(a for a in known if a not in after)
+
+    async def _addresses(self) -> set[str]:
+        answer = await self._op("addresses", {})
+        try:
+            return {str(a) for a in answer["addresses"]}
+        except _UNREADABLE as exc:
+            raise self._not_data("addresses", exc) from None
 
     async def cordon(self, addresses: Sequence[str]) -> tuple[str, ...]:
         """Stop the scheduler giving these workers new tasks (they finish what they run)."""
@@ -392,10 +282,12 @@ class DaskWorkload:
             return ()
         if self.checked is not None and self.checked.cordon is not None:
             raise EndpointError(self._endpoint, f"cannot cordon or uncordon: {self.checked.cordon}")
-        client = await self._connected()
         wanted = list(dict.fromkeys(addresses))
-        done = await self._call(client.run_on_scheduler(_SET_STATUS, addresses=wanted, status=status))
-        return tuple(done)
+        answer = await self._op("status", {"addresses": wanted, "status": status})
+        try:
+            return tuple(str(a) for a in answer["done"])
+        except _UNREADABLE as exc:
+            raise self._not_data("status", exc) from None
 
     async def fence(self, hostnames: Sequence[str]) -> Fence:
         """Fence these hosts in one scheduler call (see the module's notes and `ports.Workload.fence`);
@@ -410,7 +302,11 @@ class DaskWorkload:
             return Fence(on_hosts, tuple(sorted({w.hostname for w in on_hosts if w.busy})))
         state = await self._fence_call(wanted, lift=False)
         now = self._clock()
-        return Fence(tuple(self._worker(raw, now) for raw in state["workers"]), tuple(state["refused"]))
+        try:
+            workers = tuple(self._worker(raw, now) for raw in state["workers"])
+            return Fence(workers, tuple(str(h) for h in state["refused"]))
+        except _UNREADABLE as exc:
+            raise self._not_data("fence", exc) from None
 
     async def unfence(self, hostnames: Sequence[str]) -> None:
         """Lift these hosts' fences; the workers they cordoned run again."""
@@ -423,71 +319,68 @@ class DaskWorkload:
         return self.checked is None or self.checked.cordon is None
 
     async def _fence_call(self, hostnames: list[str], lift: bool) -> dict[str, Any]:
-        client = await self._connected()
-        call = client.run_on_scheduler(
-            _FENCE,
-            plugin_name=FENCE_PLUGIN,
-            hostnames=hostnames,
-            pattern=self._pattern,
-            ttl=self._fence_ttl,
-            lift=lift,
-        )
-        result: dict[str, Any] = await self._call(call)
-        return result
+        arguments = {"hostnames": hostnames, "pattern": self._pattern, "ttl": self._fence_ttl, "lift": lift}
+        answer = await self._op("fence", arguments, limit=STATE_LIMIT)
+        if not isinstance(answer.get("workers"), list) or not isinstance(answer.get("refused"), list):
+            raise self._not_data("fence", TypeError("workers, refused"))
+        return answer
 
     async def wait_for_change(self, timeout: float) -> bool:
         """True as soon as the scheduler reports a change not yet seen by `observe()`; False on timeout.
         An unreachable scheduler is waited out quietly (False): the tick's `observe()` reports it, in one
         line, and that is enough."""
-        deadline = asyncio.get_running_loop().time() + timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         try:
-            await self._connected()
+            if self._seen is None:  # nothing observed yet: changes from now on count
+                self._seen = await self._wait("", -1, 0.0)
+            left = max(0.0, deadline - loop.time())
+            found = await self._wait(self._seen[0], self._seen[1], left)
         except EndpointError:
-            await asyncio.sleep(max(0.0, deadline - asyncio.get_running_loop().time()))
+            await asyncio.sleep(max(0.0, deadline - loop.time()))
             return False
-        try:
-            await asyncio.wait_for(self._changed.wait(), timeout)
-        except TimeoutError:
+        if found == self._seen:
             return False
-        self._changed.clear()
+        self._seen = found
         return True
+
+    async def _wait(self, epoch: str, since: int, seconds: float) -> tuple[str, int]:
+        arguments = {"epoch": epoch, "since": since, "timeout": seconds}
+        answer = await self._op("wait", arguments, timeout=seconds + self._timeout)
+        try:
+            return _changes([answer["epoch"], answer["changes"]])
+        except _UNREADABLE as exc:
+            raise self._not_data("wait", exc) from None
 
     # --- lifecycle --------------------------------------------------------------------------------
 
     async def check_scheduler(self) -> SchedulerCheck:
-        """Once at start: connect, read the scheduler's state once and probe its version and the
-        internals cordoning uses. Raises `EndpointError` when the scheduler is unreachable or its state
-        cannot be read; a scheduler that cannot cordon is reported in the result (and remembered: the
-        adapter then refuses to cordon)."""
-        client = await self._connected()
+        """Once at start: install the handlers, probe the scheduler's version and the internals
+        cordoning uses, and read its state once. Raises `EndpointError` when the scheduler is
+        unreachable or its state cannot be read; a scheduler that cannot cordon is reported in the
+        result (and remembered: the adapter then refuses to cordon)."""
         try:
-            found = await self._call(client.run_on_scheduler(PROBE))
-        except EndpointError:
-            raise
-        except Exception as exc:  # raised on the scheduler
+            found = await self._op("probe", {})
+            version = str(found["version"])
+            problem = cordon_problem(version, list(found["status_change"]), bool(found["streams"]))
+            packing = bool(found.get("packing"))
+        except SchedulerRaised as exc:
             raise self._unreadable(exc, "unknown") from None
-        problem = cordon_problem(found["version"], found["status_change"], found["streams"])
-        self.checked = SchedulerCheck(found["version"], problem, bool(found.get("packing")))
+        except _UNREADABLE as exc:
+            raise self._not_data("probe", exc) from None
+        self.checked = SchedulerCheck(version, problem, packing)
         try:
             await self.observe()
-        except EndpointError:
-            raise
-        except Exception as exc:  # raised on the scheduler: its distributed lacks what observe reads
-            raise self._unreadable(exc, found["version"]) from None
+        except SchedulerRaised as exc:  # raised on the scheduler: its distributed lacks what observe reads
+            raise self._unreadable(exc, version) from None
         return self.checked
 
     async def connect(self) -> None:
-        """Connect now rather than on first use (to fail fast at start-up)."""
-        await self._connected()
+        """Install the handlers now rather than on first use (to fail fast at start-up)."""
+        await self._install()
 
     async def close(self) -> None:
-        await self._discard_client()
-
-    async def _discard_client(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(client.close(), self._timeout)
+        """Nothing stays open between calls; kept for the port's lifecycle."""
 
     async def __aenter__(self) -> Self:
         await self.connect()
@@ -502,77 +395,89 @@ class DaskWorkload:
 
     def _unreadable(self, exc: Exception, version: str) -> EndpointError:
         minimum = ".".join(map(str, MIN_DISTRIBUTED))
+        detail = exc.detail if isinstance(exc, EndpointError) else f"{type(exc).__name__}: {exc}"
         return EndpointError(
             self._endpoint,
-            f"its state cannot be read ({type(exc).__name__}: {exc}); this autoscaler needs a dask "
+            f"its state cannot be read ({detail}); this autoscaler needs a dask "
             f"scheduler running distributed {minimum} or later (it runs {version})",
         )
 
-    async def _connected(self) -> Any:
-        async with self._connecting:
-            if self._client is not None and self._client.status in _DEAD_CLIENT_STATUSES:
-                # The client gives up (and closes itself) when the scheduler stays away longer than
-                # its reconnect timeout; start afresh, which also registers the watch again.
-                await self._discard_client()
-            if self._client is not None:
-                return self._client
-            client = Client(
-                self.address,
-                name=CLIENT_NAME,
-                asynchronous=True,
-                timeout=self._timeout,
-                set_as_default=False,
-                security=self._security,
-            )
-            try:
-                await self._call(client, self._timeout + 5)
-                await self._watch(client)
-            except BaseException:
-                await client.close()
-                raise
-            self._client = client
-            return client
+    def _not_data(self, op: str, exc: Exception) -> EndpointError:
+        return EndpointError(
+            self._endpoint, f"its answer to {op} is not what the autoscaler reads ({type(exc).__name__})"
+        )
 
-    async def _watch(self, client: Any) -> None:
-        client.subscribe_topic(CHANGE_TOPIC, self._on_change)
-        plugin = _make_watch_plugin(PLUGIN_NAME, CHANGE_TOPIC, _COALESCE)
-        await self._call(client.register_plugin(plugin, name=PLUGIN_NAME))
+    async def _op(
+        self, name: str, arguments: dict[str, Any], *, timeout: float | None = None, limit: int = _SMALL
+    ) -> dict[str, Any]:
+        """One call of an installed handler; its answer, a map of plain data. Installs the handlers
+        first, and again once when the scheduler does not know them (it restarted)."""
+        await self._install()
+        message = {"op": OPS[name], **arguments}
+        answer = await self._send(message, timeout, limit)
+        if answer is None:  # distributed answers None for an op it has no handler for
+            self._installed = False
+            await self._install()
+            answer = await self._send(message, timeout, limit)
+        if isinstance(answer, dict) and answer.get("status") in ("error", "uncaught-error"):
+            raise SchedulerRaised(self._endpoint, f"{name} raised on the scheduler: {_error_text(answer)}")
+        if not isinstance(answer, dict):
+            raise EndpointError(self._endpoint, f"its answer to {name} is {_error_text(answer)}, not a map")
+        return answer
 
-    def _on_change(self, event: Any) -> None:
-        self._changed.set()
+    async def _install(self) -> None:
+        if self._installed:
+            return
+        async with self._installing:
+            if self._installed:
+                return
+            # The scheduler unpickles what we send (it runs its clients' code anyway); its answer
+            # carries the function's result as a pickled frame, which is never opened: only `status`.
+            function = dumps(INSTALL)  # type: ignore[no-untyped-call]
+            message = {"op": "run_function", "function": function, "wait": True}
+            answer = await self._send(message, None, _SMALL)
+            if not isinstance(answer, dict) or answer.get("status") != "OK":
+                raise SchedulerRaised(
+                    self._endpoint, f"the autoscaler's handlers could not be installed: {_error_text(answer)}"
+                )
+            self._installed = True
 
-    async def _call(self, awaitable: Awaitable[T], timeout: float | None = None) -> T:
-        with self._translated_errors():
-            try:
-                return await asyncio.wait_for(awaitable, timeout or self._timeout)
-            except TimeoutError:
-                raise EndpointError(
-                    self._endpoint, "no answer in time; is a dask scheduler up and listening there?"
-                ) from None
-
-    @contextlib.contextmanager
-    def _translated_errors(self) -> Iterator[None]:
-        """distributed's connection failures -> EndpointError naming the scheduler."""
+    async def _send(self, message: dict[str, Any], timeout: float | None, limit: int) -> Any:
         try:
-            yield
-        except OSError as exc:  # ConnectionError and distributed's CommClosedError among them
+            return await call(self.address, self._tls(), message, timeout or self._timeout, limit)
+        except TimeoutError:
+            raise EndpointError(
+                self._endpoint, "no answer in time; is a dask scheduler up and listening there?"
+            ) from None
+        except (OSError, WireError) as exc:  # ssl.SSLError is an OSError
             raise EndpointError(self._endpoint, f"{type(exc).__name__}: {exc}") from None
-        except RuntimeError as exc:
-            # The connection pool raises a bare RuntimeError once the client has closed itself.
-            if self._client is None or self._client.status not in _DEAD_CLIENT_STATUSES:
-                raise
-            raise EndpointError(self._endpoint, f"connection lost ({exc}); will reconnect") from None
+
+    def _tls(self) -> ssl.SSLContext | None:
+        if self._tls_files is not None and self._context is None:
+            try:
+                self._context = client_context(*self._tls_files)
+            except (OSError, ValueError) as exc:
+                raise EndpointError(self._endpoint, f"its TLS files cannot be read: {exc}") from None
+        return self._context
 
     def _worker(self, raw: Mapping[str, Any], now: float) -> Worker:
         resources, _pinned = split_resources(raw["resources"])
         if "CPU" not in raw["resources"]:  # a worker without a CPU resource runs nthreads tasks at once
             resources = resources + Resources(cpus=float(raw["nthreads"]))
         return Worker(
-            address=raw["address"],
-            name=raw["name"],
-            hostname=self._hostname(raw["name"]),
+            address=str(raw["address"]),
+            name=str(raw["name"]),
+            hostname=self._hostname(str(raw["name"])),
             resources=resources,
             processing=tuple(_task(t, now) for t in raw["processing"]),
             has_unique_data=bool(raw["unique"]),
             retiring=raw["status"] in _RETIRING_STATUSES,
         )
+
+
+def _changes(raw: Sequence[Any]) -> tuple[str, int]:
+    """The watch's (epoch, count of changes), checked to be a string and an integer."""
+    epoch, count = raw
+    if not isinstance(epoch, str) or not isinstance(count, int):
+        raise TypeError("changes")
+    return epoch, count

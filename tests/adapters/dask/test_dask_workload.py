@@ -16,8 +16,8 @@ import pytest
 from distributed import Client, Scheduler, Worker
 from distributed.protocol.pickle import dumps as dask_dumps
 
-from swarm_autoscaler.adapters import dask as dask_adapter
 from swarm_autoscaler.adapters.dask import DaskWorkload, split_resources
+from swarm_autoscaler.adapters.dask_handlers import INSTALL, WATCH
 from swarm_autoscaler.core.model import GIB, Availability, Resources
 from swarm_autoscaler.core.ports import Workload, WorkloadView
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
@@ -514,7 +514,7 @@ async def test_scheduler_restart_is_an_endpoint_error_then_recovers() -> None:
         async with _scheduler_on(port) as second, Worker(address, name="ip-10-0-0-9", dashboard=False):
             view = await _observe_until_reachable(workload)
             assert [w.name for w in view.workers] == ["ip-10-0-0-9"]
-            assert "swarm-autoscaler-watch" in second.plugins  # the watch is registered again
+            assert WATCH in second.plugins  # the watch is registered again
     finally:
         await workload.close()
 
@@ -538,10 +538,9 @@ for blob in sys.stdin.buffer.read().split(b"<END>")[:-1]:
 
 
 def test_scheduler_side_code_is_shipped_by_value() -> None:
-    """The scheduler needs only `distributed`, not this package: what runs there must unpickle without it."""
-    plugin = dask_adapter._make_watch_plugin("name", "topic", 0.1)
-    shipped = (dask_adapter._READ_STATE, dask_adapter._READ_ADDRESSES, dask_adapter._FENCE, plugin)
-    blobs = [dask_dumps(obj) for obj in shipped]
+    """The scheduler needs only `distributed`, not this package: what runs there (the one function the
+    adapter sends, which installs everything else) must unpickle without it."""
+    blobs = [dask_dumps(INSTALL)]
     done = subprocess.run(
         [sys.executable, "-c", _LOAD_WITHOUT_PACKAGE],
         input=b"".join(blob + b"<END>" for blob in blobs),
@@ -550,7 +549,7 @@ def test_scheduler_side_code_is_shipped_by_value() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr.decode()
-    assert done.stdout.decode().split() == ["function", "function", "function", "ChangeWatch"]
+    assert done.stdout.decode().split() == ["function"]
 
 
 def test_split_resources_conventions() -> None:

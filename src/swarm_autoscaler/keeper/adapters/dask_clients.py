@@ -6,11 +6,9 @@ anything that can run code (no `distributed` comm, no pickle: see `dask_wire`):
 - **who is connected** comes from the scheduler's Prometheus text (`GET <dashboard>/metrics`, the page
   the probe already reads, bounded to `LIMIT` bytes): `dask_scheduler_client_connections_added_total`
   less `..._removed_total` is how many dask clients are connected now. The cluster's own autoscaler is
-  one of them and is not a user, so one is taken off (never below 0). While that autoscaler is away
-  (restarting), a lone user's client is missed, for as long as it stays away: the no-client timeout
-  still has to pass in full, and the autoscaler reconnects within seconds. Published datasets and
-  results a client left behind keep tasks in memory, which the probe already counts as work, so their
-  pseudo-clients need no count here (`clients` is read only when the probe found no work). The keeper
+  not one (it reads its scheduler over `dask_wire` and never registers as a client), so every client
+  counted is a user's. Published datasets and results a client left behind keep tasks in memory,
+  which the probe already counts as work, so their pseudo-clients need no count here (`clients` is read only when the probe found no work). The keeper
   itself never connects as a dask client. A figure that is missing, negative or not a number reads as
   None (unknown), and an unknown count never ends a cluster;
 - **the launch hold** (a wallet that spent its budget) is one `set_metadata` message over the cluster's
@@ -30,10 +28,9 @@ from collections import OrderedDict
 
 import aiohttp
 import structlog
-from distributed.security import Security
 
 from swarm_autoscaler.adapters.dask import LAUNCH_HOLD_KEY
-from swarm_autoscaler.keeper.adapters.dask_wire import call
+from swarm_autoscaler.adapters.dask_wire import call, client_context
 from swarm_autoscaler.keeper.credentials import LOST, CredentialStore
 from swarm_autoscaler.keeper.model import Cluster
 
@@ -41,7 +38,6 @@ log = structlog.get_logger("swarm_autoscaler.keeper.clients")
 
 ADDED = "dask_scheduler_client_connections_added_total"
 REMOVED = "dask_scheduler_client_connections_removed_total"
-OWN = 1  # the cluster's own autoscaler, connected as a client of its scheduler
 LIMIT = 1024 * 1024  # bytes of Prometheus text read at most
 _CACHE = 2048  # TLS contexts kept for this many clusters
 
@@ -59,11 +55,12 @@ def _sample(text: str, name: str) -> float | None:
 
 
 def present_from_metrics(text: str) -> int | None:
-    """Clients connected, less the cluster's own autoscaler; None when the text does not say."""
+    """Clients connected (all users': the cluster's own autoscaler is no dask client); None when the
+    text does not say."""
     added, removed = _sample(text, ADDED), _sample(text, REMOVED)
     if added is None or removed is None or removed > added:
         return None
-    return max(0, int(added - removed) - OWN)
+    return int(added - removed)
 
 
 class TlsSchedulerClients:
@@ -132,13 +129,7 @@ class TlsSchedulerClients:
                 log.error("credentials lost", cluster=cluster_id, what_to_do=LOST)
             raise LookupError("no credentials stored for this cluster")
         files = stored.for_client()
-        security = Security(  # type: ignore[no-untyped-call]
-            tls_ca_file=files["ca.pem"],
-            tls_client_cert=files["client.pem"],
-            tls_client_key=files["client-key.pem"],
-            require_encryption=True,
-        )
-        context: ssl.SSLContext = security.get_connection_args("client")["ssl_context"]  # type: ignore[no-untyped-call]
+        context = client_context(files["ca.pem"], files["client.pem"], files["client-key.pem"])
         self._contexts[cluster_id] = context
         while len(self._contexts) > _CACHE:
             self._contexts.popitem(last=False)

@@ -1,10 +1,12 @@
-"""One request to a tenant's dask scheduler that reads the answer as data, never as code.
+"""One request to a dask scheduler that reads the answer as data, never as code.
 
-A keeper cluster's scheduler runs its user's code, so whatever it sends back is the user's. distributed's
-own comm (`rpc`, `Client`, even the handshake of `connect`) decodes every message with
+A dask scheduler runs its clients' code, so whatever it sends back is theirs. distributed's own comm
+(`rpc`, `Client`, even the handshake of `connect`) decodes every message with
 `distributed.protocol.loads`, which unpickles any `__Pickled__` or `__Serialized__` frame whatever
-`deserializers=` says: a user who replaced their scheduler's handlers would run code in the keeper, which
-holds the admin token, redis and every cluster's CA. So the keeper speaks the wire itself here:
+`deserializers=` says: whoever can replace a scheduler's handlers (any of its clients, with
+`run_on_scheduler`) would run code in the reader. The keeper (which holds the admin token, redis and
+every cluster's CA) reads its tenants' schedulers, and the daemon (which holds the cloud's credentials
+and the docker socket) its own, through this module only:
 
 - TLS with the cluster's client certificate (mutual: the same check as dask's own comm);
 - the framing of `distributed.comm.tcp` (an 8-byte length, the frame count and lengths, the frames),
@@ -12,7 +14,8 @@ holds the admin token, redis and every cluster's CA. So the keeper speaks the wi
 - the first frame decoded by plain `msgpack` with no hooks: a map stays a map, a `__Pickled__` marker is
   just a key, and no other frame is ever looked at. The caller checks the shape of what came back.
 
-Used for `set_metadata` (the keeper's launch hold), whose answer is `None`.
+Used for `set_metadata` (the keeper's launch hold), whose answer is `None`, and for every read the daemon
+makes of its scheduler (`adapters.dask`: plain-data handlers it installs there).
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ import struct
 from typing import Any
 
 import msgpack
+from distributed.security import Security
 
 LIMIT = 64 * 1024  # bytes: a message the keeper reads (a handshake, a `None`) is a few dozen
+HANDSHAKE_LIMIT = 64 * 1024
 _Q = struct.Struct("<Q")
 # What distributed.comm.core.Comm.handshake_info sends: no compression, the pickle protocol is only
 # what the peer would use to pickle for us (we read no pickle).
@@ -61,34 +66,51 @@ def first_frame(data: bytes) -> Any:
         raise WireError(f"not msgpack: {type(exc).__name__}") from exc
 
 
-async def _read(reader: asyncio.StreamReader) -> Any:
-    (size,) = _Q.unpack(await reader.readexactly(8))
-    if size > LIMIT:
-        raise WireError(f"message of {size} bytes is over the keeper's limit of {LIMIT}")
-    return first_frame(await reader.readexactly(size))
+async def _read(reader: asyncio.StreamReader, limit: int) -> Any:
+    try:
+        (size,) = _Q.unpack(await reader.readexactly(8))
+        if size > limit:
+            raise WireError(f"message of {size} bytes is over the reader's limit of {limit}")
+        return first_frame(await reader.readexactly(size))
+    except asyncio.IncompleteReadError as exc:  # an EOFError, not an OSError: one error for callers
+        raise WireError("the connection closed mid-message") from exc
 
 
-def _address(url: str) -> tuple[str, int]:
-    scheme, _, rest = url.partition("://")
-    if scheme not in ("tls", "tcp"):
+def address(url: str) -> tuple[str, int]:
+    """(host, port) of a `tcp://` or `tls://` scheduler address (dask's default scheme is tcp)."""
+    scheme, _, rest = url.rpartition("://")
+    if scheme not in ("tls", "tcp", ""):
         raise WireError(f"unsupported scheme {scheme!r}")
     host, _, port = rest.rpartition(":")
+    if not host or not port.isdigit():
+        raise WireError(f"not host:port: {rest!r}")
     return host.strip("[]"), int(port)
 
 
-async def call(url: str, context: ssl.SSLContext | None, message: dict[str, Any], timeout: float) -> Any:
+def client_context(ca: str, cert: str, key: str) -> ssl.SSLContext:
+    """The TLS client context dask's own comm would use with these PEM files (mutual TLS)."""
+    security = Security(  # type: ignore[no-untyped-call]
+        tls_ca_file=ca, tls_client_cert=cert, tls_client_key=key, require_encryption=True
+    )
+    context: ssl.SSLContext = security.get_connection_args("client")["ssl_context"]  # type: ignore[no-untyped-call]
+    return context
+
+
+async def call(
+    url: str, context: ssl.SSLContext | None, message: dict[str, Any], timeout: float, limit: int = LIMIT
+) -> Any:
     """Send `message` (an `op` and its arguments) to the scheduler at `url` and return its answer as
-    plain data. `context`: the TLS client context (None for `tcp://`). Raises `WireError`, `OSError` or
-    `TimeoutError`."""
-    host, port = _address(url)
+    plain data, at most `limit` bytes. `context`: the TLS client context (None for `tcp://`). Raises
+    `WireError`, `OSError` or `TimeoutError`."""
+    host, port = address(url)
     async with asyncio.timeout(timeout):
         reader, writer = await asyncio.open_connection(host, port, ssl=context, limit=LIMIT)
         try:
             writer.write(frame(_HANDSHAKE))
-            await _read(reader)  # the scheduler's handshake: read past, as data
+            await _read(reader, HANDSHAKE_LIMIT)  # the scheduler's handshake: read past, as data
             writer.write(frame({**message, "reply": True}))
             await writer.drain()
-            return await _read(reader)
+            return await _read(reader, limit)
         finally:
             writer.close()
             with contextlib.suppress(OSError, ssl.SSLError):
