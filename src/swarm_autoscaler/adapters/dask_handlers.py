@@ -222,11 +222,10 @@ def _make_installer(coalesce: float = COALESCE) -> Callable[..., None]:
 
         async def retire(addresses: list[str]) -> dict[str, Any]:
             known = [a for a in addresses if a in s.workers]
-            if known:
+            if known:  # through the comm handler a dask client's retire_workers reaches (and its hooks)
                 stimulus_id = f"swarm-autoscaler-retire-{time.time()}"
-                await s.retire_workers(
-                    workers=known, close_workers=True, remove=True, stimulus_id=stimulus_id
-                )
+                retire_workers = s.handlers["retire_workers"]
+                await retire_workers(workers=known, close_workers=True, remove=True, stimulus_id=stimulus_id)
             return {"addresses": list(s.workers)}
 
         handlers: dict[str, Callable[..., Any]] = {
