@@ -4,14 +4,24 @@ selected by since/until, and the metrics' wallet labels capped with the rest und
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 
 import pytest
+from structlog.testing import capture_logs
 
 from swarm_autoscaler.keeper.adapters.redis_usage import RedisUsage
 from swarm_autoscaler.keeper.metrics import KeeperMetrics
-from swarm_autoscaler.keeper.usage import Machine, Reading, ended_at, readings, unpriced, usage_json
+from swarm_autoscaler.keeper.usage import (
+    Machine,
+    Reading,
+    UsageAccountant,
+    ended_at,
+    readings,
+    unpriced,
+    usage_json,
+)
 from swarm_autoscaler_lab.localcloud.redis_server import RedisServer
 
 T0 = 1_800_000_000.0  # an hour's start
@@ -58,6 +68,29 @@ async def test_a_machine_of_unknown_price_is_billed_neither_at_a_guess_nor_at_ze
     assert later.seconds == 900.0 and later.price_per_second == pytest.approx(0.2 / 3600)
 
 
+class Listed:
+    """Stands in for EC2's listing of the keeper's machines (`Ec2Primaries.machines`)."""
+
+    def __init__(self, machines: list[Machine]) -> None:
+        self.list = machines
+
+    async def machines(self) -> list[Machine]:
+        return self.list
+
+
+async def test_the_accountant_says_once_which_type_it_cannot_bill(ledger: RedisUsage) -> None:
+    """A machine of a type the keeper did not price at start: one warning naming the type, however many
+    passes, and the priced machines beside it are billed as usual."""
+    unknown = Machine("i-9", "alice", "w1", "kc-1", "r7i.large", T0)
+    accountant = UsageAccountant(Listed([machine(), unknown]), ledger, clock=lambda: T0 + 120, prices=PRICES)
+    with capture_logs() as logs:
+        first = await accountant.account()
+        await accountant.account()
+    assert [r.machine.instance_id for r in first] == ["i-1"]
+    warnings = [e["event"] for e in logs if e["log_level"] == "warning"]
+    assert len(warnings) == 1 and "r7i.large" in warnings[0] and "not billed yet" in warnings[0]
+
+
 def test_end_time_from_the_state_transition_reason() -> None:
     raw = {
         "State": {"Name": "terminated"},
@@ -81,7 +114,7 @@ def redis_server() -> Iterator[RedisServer]:
 
 @pytest.fixture
 async def ledger(redis_server: RedisServer) -> AsyncIterator[RedisUsage]:
-    usage = RedisUsage(redis_server.url, f"usage-{id(object())}")
+    usage = RedisUsage(redis_server.url, f"usage-{uuid.uuid4().hex[:12]}")  # unique: an id() can repeat
     yield usage
     await usage.close()
 
