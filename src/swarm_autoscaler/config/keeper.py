@@ -204,6 +204,7 @@ class KeeperSettings(BaseSettings):
         description="USD per hour of the primary's type in the usage ledger; wins over the AWS Price List, and "
         "is required when the keeper may not call pricing:GetProducts (a worker type's price_per_hour wins "
         "over it for the same type).",
+        json_schema_extra={"example": "0.096"},
     )
     primary_ami_id: AmiId = Field(
         description="AMI the primaries boot (it needs docker).",
