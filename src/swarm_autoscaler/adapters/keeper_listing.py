@@ -1,5 +1,6 @@
 """`KeeperListedCloud`: the EC2 adapter of a keeper cluster's autoscaler, reading its instances from the
-keeper instead of calling DescribeInstances itself.
+keeper instead of calling DescribeInstances itself (over https://, verified with
+`AUTOSCALER_EC2_LISTING_CA_FILE` when the keeper names its CA, else with the system's CAs).
 
 Every cluster's autoscaler listing its own instances every tick (5 s) spent the account's refill rate for
 DescribeInstances (20 per second) at about 100 clusters, throttling every other tool in the account. The
@@ -21,6 +22,7 @@ listing are covered as with EC2's own eventual consistency (`daemon.loop.InFligh
 
 from __future__ import annotations
 
+import ssl
 from datetime import datetime
 from typing import Any
 
@@ -44,6 +46,7 @@ class KeeperListedCloud(Ec2Cloud):
         *,
         listing_url: str,
         listing_token: str,
+        listing_ca_file: str | None = None,
         max_age: float = 60.0,
         timeout: float = 10.0,
         fallback_every: float = 15.0,
@@ -56,6 +59,7 @@ class KeeperListedCloud(Ec2Cloud):
         self.fallbacks = 0  # direct DescribeInstances listings made because the keeper's was unusable
         self.listing_url = listing_url
         self._listing_token = listing_token
+        self._listing_ca_file = listing_ca_file
         self._max_age = max_age
         self._listing_timeout = aiohttp.ClientTimeout(total=timeout)
         self._http: aiohttp.ClientSession | None = None
@@ -105,7 +109,14 @@ class KeeperListedCloud(Ec2Cloud):
 
     async def _read(self) -> dict[str, Any]:
         if self._http is None:
-            self._http = aiohttp.ClientSession(timeout=self._listing_timeout)
+            # https:// is verified (with the keeper's CA when given, else the system's): the listing
+            # token and the listing must not go to whoever answers in the keeper's place.
+            try:
+                tls = ssl.create_default_context(cafile=self._listing_ca_file)
+            except (OSError, ssl.SSLError) as exc:
+                raise EndpointError(self.listing_url, f"its CA file is unreadable ({exc})", SETTING) from None
+            connector = aiohttp.TCPConnector(ssl=tls)
+            self._http = aiohttp.ClientSession(timeout=self._listing_timeout, connector=connector)
         headers = {"Authorization": f"Bearer {self._listing_token}"}
         try:
             async with self._http.get(self.listing_url, headers=headers) as response:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated
@@ -70,6 +71,7 @@ PLACEHOLDERS = (
     "keeper_url",
     "credentials_token",
     "image",
+    "keeper_ca",
 )
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 TEMPLATE_LIMIT = USER_DATA_LIMIT - 4096  # room for the rendered values (the worker types' JSON above all)
@@ -85,7 +87,14 @@ umask 077
 D=/etc/swarm-autoscaler
 mkdir -p "$D/tls"
 # 1. This cluster's TLS files, once: the token below is spent on first use (a second use gets 410).
-curl -fsS --retry 30 --retry-delay 5 --retry-all-errors -o "$D/credentials.json" \\
+# Over https, the keeper is verified with the CA below when the keeper names one (public data), else
+# with the AMI's trusted CAs.
+cat > "$D/keeper-ca.pem" <<'KEEPER_CA'
+{{keeper_ca}}
+KEEPER_CA
+KEEPER_CA=""
+if grep -q "BEGIN CERTIFICATE" "$D/keeper-ca.pem"; then KEEPER_CA="--cacert $D/keeper-ca.pem"; fi
+curl -fsS $KEEPER_CA --retry 30 --retry-delay 5 --retry-all-errors -o "$D/credentials.json" \\
   -H "Authorization: Bearer {{credentials_token}}" "{{keeper_url}}/v1/primaries/{{cluster_id}}/credentials"
 docker run --rm --network none --user 0 -v "$D:/d" --entrypoint python3 {{image}} -c \\
   'import json,pathlib; f=json.load(open("/d/credentials.json"))["files"]; [pathlib.Path("/d/tls",n).write_text(t) for n,t in f.items()]'
@@ -123,8 +132,14 @@ AUTOSCALER_DOCKER_URL=unix:///var/run/docker.sock
 SWARM_AUTOSCALER_ENV
 echo "AUTOSCALER_DASK_SCHEDULER_URL=tls://$ADDR:{{scheduler_port}}" >> "$D/cluster.env"
 echo "AUTOSCALER_HTTP_HOST=$ADDR" >> "$D/cluster.env"
+CA_SECRET=""  # the keeper's CA, for the autoscaler's reads of its listing from the keeper
+if [ -n "$KEEPER_CA" ]; then
+  docker secret create keeper-ca "$D/keeper-ca.pem"
+  CA_SECRET="--secret keeper-ca"
+  echo "AUTOSCALER_EC2_LISTING_CA_FILE=/run/secrets/keeper-ca" >> "$D/cluster.env"
+fi
 docker service create --detach --name autoscaler --network host --constraint node.role==manager --user 0 \\
-  --secret dask-ca --secret dask-worker --secret dask-worker-key \\
+  --secret dask-ca --secret dask-worker --secret dask-worker-key $CA_SECRET \\
   --mount type=bind,src=/var/run/docker.sock,dst=/var/run/docker.sock \\
   --env-file "$D/cluster.env" {{image}} run
 # 5. The dask worker, one per machine the autoscaler launched (its ownership label), as in
@@ -175,6 +190,25 @@ class KeeperSettings(BaseSettings):
         "are stored in the clear and the keeper logs a warning at start (docs/security.md).",
         json_schema_extra={"example": "<the output of: openssl rand -base64 32>"},
     )
+    tls_cert_file: str | None = Field(
+        default=None,
+        description="PEM certificate chain the keeper's API serves HTTPS with (with AUTOSCALER_KEEPER_TLS_KEY_FILE; "
+        "a swarm secret). Unset: plain HTTP, and a TLS proxy in front of the keeper must terminate it "
+        "(docs/keeper-security.md). AUTOSCALER_KEEPER_PUBLIC_URL is then https://.",
+        json_schema_extra={"example": "/run/secrets/keeper-tls-cert"},
+    )
+    tls_key_file: str | None = Field(
+        default=None,
+        description="PEM private key of AUTOSCALER_KEEPER_TLS_CERT_FILE (a swarm secret).",
+        json_schema_extra={"example": "/run/secrets/keeper-tls-key"},
+    )
+    tls_ca_file: str | None = Field(
+        default=None,
+        description="PEM certificate of the CA that signed the keeper's certificate, when it is not one the "
+        "primaries' AMI trusts: written into each primary's boot script ({{keeper_ca}}, public data), "
+        "so its credentials fetch and its autoscaler's listing verify the keeper with it.",
+        json_schema_extra={"example": "/etc/swarm-autoscaler/keeper-ca.pem"},
+    )
     secrets_key_file: str | None = Field(
         default=None,
         description="A file holding AUTOSCALER_KEEPER_SECRETS_KEY (a swarm secret: /run/secrets/<name>); "
@@ -215,13 +249,15 @@ class KeeperSettings(BaseSettings):
         description="Boot script of the primaries, with placeholders {{cluster_id}}, {{user_id}}, "
         "{{wallet_id}}, {{scheduler_port}}, {{dashboard_port}}, {{autoscaler_env}} (the cluster's "
         "autoscaler settings, one NAME=value line each), {{keeper_url}} (AUTOSCALER_KEEPER_PUBLIC_URL), "
-        "{{credentials_token}} (the one-time token that fetches the cluster's TLS files) and {{image}} "
-        "(AUTOSCALER_KEEPER_IMAGE). Empty: the built-in script (see docs/keeper.md).",
+        "{{credentials_token}} (the one-time token that fetches the cluster's TLS files), {{image}} "
+        "(AUTOSCALER_KEEPER_IMAGE) and {{keeper_ca}} (the PEM of AUTOSCALER_KEEPER_TLS_CA_FILE, or empty). "
+        "Empty: the built-in script (see docs/keeper.md).",
     )
     public_url: str | None = Field(
         default=None,
-        description="The keeper's API as a primary reaches it (http:// or https://, no path): the default "
-        "boot script fetches its cluster's TLS files there. Required with the built-in boot script.",
+        description="The keeper's API as a primary reaches it (https://, or http:// on a private network "
+        "only; no path): the default boot script fetches its cluster's TLS files there. Required with the "
+        "built-in boot script; https:// when the keeper serves TLS (AUTOSCALER_KEEPER_TLS_CERT_FILE).",
         json_schema_extra={"example": "http://10.0.0.5:8080"},
     )
     interruption_queue_url: str = Field(
@@ -471,7 +507,42 @@ def load_keeper_settings(env_file: str | os.PathLike[str] | None = None) -> Keep
                 "reach it, for example http://10.0.0.5:8080"
             ]
         )
+    problems = _tls_problems(keeper)
+    if problems:
+        raise InvalidSettingsError(problems)
     return config
+
+
+def _tls_problems(keeper: KeeperSettings) -> list[str]:
+    """The keeper's TLS files: the certificate and key together, readable; the public URL https:// when
+    the keeper serves TLS; the CA a PEM certificate."""
+    problems = []
+    cert, key, ca = keeper.tls_cert_file, keeper.tls_key_file, keeper.tls_ca_file
+    if (cert is None) != (key is None):
+        problems.append(f"{KEEPER_PREFIX}TLS_CERT_FILE and {KEEPER_PREFIX}TLS_KEY_FILE: set both or neither")
+    elif cert is not None and key is not None:
+        try:
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as exc:
+            problems.append(f"{KEEPER_PREFIX}TLS_CERT_FILE: cannot serve with {cert} and {key} ({exc})")
+        if keeper.public_url is not None and not keeper.public_url.startswith("https://"):
+            problems.append(f"{KEEPER_PREFIX}PUBLIC_URL: must be https:// when the keeper serves TLS")
+    if ca is not None and "BEGIN CERTIFICATE" not in _read(ca):
+        problems.append(f"{KEEPER_PREFIX}TLS_CA_FILE: {ca} holds no PEM certificate")
+    return problems
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def keeper_ca(keeper: KeeperSettings) -> str:
+    """The PEM of the CA the primaries verify the keeper with ({{keeper_ca}}), or ""."""
+    return _read(keeper.tls_ca_file).strip() if keeper.tls_ca_file else ""
 
 
 # ------------------------------------------------------------------------------------------ per cluster

@@ -183,6 +183,7 @@ def _ec2(settings: Settings, swarm: Orchestrator) -> Ec2Cloud:
             KeeperListedCloud,
             listing_url=settings.ec2.listing_url,
             listing_token=_secret(settings.ec2.listing_token) or "",
+            listing_ca_file=settings.ec2.listing_ca_file,
         )
     return cloud(  # type: ignore[no-any-return]
         cluster_name=settings.cluster_name,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import ssl
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import TypeVar
@@ -24,7 +25,7 @@ import structlog
 from aiohttp import web
 
 from swarm_autoscaler.adapters.ec2_pricing import read_prices
-from swarm_autoscaler.config.keeper import KeeperConfig, cluster_env, env_lines, render_boot
+from swarm_autoscaler.config.keeper import KeeperConfig, cluster_env, env_lines, keeper_ca, render_boot
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
 from swarm_autoscaler.keeper.access import InProcessTokens, TokenStore
 from swarm_autoscaler.keeper.adapters.dask_clients import TlsSchedulerClients
@@ -48,7 +49,7 @@ from swarm_autoscaler.keeper.metrics import KeeperMetrics
 from swarm_autoscaler.keeper.model import ClusterKey
 from swarm_autoscaler.keeper.service import Keeper
 from swarm_autoscaler.keeper.usage import UsageAccountant
-from swarm_autoscaler.runtime.http import start_http
+from swarm_autoscaler.runtime.http import server_context, start_http
 from swarm_autoscaler.runtime.signals import run_until_signal
 
 log = structlog.get_logger("swarm_autoscaler.keeper.app")
@@ -63,10 +64,12 @@ def user_data_of(config: KeeperConfig) -> UserData:
     keeper = config.keeper
     template = keeper.boot_template
     secret = keeper.token.get_secret_value()
+    ca = keeper_ca(keeper)
 
     def render(key: ClusterKey, cluster_id: str) -> str:
         values = {
             "keeper_url": keeper.public_url or "",
+            "keeper_ca": ca,
             "credentials_token": primary_token(secret, cluster_id),
             "image": keeper.image,
             "cluster_id": cluster_id,
@@ -239,7 +242,7 @@ def _unhealthy(keeper: Keeper) -> str | None:
 async def _listen(stack: contextlib.AsyncExitStack, app: web.Application, config: KeeperConfig) -> None:
     host, port = config.http.host, config.keeper.http_port
     try:
-        runner = await start_http(app, host, port)
+        runner = await start_http(app, host, port, _tls(config))
     except OSError as exc:
         setting = (
             "AUTOSCALER_KEEPER_HTTP_PORT"
@@ -250,6 +253,14 @@ async def _listen(stack: contextlib.AsyncExitStack, app: web.Application, config
             f"{setting}: cannot listen on {host}:{port} ({exc.strerror or exc}); choose a free port"
         ) from None
     stack.push_async_callback(runner.cleanup)
+
+
+def _tls(config: KeeperConfig) -> ssl.SSLContext | None:
+    """The API's TLS context (AUTOSCALER_KEEPER_TLS_CERT_FILE and _KEY_FILE), None for plain HTTP."""
+    keeper = config.keeper
+    if keeper.tls_cert_file is None or keeper.tls_key_file is None:
+        return None
+    return server_context(keeper.tls_cert_file, keeper.tls_key_file)
 
 
 async def _checked(setting: str, awaitable: Awaitable[T]) -> T:
@@ -273,6 +284,7 @@ async def run_keeper(config: KeeperConfig) -> int:
                 idle_timeout_s=config.keeper.idle_timeout,
                 locks="redis" if config.redis.url else "in-process: single replica (no AUTOSCALER_REDIS_URL)",
                 private_keys_at_rest=_at_rest(config),
+                api_tls=config.keeper.tls_cert_file is not None,
             )
             await keeper.run(stop)
 
