@@ -23,11 +23,14 @@ from typing import Any
 import pytest
 from distributed import Client, Scheduler
 from distributed.core import rpc
+from distributed.security import Security
 from tests.hostile import Payload, hostile_scheduler
 
 from swarm_autoscaler.adapters.dask import DaskWorkload
 from swarm_autoscaler.adapters.dask_handlers import OPS
+from swarm_autoscaler.adapters.dask_wire import client_context
 from swarm_autoscaler.errors import EndpointError
+from swarm_autoscaler.keeper.adapters.tls import make_credentials
 
 
 def _port_calls(workload: DaskWorkload) -> list[Callable[[], Awaitable[Any]]]:
@@ -92,17 +95,39 @@ async def test_a_client_that_replaced_the_scheduler_s_handlers_runs_no_code_in_t
     assert _ran(marker), "the control did not run the payload: the test proves nothing"
 
 
+@pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
 async def test_a_hostile_scheduler_runs_no_code_in_the_daemon_while_a_dask_client_would(
-    tmp_path: Path,
+    tmp_path: Path, tls: bool
 ) -> None:
+    """Over tcp:// and over tls:// (the stand-in holds a scheduler certificate of the daemon's CA, as a
+    scheduler whose handlers were replaced does): the daemon's TLS path reads data only too."""
     marker = tmp_path / "ran"
-    async with hostile_scheduler(marker) as url:
-        workload = DaskWorkload(url, timeout=3.0, retire_timeout=3.0)
+    files = _tls_files(tmp_path) if tls else None
+    listen = None
+    if files is not None:
+        listen = Security(  # type: ignore[no-untyped-call]
+            tls_ca_file=files["ca.pem"], tls_scheduler_cert=files["scheduler.pem"],
+            tls_scheduler_key=files["scheduler-key.pem"], require_encryption=True,
+        ).get_listen_args("scheduler")["ssl_context"]  # fmt: skip
+    async with hostile_scheduler(marker, listen) as url:
+        daemon_files = (files["ca.pem"], files["worker.pem"], files["worker-key.pem"]) if files else None
+        workload = DaskWorkload(url, timeout=3.0, retire_timeout=3.0, tls_files=daemon_files)
         await _every_call_fails_without_a_trace(workload, marker)
+        args = {"ssl_context": client_context(*daemon_files)} if daemon_files else {}
         with pytest.raises(Exception):  # noqa: B017  whatever it raises after running the payload
-            async with rpc(url, timeout=5) as scheduler:  # type: ignore[no-untyped-call]
+            async with rpc(url, timeout=5, connection_args=args) as scheduler:  # type: ignore[no-untyped-call]
                 await scheduler.run_function(function=b"")
     assert _ran(marker), "the control did not run the payload: the test proves nothing"
+
+
+def _tls_files(tmp: Path) -> dict[str, str]:
+    """A cluster's TLS files (the keeper's generator: a CA, the scheduler's and the workers' pairs)."""
+    creds = make_credentials("kc-hostile")
+    files = {}
+    for name, text in creds.for_primary().items():
+        (tmp / name).write_text(text)
+        files[name] = str(tmp / name)
+    return files
 
 
 async def test_an_answer_of_the_wrong_shape_is_an_endpoint_error_not_a_crash(
