@@ -181,8 +181,10 @@ class TimingSettings(BaseSettings):
         description=(
             "The safety stop: while more than this share of the daemon's nodes (and at least two) are down "
             "or unreachable, as in a network partition, scale-down halts: no idle machine is retired, "
-            "drained, stopped or terminated and no long-down machine is terminated; scale-up goes on. "
-            "Cluster Autoscaler's default (--max-total-unready-percentage). 1 turns it off."
+            "drained, cordoned, stopped or terminated, no long-down machine is terminated, and no machine "
+            "whose node joined but is down is terminated as broken (a repair a partition can fake); "
+            "scale-up goes on, and so do the repairs a partition cannot fake. Cluster Autoscaler's default "
+            "(--max-total-unready-percentage). 1 turns it off."
         ),
     )
     disruption_budgets: Budgets = Field(
