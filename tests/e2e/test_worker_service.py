@@ -103,9 +103,10 @@ async def test_machines_boot_from_user_data_into_the_worker_service(cloud: Local
                 names = short_names(name for name, _ in results)
                 # the tasks ran on workers named after the new machines' hostnames ...
                 assert names and names <= hostnames, (names, hostnames)
-                # ... publishing the type's resources (m5.large: 2 CPUs, 8 GiB; no overhead configured)
+                # ... publishing the type's resources (m5.large: 2 CPUs, 8 GiB less the default memory
+                # overhead of 7.5%; no overhead of its own configured)
                 for _, resources in results:
-                    assert resources["CPU"] == 2 and resources["RAM"] == 8 * GIB
+                    assert resources["CPU"] == 2 and resources["RAM"] == 8 * GIB - round(8 * GIB * 0.075)
                     assert resources["instance-type:m5.large"] == 1e9
                 # ... which swarm started from the global service, not the emulator
                 assert all(m.worker is None for m in emulator.machines.values())

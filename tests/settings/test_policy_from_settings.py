@@ -46,11 +46,21 @@ def test_builds_the_whole_policy(set_env: SetEnv) -> None:
     spec = launch_spec(AllowedType(ami_id="ami-12345678"), (), ())
     assert policy_from_settings(load_settings(), CATALOGUE) == Policy(
         allowed_types=(
+            # each type's RAM overhead: its own, plus the default 7.5% of its memory
             TypePolicy(
-                "g4dn.xlarge", reserve=0, overhead=Resources.of(cpus=0.5, ram=3 * GIB // 2), spec=spec
+                "g4dn.xlarge",
+                reserve=0,
+                overhead=Resources.of(cpus=0.5, ram=3 * GIB // 2 + round(16 * GIB * 0.075)),
+                spec=spec,
             ),
-            TypePolicy("m5.large", reserve=1, price_per_hour=0.05, spec=spec),
-            TypePolicy("c5.large", spec=spec),
+            TypePolicy(
+                "m5.large",
+                reserve=1,
+                overhead=Resources.of(ram=round(8 * GIB * 0.075)),
+                price_per_hour=0.05,
+                spec=spec,
+            ),
+            TypePolicy("c5.large", overhead=Resources.of(ram=round(4 * GIB * 0.075)), spec=spec),
         ),
         min_instances=1,
         max_instances=7,
@@ -104,3 +114,24 @@ def test_the_launch_spec_changes_with_what_a_machine_is_launched_with_and_only_t
         launch_spec(base, ("subnet-a",), ("sg-2",)),
     ]
     assert spec not in changed and len(set(changed)) == len(changed)
+
+
+def test_workers_publish_the_ram_the_policy_counts(set_env: SetEnv) -> None:
+    """The memory overhead setting: the worker env file of a type (what its machine's worker publishes
+    and uses as its memory limit) carries the RAM the planner counts for that type, and 0 publishes all."""
+    from swarm_autoscaler.config.worker import worker_env
+
+    for percent, kept in (("10", round(8 * GIB * 0.10)), ("0", 0)):
+        set_env(
+            AUTOSCALER_EC2_ALLOWED_TYPES=json.dumps({"m5.large": {"ami_id": "ami-12345678"}}),
+            AUTOSCALER_EC2_MEMORY_OVERHEAD_PERCENT=percent,
+        )
+        settings = load_settings()
+        policy = policy_from_settings(settings, CATALOGUE)
+        tp = policy.type_policy("m5.large")
+        assert tp is not None and tp.overhead.ram == kept
+        env = worker_env(
+            CATALOGUE["m5.large"], settings.ec2.allowed_types["m5.large"], memory_percent=float(percent)
+        )
+        assert env["SWARM_AUTOSCALER_WORKER_MEMORY_LIMIT"] == str(8 * GIB - kept)
+        assert f"RAM={8 * GIB - kept} " in env["SWARM_AUTOSCALER_WORKER_RESOURCES"]

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from swarm_autoscaler.config.settings import Settings, TimingSettings
 from swarm_autoscaler.config.types import AllowedType
-from swarm_autoscaler.core.model import GIB, InstanceType, Policy, Resources, TypePolicy
+from swarm_autoscaler.core.model import InstanceType, Policy, Resources, TypePolicy
 from swarm_autoscaler.errors import ConfigurationError
 
 
@@ -32,6 +32,7 @@ def policy_from_settings(settings: Settings, catalogue: Mapping[str, InstanceTyp
         max_launch_per_tick=ec2.max_launch_per_tick,
         subnets=tuple(ec2.subnet_ids),
         security_groups=tuple(ec2.security_group_ids),
+        memory_overhead_percent=ec2.memory_overhead_percent,
     )
 
 
@@ -45,13 +46,16 @@ def build_policy(
     max_launch_per_tick: int,
     subnets: tuple[str, ...] = (),
     security_groups: tuple[str, ...] = (),
+    memory_overhead_percent: float = 0.0,
 ) -> Policy:
     """The policy from its parts (the simulator reads only these). Same rules as `policy_from_settings`.
-    Each type's `spec` hashes its settings with the subnets and security groups (drift.py)."""
+    Each type's `spec` hashes its settings with the subnets and security groups (drift.py). Each type's
+    RAM overhead adds `memory_overhead_percent` of its memory (the daemon's setting; the simulator's
+    machines publish the whole, so it passes none)."""
     return Policy(
         allowed_types=tuple(
             dataclasses.replace(
-                _type_policy(name, allowed, catalogue.get(name)),
+                _type_policy(name, allowed, catalogue.get(name), memory_overhead_percent),
                 spec=launch_spec(allowed, subnets, security_groups),
             )
             for name, allowed in allowed_types.items()
@@ -87,14 +91,16 @@ def launch_spec(allowed: AllowedType, subnets: tuple[str, ...], security_groups:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _type_policy(name: str, allowed: AllowedType, known: InstanceType | None) -> TypePolicy:
+def _type_policy(name: str, allowed: AllowedType, known: InstanceType | None, percent: float) -> TypePolicy:
     if known is None:
         raise ConfigurationError(
             f"AUTOSCALER_EC2_ALLOWED_TYPES: instance type {name} is not in the catalogue; "
             "remove it, or use a type EC2 describes (the offline lab and demo know only the bundled catalogue)"
         )
     overhead = Resources.of(
-        cpus=allowed.overhead.cpus, ram=round(allowed.overhead.ram_gib * GIB), gpus=allowed.overhead.gpus
+        cpus=allowed.overhead.cpus,
+        ram=allowed.overhead.ram_bytes(known.resources.ram, percent),
+        gpus=allowed.overhead.gpus,
     )
     capacity = known.resources
     if overhead.cpus >= capacity.cpus or overhead.ram >= capacity.ram or overhead.gpus > capacity.gpus:

@@ -41,6 +41,7 @@ from swarm_autoscaler.config.budgets import Budgets
 from swarm_autoscaler.config.durations import format_duration
 from swarm_autoscaler.config.types import (
     MAX_FLEET,
+    MEMORY_OVERHEAD_PERCENT,
     AllowedType,
     AllowedTypes,
     ClusterName,
@@ -317,6 +318,15 @@ class Ec2Settings(Ec2AccessSettings):
     )
     max_launch_per_tick: int = Field(
         default=0, ge=0, le=MAX_FLEET, description="Most machines launched per tick; 0 = no cap."
+    )
+    memory_overhead_percent: float = Field(
+        default=MEMORY_OVERHEAD_PERCENT,
+        ge=0,
+        lt=50,
+        description="Share of each type's memory (as EC2 describes it) kept back for the kernel, dockerd and "
+        "the machine's agents, on top of the type's own \"overhead\": the workers publish the rest as their "
+        "RAM and use it as their memory limit, and the planner counts the same. 7.5 is Karpenter's VM "
+        "memory overhead; 0 publishes the type's whole memory (a task sized to it can take the machine down).",
     )
     spot_price_interval: Duration = Field(
         default=600.0,

@@ -137,6 +137,17 @@ class Overhead(BaseModel):
     ram_gib: float = Field(default=0.0, ge=0, description="RAM kept back, in GiB.")
     gpus: int = Field(default=0, ge=0, description="GPUs kept back.")
 
+    def ram_bytes(self, machine_ram: int, percent: float = 0.0) -> int:
+        """The RAM kept back on a machine with `machine_ram` bytes: `ram_gib`, plus `percent` of the
+        machine's memory (`AUTOSCALER_EC2_MEMORY_OVERHEAD_PERCENT`, what the kernel and dockerd take)."""
+        return round(self.ram_gib * GIB) + round(machine_ram * percent / 100)
+
+
+# The default share of a type's memory kept back (`AUTOSCALER_EC2_MEMORY_OVERHEAD_PERCENT`): Karpenter's
+# VM memory overhead (7.5%). A machine never shows the type's nominal memory to its OS (the kernel and
+# firmware take some), and dockerd, containerd and the agents take more.
+MEMORY_OVERHEAD_PERCENT = 7.5
+
 
 # EC2 takes at most 16 KiB of user data; the adapter wraps the boot script (failure report, wait for
 # dockerd, the retried swarm join: about 1.1 KiB, `adapters.boot_scripts`), so the script must leave room

@@ -16,7 +16,7 @@ import shlex
 from collections.abc import Mapping
 
 from swarm_autoscaler.config.types import AllowedType
-from swarm_autoscaler.core.model import GIB, InstanceType
+from swarm_autoscaler.core.model import InstanceType
 
 WORKER_ENV_DIR = "/etc/swarm-autoscaler"
 WORKER_ENV_FILE = f"{WORKER_ENV_DIR}/worker.env"
@@ -24,13 +24,17 @@ PIN_PREFIX = "instance-type:"  # the dask adapter's pin convention (`adapters.da
 PIN_AMOUNT = 1e9  # so any number of tasks pinned to the type fit on one worker
 
 
-def worker_resources(itype: InstanceType, allowed: AllowedType) -> dict[str, float]:
-    """The resources a worker on a machine of this type publishes: the catalogue's minus the overhead."""
+def worker_resources(
+    itype: InstanceType, allowed: AllowedType, memory_percent: float = 0.0
+) -> dict[str, float]:
+    """The resources a worker on a machine of this type publishes: the catalogue's minus the overhead
+    (its RAM minus `memory_percent` of it too: `AUTOSCALER_EC2_MEMORY_OVERHEAD_PERCENT`, as the policy
+    counts it, `config.policy`)."""
     res = itype.resources
     over = allowed.overhead
     out: dict[str, float] = {
         "CPU": max(0.0, res.cpus - over.cpus),
-        "RAM": float(max(0, res.ram - round(over.ram_gib * GIB))),
+        "RAM": float(max(0, res.ram - over.ram_bytes(res.ram, memory_percent))),
     }
     gpus = max(0, res.gpus - over.gpus)
     if gpus:
@@ -44,9 +48,9 @@ def _amount(value: float) -> str:
     return str(int(value)) if value == int(value) else repr(value)  # exact: RAM is bytes
 
 
-def worker_env(itype: InstanceType, allowed: AllowedType) -> dict[str, str]:
+def worker_env(itype: InstanceType, allowed: AllowedType, memory_percent: float = 0.0) -> dict[str, str]:
     """The worker env file's variables for a machine of this type."""
-    resources = worker_resources(itype, allowed)
+    resources = worker_resources(itype, allowed, memory_percent)
     return {
         "SWARM_AUTOSCALER_INSTANCE_TYPE": itype.name,
         "SWARM_AUTOSCALER_WORKER_NTHREADS": str(max(1, int(resources["CPU"]))),
@@ -57,9 +61,10 @@ def worker_env(itype: InstanceType, allowed: AllowedType) -> dict[str, str]:
     }
 
 
-def worker_env_script(itype: InstanceType, allowed: AllowedType) -> str:
+def worker_env_script(itype: InstanceType, allowed: AllowedType, memory_percent: float = 0.0) -> str:
     """Shell lines that write the worker env file (the first lines of the type's user data)."""
-    lines = "".join(f"{k}={shlex.quote(v)}\n" for k, v in worker_env(itype, allowed).items())
+    env = worker_env(itype, allowed, memory_percent)
+    lines = "".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items())
     return (
         "# the dask worker's resources on this machine (added by swarm-autoscaler)\n"
         f"mkdir -p {WORKER_ENV_DIR}\n"
@@ -68,14 +73,16 @@ def worker_env_script(itype: InstanceType, allowed: AllowedType) -> str:
 
 
 def with_worker_env(
-    allowed_types: Mapping[str, AllowedType], catalogue: Mapping[str, InstanceType]
+    allowed_types: Mapping[str, AllowedType],
+    catalogue: Mapping[str, InstanceType],
+    memory_percent: float = 0.0,
 ) -> dict[str, str]:
     """Each allowed type's boot script with the worker env lines first (a type missing from the catalogue
     keeps its script: the policy refuses it anyway)."""
     out = {}
     for name, spec in allowed_types.items():
         known = catalogue.get(name)
-        head = worker_env_script(known, spec) if known is not None else ""
+        head = worker_env_script(known, spec, memory_percent) if known is not None else ""
         script = spec.boot_script.strip("\n")
         if script.startswith("#!"):  # keep the operator's interpreter line first
             first, _, rest = script.partition("\n")

@@ -176,7 +176,9 @@ async def _serve_http(
 def _ec2(settings: Settings, swarm: Orchestrator) -> Ec2Cloud:
     """The EC2 adapter; a keeper cluster's (`AUTOSCALER_EC2_LISTING_URL` set) reads its instances from
     the keeper's listing (`adapters.keeper_listing`)."""
-    boot_scripts = with_worker_env(settings.ec2.allowed_types, CATALOGUE)
+    boot_scripts = with_worker_env(
+        settings.ec2.allowed_types, CATALOGUE, settings.ec2.memory_overhead_percent
+    )
     cloud: Any = Ec2Cloud
     if settings.ec2.listing_url:
         cloud = functools.partial(
@@ -248,7 +250,9 @@ async def _start_ec2(
     await stack.enter_async_context(ec2)
     catalogue = await _catalogue(ec2, list(settings.ec2.allowed_types))
     await ec2.check_images()
-    ec2.use_boot_scripts(described_boot_scripts(settings.ec2.allowed_types, catalogue))
+    ec2.use_boot_scripts(
+        described_boot_scripts(settings.ec2.allowed_types, catalogue, settings.ec2.memory_overhead_percent)
+    )
     await prices.read_list()
     await prices.read_spot()
     return prices.priced(catalogue)
@@ -269,12 +273,14 @@ async def _refresh_prices(
 
 
 def described_boot_scripts(
-    allowed: Mapping[str, AllowedType], catalogue: Mapping[str, InstanceType]
+    allowed: Mapping[str, AllowedType], catalogue: Mapping[str, InstanceType], memory_percent: float = 0.0
 ) -> dict[str, str]:
     """The boot scripts re-rendered from the catalogue EC2 described. The worker env was first written
     from the bundled catalogue; EC2's own description is what the planner counts, so the workers publish
     that. A type EC2 did not describe is left out (it keeps the script rendered from the bundled one)."""
-    return with_worker_env({n: spec for n, spec in allowed.items() if n in catalogue}, catalogue)
+    return with_worker_env(
+        {n: spec for n, spec in allowed.items() if n in catalogue}, catalogue, memory_percent
+    )
 
 
 async def _computational(
