@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import tarfile
@@ -216,3 +217,67 @@ async def test_service_replicas_launch_machines_run_there_and_scale_back_to_zero
         a.hostname for a in rec.of(DrainNode)
     }
     assert instance_state(lc, foreign_instance) == "running"
+
+
+GPU_SERVICE = "dyn-gpu"
+
+
+async def test_gpu_service_lands_on_the_gpu_machine_bought_for_it(cloud: LocalCloud, image: Path) -> None:
+    """A service reserving one GPU (`--generic-resource NVIDIA-GPU=1`, as on a real GPU swarm) is pending:
+    the daemon buys a g4dn.xlarge for it (an m5.large has none), whose user data (the daemon's, run on a
+    dockerd node of its own) writes the GPU into dockerd's daemon.json and restarts dockerd; swarm then
+    places the task there and hands it the GPU's uuid. Stands in for a GPU AMI: a fake `nvidia-smi` lists
+    fake uuids and a fake `nvidia-container-runtime` runs runc (`UserDataBoot.fake_gpus`); no GPU is behind
+    them, but the generic resource, the default runtime and swarm's placement are dockerd's own."""
+    lc = cloud
+    manager = lc.local_swarm.manager
+    assert lc.network is not None and lc.emulator is not None and lc.emulator.user_data_boot is not None
+    lc.emulator.user_data_boot.fake_gpus = 4  # the type publishes 1: the boot script gives swarm the first
+    types = {n: {"ami_id": lc.network.ami_id} for n in ("m5.large", "g4dn.xlarge")}
+    env = {**DYNAMIC, "AUTOSCALER_EC2_ALLOWED_TYPES": json.dumps(types)}
+    before = set(_all_ever(lc))
+    await manager.docker(
+        "service", "create", "--detach", "--name", GPU_SERVICE, "--generic-resource", "NVIDIA-GPU=1",
+        "--constraint", "node.role==worker", "--stop-grace-period", "1s", IMAGE, "/bin/busybox", "sleep", "3600",
+    )  # fmt: skip
+    try:
+        async with lc.daemon(env) as daemon:
+            running = await start(daemon)
+            try:
+
+                async def placed() -> list[str]:
+                    out = await manager.docker(
+                        "service", "ps", GPU_SERVICE, "--filter", "desired-state=running",
+                        "--format", "{{.Node}} {{.CurrentState}}",
+                    )  # fmt: skip
+                    return [ln.split()[0] for ln in out.splitlines() if "Running" in ln]
+
+                await wait_for(placed, 180, "the GPU task running on a new node", step=1.0)
+                host = (await placed())[0]
+                launched = [i for iid, i in _all_ever(lc).items() if iid not in before]
+                assert [i["InstanceType"] for i in launched] == ["g4dn.xlarge"]
+                assert short_names([host]) == {hostname_of(launched[0])}
+                node = lc.local_swarm.nodes[host]
+                # the node advertises the GPU its boot script found, and runs containers with nvidia
+                resources = json.loads(
+                    await manager.docker(
+                        "node", "inspect", host, "--format", "{{json .Description.Resources}}"
+                    )
+                )
+                named = [g["NamedResourceSpec"] for g in resources.get("GenericResources") or ()]
+                short = host.split(".", 1)[0]
+                assert named == [{"Kind": "NVIDIA-GPU", "Value": f"GPU-{short}-0"}], resources
+                assert await node.docker("info", "--format", "{{.DefaultRuntime}}") == "nvidia"
+                cid = await node.docker(
+                    "ps", "-q", "--filter", f"label=com.docker.swarm.service.name={GPU_SERVICE}"
+                )
+                task_env = json.loads(await node.docker("inspect", cid, "--format", "{{json .Config.Env}}"))
+                assert f"DOCKER_RESOURCE_NVIDIA-GPU=GPU-{short}-0" in task_env, task_env
+                await manager.docker("service", "rm", GPU_SERVICE)
+                await wait_for(lambda: not owned_instances(lc), 150, "the GPU machine terminated once idle")
+            finally:
+                await running.halt()
+    finally:
+        lc.emulator.user_data_boot.fake_gpus = 0
+        with contextlib.suppress(Exception):
+            await manager.docker("service", "rm", GPU_SERVICE)

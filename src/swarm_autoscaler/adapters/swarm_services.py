@@ -7,7 +7,7 @@ processing tasks are the service tasks on it; tasks waiting for a node are unrun
 - A service is **global** when its `Spec.Mode` is `Global` (or `GlobalJob`): its tasks never keep a
   node busy. A service labelled `swarm-autoscaler.daemon` (any value) is the daemon's own: ignored too.
 - Reservations: `NanoCPUs` / 1e9 CPUs, `MemoryBytes`, and `GenericResources`: a discrete or named
-  resource of kind `gpu` (any case) counts as GPUs, others by their kind (a named one counts 1 per
+  resource of kind `NVIDIA-GPU` or `gpu` (any case) counts as GPUs, others by their kind (a named one counts 1 per
   value).
 - There is no worker process to retire or cordon: **retire** and **fence** set the node's availability
   to `pause` (swarm places nothing new there; what runs stays), after which the planner drains it.
@@ -33,6 +33,9 @@ from swarm_autoscaler.core.services import ServiceTask, SwarmNode, busy_hosts, s
 from swarm_autoscaler.errors import EndpointError, NotFoundError
 
 OWN_SERVICE_LABEL = "swarm-autoscaler.daemon"
+# Generic resource kinds that are GPUs (lower case): `NVIDIA-GPU` is what the daemon's GPU machines
+# advertise (`config.gpus`), `gpu` what other guides use.
+GPU_KINDS = ("gpu", "nvidia-gpu")
 _GLOBAL_MODES = ("Global", "GlobalJob")
 
 
@@ -49,7 +52,7 @@ def resources_of(raw: Mapping[str, Any] | None) -> Resources:
             kind, amount = str(discrete.get("Kind", "")), float(discrete.get("Value", 0))
         elif named:
             kind, amount = str(named.get("Kind", "")), 1.0
-        if kind.lower() == "gpu":
+        if kind.lower() in GPU_KINDS:
             gpus += int(amount)
         elif kind:
             generic[kind] = generic.get(kind, 0.0) + amount

@@ -15,6 +15,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 
+from swarm_autoscaler.config.gpus import gpu_dockerd_script
 from swarm_autoscaler.config.types import AllowedType
 from swarm_autoscaler.core.model import InstanceType
 
@@ -82,7 +83,10 @@ def with_worker_env(
     out = {}
     for name, spec in allowed_types.items():
         known = catalogue.get(name)
-        head = worker_env_script(known, spec, memory_percent) if known is not None else ""
+        head = ""
+        if known is not None:  # a GPU type's machine also gives its GPUs to dockerd (config.gpus)
+            gpus = gpu_dockerd_script(known.resources.gpus - spec.overhead.gpus)
+            head = worker_env_script(known, spec, memory_percent) + gpus
         script = spec.boot_script.strip("\n")
         if script.startswith("#!"):  # keep the operator's interpreter line first
             first, _, rest = script.partition("\n")

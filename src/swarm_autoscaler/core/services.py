@@ -6,7 +6,7 @@ unchanged.
 - **Demand**: a task whose desired state is running and that swarm has not given a node yet (states
   new, allocated, pending: "no suitable node", for lack of resources or of a node matching its
   constraints) is unrunnable work. Its needs are its service's `Resources.Reservations` (NanoCPUs,
-  MemoryBytes, GenericResources; a `gpu` kind counts as GPUs).
+  MemoryBytes, GenericResources; an `NVIDIA-GPU` or `gpu` kind counts as GPUs).
 - **Constraints**: `node.labels.instance-type==T` pins the task to type T; `node.role==worker` and a
   constraint on this cluster's ownership label are met by every machine the daemon launches. Any other
   `==` constraint (another node label, a hostname, a manager role) names something no launched machine

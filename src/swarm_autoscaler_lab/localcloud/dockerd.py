@@ -121,6 +121,12 @@ class LocalNode:
         return self.folder / "etc-swarm-autoscaler"
 
     @property
+    def config_file(self) -> Path:
+        """The dockerd's configuration file: the node's `/etc/docker/daemon.json` (its user data sees that
+        folder there, `userdata`), which a GPU machine's boot script writes before restarting dockerd."""
+        return self.folder / "etc-docker" / "daemon.json"
+
+    @property
     def exec_root(self) -> Path:
         return self.folder / "exec"
 
@@ -139,7 +145,7 @@ class LocalNode:
             f"--data-root={self.folder / 'root'}",
             f"--exec-root={self.exec_root}",
             f"--pidfile={self.pidfile}",
-            f"--config-file={self.folder / 'daemon.json'}",
+            f"--config-file={self.config_file}",
             *SAFE_FLAGS,
             *(["--host=unix:///var/run/docker.sock"] if self.machine_mounts else []),
         ]
@@ -550,7 +556,8 @@ class LocalSwarm:
         node.folder.mkdir(parents=True)
         # Never read /etc/docker/daemon.json, and keep the engine key (its ID) per node, not in /etc/docker.
         config = {"deprecated-key-path": str(node.folder / "key.json")}
-        (node.folder / "daemon.json").write_text(json.dumps(config) + "\n")
+        node.config_file.parent.mkdir()
+        node.config_file.write_text(json.dumps(config) + "\n")
         # sh runs in the new UTS namespace: set the hostname there, then become dockerd (same pid).
         cmd = ["unshare", "--uts", "--", "sh", "-c", 'hostname "$0" && exec "$@"', node.hostname]
         if node.machine_mounts:

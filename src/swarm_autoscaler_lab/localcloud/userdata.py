@@ -31,6 +31,13 @@ What stands in for a real machine (and what does not run here):
   gives the instance metadata service's address, moto's, where EC2 has 169.254.169.254).
 - `shutdown`, `poweroff`, `halt`, `reboot`: shims that only record the request (`UserDataRun.powered_off`);
   the caller stops the instance in EC2, as InstanceInitiatedShutdownBehavior=stop would.
+- `/etc/docker` is the node's own folder (its dockerd's `--config-file` is `daemon.json` there), and
+  `systemctl restart docker` is a shim that restarts the node's dockerd with the same flags (in the
+  script's namespaces; not for `machine_mounts` nodes), so a boot script that writes `daemon.json` and
+  restarts dockerd (a GPU machine's, `config.gpus`) runs unchanged.
+- `fake_gpus=N` (`UserDataBoot`): an `nvidia-smi` shim lists N GPUs with fake uuids (`GPU-<host>-<i>`)
+  and an `nvidia-container-runtime` shim runs `runc`: what the NVIDIA driver and Container Toolkit of a
+  GPU AMI give a boot script. No GPU is behind them; swarm's generic resources and placement are real.
 - Images: no registry here, so `preload` loads image tarballs into the node first (a real AMI has them
   baked in, or pulls them from a registry).
 - The script runs as root on this machine's file system (outside `/etc/swarm-autoscaler`): test boot scripts
@@ -57,6 +64,7 @@ from swarm_autoscaler_lab.localcloud.dockerd import LocalNode, LocalSwarm, _cli_
 from swarm_autoscaler_lab.localcloud.image import IMAGE, ROOT
 
 ETC = Path("/etc/swarm-autoscaler")
+ETC_DOCKER = Path("/etc/docker")
 _POWER = ("shutdown", "poweroff", "halt", "reboot")
 
 
@@ -95,7 +103,23 @@ class UserDataRun:
     powered_off: bool  # the script ran shutdown/poweroff: the caller stops (or terminates) the instance
 
 
-def _shims(node: LocalNode, service_env: Mapping[str, str]) -> Path:
+def _systemctl(node: LocalNode) -> str:
+    """`systemctl restart docker` on a machine: stop the node's dockerd (by its pidfile, gone once it
+    exited), start it again with the same flags, wait until it answers. Anything else is ignored."""
+    pidfile = shlex.quote(str(node.pidfile))
+    args = " ".join(shlex.quote(a) for a in node.dockerd_args())
+    return (
+        "#!/bin/bash\n# stand-in for systemd's docker.service on this machine (the node's dockerd)\n"
+        'case "$1 ${2%.service}" in "restart docker") ;; *) echo "systemctl $* ignored here"; exit 0;; esac\n'
+        f"pid=$(cat {pidfile} 2>/dev/null || true)\n"
+        f'if [ -n "$pid" ]; then kill -TERM "$pid"; n=0; while [ -e {pidfile} ] && [ "$n" -lt 600 ]; do '
+        "n=$((n + 1)); sleep 0.1; done; fi\n"
+        f"setsid {args} >> {shlex.quote(str(node.log_path))} 2>&1 < /dev/null &\n"
+        'n=0; until docker info >/dev/null 2>&1; do n=$((n + 1)); [ "$n" -lt 600 ] || exit 1; sleep 0.1; done\n'
+    )
+
+
+def _shims(node: LocalNode, service_env: Mapping[str, str], fake_gpus: int = 0) -> Path:
     bin_dir = node.folder / "userdata-bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
     docker = bin_dir / "docker"
@@ -123,6 +147,16 @@ def _shims(node: LocalNode, service_env: Mapping[str, str]) -> Path:
     )
     for name in _POWER:
         (bin_dir / name).write_text(f'#!/bin/bash\necho "$0 $*" >> {node.folder / "powered-off"}\n')
+    (bin_dir / "systemctl").write_text(_systemctl(node))
+    for fake in ("nvidia-smi", "nvidia-container-runtime"):
+        (bin_dir / fake).unlink(missing_ok=True)
+    if fake_gpus:
+        short = node.hostname.split(".", 1)[0]
+        uuids = "".join(f"echo GPU-{short}-{i}\n" for i in range(fake_gpus))
+        (bin_dir / "nvidia-smi").write_text(
+            f"#!/bin/bash\n# a GPU AMI's driver, faked: {fake_gpus} GPUs\n{uuids}"
+        )
+        (bin_dir / "nvidia-container-runtime").write_text('#!/bin/bash\nexec runc "$@"\n')
     for path in bin_dir.iterdir():
         path.chmod(0o755)
     return bin_dir
@@ -134,14 +168,16 @@ def _run_sync(
     env: Mapping[str, str],
     timeout: float,
     service_env: Mapping[str, str],
+    fake_gpus: int = 0,
 ) -> UserDataRun:
     pid = node.pid()
     if pid is None:
         raise EndpointError(f"dockerd {node.hostname}", "the node's dockerd is not running")
-    bin_dir = _shims(node, service_env)
+    bin_dir = _shims(node, service_env, fake_gpus)
     etc = node_etc(node)
     etc.mkdir(parents=True, exist_ok=True)
     ETC.mkdir(parents=True, exist_ok=True)  # the mount point (empty on this machine; bound per node)
+    ETC_DOCKER.mkdir(parents=True, exist_ok=True)  # docker.io makes it; bound per node, never written
     marker = node.folder / "powered-off"
     marker.unlink(missing_ok=True)
     full_env = {
@@ -160,7 +196,8 @@ def _run_sync(
         cmd = [
             "nsenter", f"--target={pid}", "--uts", "--",
             "unshare", "--mount", "--propagation", "private", "--",
-            "bash", "-c", f'mount --bind "$1" {ETC} && exec "$2"', "user-data", str(etc), str(path),
+            "bash", "-c", f'mount --bind "$1" {ETC} && mount --bind "$3" {ETC_DOCKER} && exec "$2"',
+            "user-data", str(etc), str(path), str(node.config_file.parent),
         ]  # fmt: skip
         try:
             done = subprocess.run(
@@ -183,6 +220,7 @@ async def run_user_data(
     preload: Sequence[Path] = (),
     timeout: float = 300.0,
     service_env: Mapping[str, str] | None = None,
+    fake_gpus: int = 0,
 ) -> UserDataRun:
     """Run `raw` (user data, base64 or text) on `node` as its machine's first boot would.
 
@@ -195,7 +233,7 @@ async def run_user_data(
         await node.docker("load", "-i", str(tarball), timeout=300)
     scripts = user_data_scripts(raw)
     return await asyncio.to_thread(
-        _run_sync, node, scripts, dict(env or {}), timeout, dict(service_env or {})
+        _run_sync, node, scripts, dict(env or {}), timeout, dict(service_env or {}), fake_gpus
     )
 
 
@@ -225,18 +263,21 @@ class UserDataBoot:
         machine_addresses: bool = False,
         machine_mounts: bool = False,
         service_env: Mapping[str, str] | None = None,
+        fake_gpus: int = 0,
     ) -> None:
         """`machine_addresses`: each node advertises its machine's private IP, read from its hostname
         (a VPC carved from 127.0.0.0/8, as the keeper's local cloud's), instead of the swarm's next
         loopback address. `machine_mounts`: the node's dockerd sees the machine's own
         `/etc/swarm-autoscaler` and `/var/run/docker.sock` (`dockerd.MACHINE_MOUNTS`). `service_env`:
-        see `run_user_data`."""
+        see `run_user_data`. `fake_gpus`: every machine has that many fake GPUs (module doc); only a GPU
+        type's user data asks for them."""
         self.swarm = swarm
         self.preload = tuple(preload)
         self.timeout = timeout
         self.machine_addresses = machine_addresses
         self.machine_mounts = machine_mounts
         self.service_env = dict(service_env or {})
+        self.fake_gpus = fake_gpus
 
     async def boot(self, hostname: str, raw: str | bytes) -> UserDataRun:
         node = self.swarm.nodes.get(hostname)
@@ -248,7 +289,12 @@ class UserDataBoot:
             node = await self.swarm.add_node(hostname, address=address, machine_mounts=self.machine_mounts)
             preload = self.preload
         return await run_user_data(
-            node, raw, preload=preload, timeout=self.timeout, service_env=self.service_env
+            node,
+            raw,
+            preload=preload,
+            timeout=self.timeout,
+            service_env=self.service_env,
+            fake_gpus=self.fake_gpus,
         )
 
 
