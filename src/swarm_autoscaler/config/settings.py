@@ -319,6 +319,16 @@ class Ec2Settings(Ec2AccessSettings):
     max_launch_per_tick: int = Field(
         default=0, ge=0, le=MAX_FLEET, description="Most machines launched per tick; 0 = no cap."
     )
+    pull_images: IdList = Field(
+        default_factory=list,
+        description="Images every new machine pulls at boot, after its boot script and before it joins (JSON "
+        "list or comma separated; pinned by tag or digest): the worker image, typically. For an ECR image "
+        "(<account>.dkr.ecr.<region>.amazonaws.com/...) the machine first logs in to that registry with its "
+        "instance role (the AWS CLI on the AMI; the role needs ecr:GetAuthorizationToken, "
+        "ecr:BatchGetImage, ecr:GetDownloadUrlForLayer), since the credentials swarm got at deploy time "
+        "expire after 12 hours. A failed login or pull fails the boot, which says so. Empty = none.",
+        json_schema_extra={"example": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/team/dask-worker:1.4.0"},
+    )
     memory_overhead_percent: float = Field(
         default=MEMORY_OVERHEAD_PERCENT,
         ge=0,

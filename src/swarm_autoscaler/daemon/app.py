@@ -11,11 +11,12 @@ import contextlib
 import dataclasses
 import errno
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import structlog
 
+from swarm_autoscaler.adapters.boot_scripts import ecr_pull_lines
 from swarm_autoscaler.adapters.dask import DaskWorkload
 from swarm_autoscaler.adapters.dask_check import SchedulerCheck
 from swarm_autoscaler.adapters.ec2 import Ec2Cloud
@@ -176,8 +177,9 @@ async def _serve_http(
 def _ec2(settings: Settings, swarm: Orchestrator) -> Ec2Cloud:
     """The EC2 adapter; a keeper cluster's (`AUTOSCALER_EC2_LISTING_URL` set) reads its instances from
     the keeper's listing (`adapters.keeper_listing`)."""
-    boot_scripts = with_worker_env(
-        settings.ec2.allowed_types, CATALOGUE, settings.ec2.memory_overhead_percent
+    boot_scripts = _with_pulls(
+        with_worker_env(settings.ec2.allowed_types, CATALOGUE, settings.ec2.memory_overhead_percent),
+        settings.ec2.pull_images,
     )
     cloud: Any = Ec2Cloud
     if settings.ec2.listing_url:
@@ -251,7 +253,12 @@ async def _start_ec2(
     catalogue = await _catalogue(ec2, list(settings.ec2.allowed_types))
     await ec2.check_images()
     ec2.use_boot_scripts(
-        described_boot_scripts(settings.ec2.allowed_types, catalogue, settings.ec2.memory_overhead_percent)
+        _with_pulls(
+            described_boot_scripts(
+                settings.ec2.allowed_types, catalogue, settings.ec2.memory_overhead_percent
+            ),
+            settings.ec2.pull_images,
+        )
     )
     await prices.read_list()
     await prices.read_spot()
@@ -270,6 +277,16 @@ async def _refresh_prices(
             await task
 
     stack.push_async_callback(_stop)
+
+
+def _with_pulls(scripts: Mapping[str, str], images: Sequence[str]) -> dict[str, str]:
+    """Each type's boot script with the pulls of `AUTOSCALER_EC2_PULL_IMAGES` last (an ECR image's login
+    first, with the instance role: `boot_scripts.ecr_pull_lines`), after whatever the operator's script
+    installs (the AWS CLI, say)."""
+    pulls = ecr_pull_lines(images)
+    return {
+        name: f"{script.rstrip(chr(10))}\n{pulls}" if pulls else script for name, script in scripts.items()
+    }
 
 
 def described_boot_scripts(

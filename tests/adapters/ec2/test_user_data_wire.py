@@ -10,10 +10,20 @@ assertion here reads the value back through moto (moto decodes ModifyInstanceAtt
 from __future__ import annotations
 
 import base64
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.adapters.ec2.ec2_helpers import BOOT_SCRIPT, MANAGER, TOKEN, CloudFactory
+from tests.adapters.ec2.ec2_helpers import (
+    ACCESS_KEY,
+    BOOT_SCRIPT,
+    MANAGER,
+    SECRET_KEY,
+    TOKEN,
+    CloudFactory,
+    join_command,
+)
 
 from swarm_autoscaler.adapters.ec2_support import POOL_STOP_LINE
 from swarm_autoscaler_lab.localcloud import FaultInjector
@@ -87,3 +97,53 @@ async def test_the_local_ec2_stores_a_rewrite_as_ec2_does(
     stored = base64.b64decode(attr["UserData"]["Value"])
     assert stored == value
     assert user_data_scripts(attr["UserData"]["Value"]) == ([] if encoded_twice else [script.decode()])
+
+
+async def test_the_daemons_launch_logs_in_to_ecr_before_the_pull_and_the_join(
+    moto_server: Any, network: Any, faults: FaultInjector, tmp_path: Path
+) -> None:
+    """`AUTOSCALER_EC2_PULL_IMAGES` with an ECR image, through the daemon's own wiring (settings ->
+    `daemon.app._ec2`): the user data of a launch, as EC2 decodes it, logs in to that ECR registry with
+    the instance role (the AWS CLI, `aws ecr get-login-password`), then pulls, after the type's boot script
+    and before the join. Stands in for ECR and the AMI's AWS CLI: the lines are only read here; they are
+    run with stand-ins in tests/adapters/test_boot_scripts.py."""
+    from swarm_autoscaler.config.settings import load_settings
+    from swarm_autoscaler.daemon.app import _ec2
+
+    ecr = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/team/dask-worker:1.4.0"
+    env = {
+        "AUTOSCALER_CLUSTER_NAME": "ecr-wire",
+        "AUTOSCALER_DASK_SCHEDULER_URL": "tcp://127.0.0.1:8786",
+        "AUTOSCALER_EC2_ENDPOINT": moto_server.endpoint,
+        "AUTOSCALER_EC2_REGION": network.region,
+        "AUTOSCALER_EC2_ACCESS_KEY_ID": ACCESS_KEY,
+        "AUTOSCALER_EC2_SECRET_ACCESS_KEY": SECRET_KEY,
+        "AUTOSCALER_EC2_SUBNET_IDS": network.subnet_ids[0],
+        "AUTOSCALER_EC2_ALLOWED_TYPES": json.dumps(
+            {"m5.large": {"ami_id": network.ami_id, "boot_script": BOOT_SCRIPT}}
+        ),
+        "AUTOSCALER_EC2_PULL_IMAGES": ecr,
+    }
+    (tmp_path / "daemon.env").write_text("".join(f"{k}='{v}'\n" for k, v in env.items()))
+    settings = load_settings(tmp_path / "daemon.env")
+
+    class Swarm:
+        join_command = staticmethod(join_command)
+
+    cloud = await _ec2(settings, Swarm()).start()  # type: ignore[arg-type]
+    try:
+        faults.record()
+        await cloud.launch("m5.large", 1, {})
+    finally:
+        await cloud.close()
+    [text] = _sent(faults, "RunInstances", "UserData")
+    [script] = user_data_scripts(text)
+    login = "aws ecr get-login-password --region eu-west-1 | docker login --username AWS --password-stdin"
+    steps = [
+        BOOT_SCRIPT,
+        f"{login} 123456789012.dkr.ecr.eu-west-1.amazonaws.com",
+        f"docker pull --quiet {ecr}",
+        JOIN,
+    ]
+    at = [script.find(step) for step in steps]
+    assert -1 not in at and at == sorted(at), (at, script)
