@@ -32,12 +32,14 @@ AWS_ACTIONS := $(abspath build/aws-actions.log)
 # A skipped test fails `make test` (tests/conftest.py): what needs root, dockerd or promtool must run.
 # --durations prints the slowest tests of each run, to see where the suite's time goes.
 TEST_ENV := SWARM_AUTOSCALER_LAB_AWS_ACTION_LOG=$(AWS_ACTIONS) SWARM_AUTOSCALER_NO_SKIP=1
+# Two lanes at once (scripts/test-lanes.sh): the swarm lane (swarm adapter tests, then the e2e suite, one
+# process at a time: only one local swarm may exist per machine, and each run's swarm is session-scoped),
+# and beside it every other test on TEST_WORKERS pytest-xdist workers. The audit runs after both.
+TEST_WORKERS ?= 2
 test: lint
 	bash scripts/ensure-services.sh
 	mkdir -p build && rm -f $(AWS_ACTIONS) $(AWS_ACTIONS).requests
-	$(TEST_ENV) $(BIN)/pytest -m "not e2e and not audit" --durations=15
-	# A second run: only one local swarm may exist per machine, and each run's swarm is session-scoped.
-	$(TEST_ENV) $(BIN)/pytest -m e2e tests/e2e --durations=15
+	$(TEST_ENV) TEST_WORKERS=$(TEST_WORKERS) bash scripts/test-lanes.sh $(BIN)
 	$(TEST_ENV) $(BIN)/pytest -m audit tests/audit
 
 # Without the chaos test (a few minutes; `make test` runs it).
