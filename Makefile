@@ -15,10 +15,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# One definition of lint: `make lint`, and `make test` (scripts/test-lanes.sh runs it first).
+LINT := $(BIN)/ruff check src tests bench scripts && $(BIN)/ruff format --check src tests bench scripts && $(BIN)/mypy src
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench scripts
-	$(BIN)/ruff format --check src tests bench scripts
-	$(BIN)/mypy src
+	$(LINT)
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix src tests bench
@@ -35,11 +35,12 @@ TEST_ENV := SWARM_AUTOSCALER_LAB_AWS_ACTION_LOG=$(AWS_ACTIONS) SWARM_AUTOSCALER_
 # Two lanes at once (scripts/test-lanes.sh): the swarm lane (swarm adapter tests, then the e2e suite, one
 # process at a time: only one local swarm may exist per machine, and each run's swarm is session-scoped),
 # and beside it every other test on TEST_WORKERS pytest-xdist workers. The audit runs after both.
+# The script runs the lint first (meanwhile it downloads what the images are built from).
 TEST_WORKERS ?= 2
-test: lint
+test: $(STAMP)
 	bash scripts/ensure-services.sh
 	mkdir -p build && rm -f $(AWS_ACTIONS) $(AWS_ACTIONS).requests
-	$(TEST_ENV) TEST_WORKERS=$(TEST_WORKERS) bash scripts/test-lanes.sh $(BIN)
+	$(TEST_ENV) TEST_WORKERS=$(TEST_WORKERS) LINT='$(LINT)' bash scripts/test-lanes.sh $(BIN)
 	$(TEST_ENV) $(BIN)/pytest -m audit tests/audit
 
 # Without the chaos test (a few minutes; `make test` runs it).
