@@ -17,7 +17,13 @@ rather than being judged wrongly):
   the request fails a positive operator, passes a negated one (`StringNotEquals`: AWS's rule for a
   missing key), passes `ForAllValues:` (vacuously) and fails `ForAnyValue:`;
 - condition keys are matched case-insensitively by name (tag keys in `aws:RequestTag/<key>` included, as
-  AWS does for the key part), values case-sensitively.
+  AWS does for the key part), values case-sensitively;
+- policy variables in condition values (`${ec2:SourceInstanceARN}`, `${aws:username}`: IAM User Guide,
+  "IAM policy elements: Variables and tags") are replaced by the request context's single value of that
+  key. A variable whose key the request does not carry (credentials that are not an instance's, for
+  `ec2:SourceInstanceARN`) resolves to nothing: that value matches no request value, so a positive
+  operator built on it fails (AWS: the condition evaluates to false). A value that is not `${...}` as a
+  whole, or a default (`${key, 'x'}`), is refused rather than guessed.
 """
 
 from __future__ import annotations
@@ -58,6 +64,28 @@ def _one(operator: str, wanted: list[str], value: str) -> bool:
     raise ValueError(f"condition operator {operator!r} is not one this evaluator implements")
 
 
+_VARIABLE = re.compile(r"\$\{([^}]*)\}")
+
+
+def resolve(wanted: list[str], context: Mapping[str, Sequence[str]]) -> list[str]:
+    """`wanted` with each `${key}` replaced by the context's single value of `key` (see the module
+    docstring); a variable whose key is absent (or multivalued) is dropped: it matches nothing."""
+    lowered = {k.lower(): list(v) for k, v in context.items()}
+    out = []
+    for value in wanted:
+        names = _VARIABLE.findall(value)
+        if not names:
+            out.append(value)
+            continue
+        whole = _VARIABLE.fullmatch(value)
+        if whole is None or "," in whole.group(1) or len(names) != 1:
+            raise ValueError(f"policy variable use {value!r} is not one this evaluator implements")
+        found = lowered.get(whole.group(1).strip().lower(), [])
+        if len(found) == 1:
+            out.append(found[0])
+    return out
+
+
 _NEGATED = {"StringNotEquals": "StringEquals", "StringNotLike": "StringLike", "ArnNotLike": "ArnLike"}
 
 
@@ -96,7 +124,7 @@ def statement_matches(statement: Mapping[str, Any], request: Request) -> bool:
         return False
     for operator, keys in statement.get("Condition", {}).items():
         for key, wanted in keys.items():
-            if not _condition(operator, key, _listed(wanted), request.context):
+            if not _condition(operator, key, resolve(_listed(wanted), request.context), request.context):
                 return False
     return True
 

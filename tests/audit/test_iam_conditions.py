@@ -21,9 +21,9 @@ from tests.adapters.ec2.ec2_helpers import ACCESS_KEY, SECRET_KEY, join_command
 from tests.audit.iam_eval import ALLOW, Request, decide
 from tests.audit.iam_requests import EC2, authorizations, tag_context
 
-from swarm_autoscaler.adapters.ec2 import Ec2Cloud
+from swarm_autoscaler.adapters.ec2 import PRIMARY_TAG, Ec2Cloud
 from swarm_autoscaler.keeper.adapters.ec2_primaries import Ec2Primaries
-from swarm_autoscaler.keeper.adapters.tags import worker_tags
+from swarm_autoscaler.keeper.adapters.tags import instance_arn, worker_tags
 from swarm_autoscaler.keeper.model import ClusterKey
 from swarm_autoscaler_lab.localcloud import FaultInjector, LocalNetwork, MotoServer
 
@@ -54,14 +54,21 @@ async def _tags_by_id(raw_ec2: Any) -> dict[str, dict[str, str]]:
     return found
 
 
-async def _denied(faults: FaultInjector, raw_ec2: Any, granted: dict[str, Any]) -> list[tuple[Request, str]]:
-    """Every authorization of the recorded requests that `granted` does not allow, with its decision."""
+async def _denied(
+    faults: FaultInjector, raw_ec2: Any, granted: dict[str, Any], source: str = ""
+) -> list[tuple[Request, str]]:
+    """Every authorization of the recorded requests that `granted` does not allow, with its decision;
+    `source`: the instance ARN AWS puts in `ec2:SourceInstanceARN` when the caller signs with that
+    instance's profile credentials (none for the daemon's and the keeper's own keys)."""
     tags = await _tags_by_id(raw_ec2)
     calls = faults.recorded()
     assert calls, "nothing was recorded: the test exercised nothing"
     refused = []
     for call in calls:
-        for request in authorizations(call.action, call.params, lambda i: tags.get(i, {})):
+        for sent in authorizations(call.action, call.params, lambda i: tags.get(i, {})):
+            request = (
+                Request(sent.action, sent.resource, {**sent.context, SOURCE: [source]}) if source else sent
+            )
             verdict = decide(granted, request)
             if verdict != ALLOW:
                 refused.append((request, verdict))
@@ -116,16 +123,27 @@ async def test_every_request_the_keeper_and_a_primary_send_is_allowed_by_their_p
         )
         assert await _denied(faults, raw_ec2, keeper_policy) == []
 
-        # The cluster's own autoscaler on the primary: its workers carry the keeper's worker tags.
+        # The cluster's own autoscaler on the primary: its workers carry the keeper's worker tags and
+        # its primary's ARN, which the keeper's listing names (what `KeeperListedCloud` reads).
+        await hosts.list_clusters()
+        primary_arn = hosts.primary_arn(cluster.cluster_id)
+        assert primary_arn == instance_arn(network.region, "123456789012", cluster.primary_id)
         autoscaler = await Ec2Cloud(
             cluster_name=cluster.cluster_id, allowed_types={"m5.large": (network.ami_id, "#!/bin/bash\n")},
             subnet_ids=network.subnet_ids, security_group_ids=[network.security_group_id],
             custom_tags=worker_tags(keeper_name, key), join_command=join_command, **access,
         ).start()  # fmt: skip
         try:
+            autoscaler.primary_arn = primary_arn
             faults.record()
             (worker,) = (await autoscaler.launch("m5.large", 1, {})).instances
-            assert await _denied(faults, raw_ec2, primary_policy) == []
+            await autoscaler.terminate([worker.id])
+            assert {c.action for c in faults.recorded()} >= {"RunInstances", "TerminateInstances"}
+            assert await _denied(faults, raw_ec2, primary_policy, primary_arn) == []
+            # The same requests signed on another cluster's primary: every launch, tag and end refused.
+            other = primary_arn.rsplit("/", 1)[0] + "/i-0another"
+            refused = {r.action for r, _ in await _denied(faults, raw_ec2, primary_policy, other)}
+            assert refused == {"ec2:RunInstances", "ec2:CreateTags", "ec2:TerminateInstances"}
         finally:
             await autoscaler.close()
 
@@ -139,6 +157,9 @@ async def test_every_request_the_keeper_and_a_primary_send_is_allowed_by_their_p
         await hosts.close()
 
 
+SOURCE = "ec2:SourceInstanceARN"  # set by AWS on requests signed with an instance profile's credentials
+A_ARN = f"{EC2}instance/i-0primary1"  # cluster kc-1's primary: the attacker's, in the primary's table
+B_ARN = f"{EC2}instance/i-0primary2"  # cluster kc-2's primary: a neighbour of the same keeper
 OURS = {"managed-by": "swarm-autoscaler", "swarm-autoscaler/cluster": "prod"}
 FOREIGN: dict[str, str] = {"Name": "the billing database"}
 NEIGHBOUR = {"managed-by": "swarm-autoscaler", "swarm-autoscaler/cluster": "staging"}  # same name scheme
@@ -151,11 +172,13 @@ WORKER_1 = {
     "managed-by": "swarm-autoscaler",
     "swarm-autoscaler/cluster": "kc-1",
     "swarm-autoscaler-keeper": "k1",
+    PRIMARY_TAG: A_ARN,
 }
 WORKER_2 = {
     "managed-by": "swarm-autoscaler",
     "swarm-autoscaler/cluster": "kc-2",
     "swarm-autoscaler-keeper": "k1",
+    PRIMARY_TAG: B_ARN,
 }
 
 
@@ -168,6 +191,17 @@ def on(action: str, tags: dict[str, str], requested: dict[str, str] | None = Non
 
 def launch(tags: dict[str, str]) -> Request:
     return Request("ec2:RunInstances", f"{EC2}instance/*", tag_context("aws:RequestTag", tags))
+
+
+def signed_on(source: str, requests: list[Request]) -> list[Request]:
+    """`requests` as AWS sees them when signed with the credentials of instance `source`'s profile."""
+    return [Request(r.action, r.resource, {**r.context, SOURCE: [source]}) for r in requests]
+
+
+def as_role(role: str, requests: list[Request]) -> list[Request]:
+    """A primary's requests come from its instance (A_ARN); the daemon's and the keeper's carry no
+    instance ARN (their keys are theirs, or their instance runs no user code)."""
+    return signed_on(A_ARN, requests) if role == "primary" else requests
 
 
 def forged() -> dict[str, list[Request]]:
@@ -251,7 +285,7 @@ def granted(role: str) -> dict[str, Any]:
 
 def test_every_forged_request_is_refused_by_the_role_s_policy() -> None:
     for role, requests in forged().items():
-        allowed = [r for r in requests if decide(granted(role), r) == ALLOW]
+        allowed = [r for r in as_role(role, requests) if decide(granted(role), r) == ALLOW]
         assert allowed == [], f"{role} allows forged requests: {allowed}"
 
 
@@ -268,15 +302,47 @@ def test_the_legitimate_twins_of_the_forged_requests_are_allowed() -> None:
         "keeper": [on("TerminateInstances", PRIMARY), on("TerminateInstances", WORKER_1),
                    on("CreateTags", PRIMARY, {"swarm-autoscaler/keeper/state": "ending"}),
                    launch({"managed-by": "swarm-autoscaler", "swarm-autoscaler/keeper": "k1"})],
-        "primary": [on("TerminateInstances", WORKER_1), launch(WORKER_1)],
+        "primary": [on(a, WORKER_1) for a in ("TerminateInstances", "StopInstances", "StartInstances", "ModifyInstanceAttribute")]
+                   + [on("CreateTags", WORKER_1, {"swarm-autoscaler/hostname": "ip-10-0-0-1"}), launch(WORKER_1)],
     }  # fmt: skip
     for role, requests in allowed.items():
-        refused = [r for r in requests if decide(granted(role), r) != ALLOW]
+        refused = [r for r in as_role(role, requests) if decide(granted(role), r) != ALLOW]
         assert refused == [], f"{role} refuses what the product sends: {refused}"
 
 
-def test_known_gap_a_primary_s_role_still_reaches_another_cluster_s_workers_of_the_same_keeper() -> None:
-    """Not yet fixed (tenants still hold cloud credentials; docs/security.md says what closes it): IAM cannot
-    tell one cluster's primary from another's under one role, so a user's code on their primary can
-    still end a neighbour's workers. When scaling moves into the keeper, this must flip to refused."""
-    assert decide(granted("primary"), on("TerminateInstances", WORKER_2)) == ALLOW
+def _neighbour_attacks() -> list[Request]:
+    """What a user's code on cluster kc-1's primary sends, with that primary's role, against kc-2's
+    worker (same keeper, same role): each disruptive action, a retag (plain, taking the worker over, and
+    rewriting its primary tag to kc-1's so the next request passes), a launch without the primary tag,
+    with kc-2's ARN, and tagged as a primary of the keeper."""
+    disrupt = ["TerminateInstances", "StopInstances", "StartInstances", "ModifyInstanceAttribute"]
+    worker_1_launch = {k: v for k, v in WORKER_1.items() if k != PRIMARY_TAG}
+    return [
+        *[on(a, WORKER_2) for a in disrupt],
+        on("CreateTags", WORKER_2, {"swarm-autoscaler/hostname": "ip-10-0-0-9"}),
+        on("CreateTags", WORKER_2, {PRIMARY_TAG: A_ARN}),
+        on("CreateTags", WORKER_1, {PRIMARY_TAG: B_ARN}),  # hand its own worker to the neighbour's ARN
+        launch(worker_1_launch),
+        launch({**WORKER_1, PRIMARY_TAG: B_ARN}),
+        launch({**WORKER_2}),
+        launch({**WORKER_1, "swarm-autoscaler/keeper": "k1", "swarm-autoscaler/keeper/cluster-id": "kc-9"}),
+        Request("ec2:CreateTags", f"{EC2}instance/*", {"ec2:CreateAction": ["RunInstances"],
+                **tag_context("aws:RequestTag", {**WORKER_1, PRIMARY_TAG: B_ARN})}),
+    ]  # fmt: skip
+
+
+def test_a_primary_s_role_no_longer_reaches_another_cluster_s_workers_of_the_same_keeper() -> None:
+    """The gap this test used to state (IAM could not tell one cluster's primary from another's under
+    one role) is closed by the primary tag: every worker names the primary that launched it, and the
+    primaries' policy compares it with `${ec2:SourceInstanceARN}`, which AWS sets from the instance
+    whose profile signed the request (a user cannot choose it). Evaluated by `iam_eval` (moto evaluates
+    no condition): each attack is refused, and its legitimate twin (kc-2's primary on kc-2's worker) is
+    allowed, so the refusals come from the primary condition."""
+    attacks = _neighbour_attacks()
+    allowed = [r for r in signed_on(A_ARN, attacks) if decide(granted("primary"), r) == ALLOW]
+    assert allowed == [], f"a primary reaches its neighbour's workers: {allowed}"
+    disrupt = attacks[:5]
+    assert all(decide(granted("primary"), r) == ALLOW for r in signed_on(B_ARN, disrupt))
+    # Credentials that are not an instance's (a primary's keys copied elsewhere are still its instance's
+    # to AWS; keys of no instance carry no ARN): nothing on any worker.
+    assert all(decide(granted("primary"), r) != ALLOW for r in [*disrupt, on("TerminateInstances", WORKER_1)])

@@ -112,3 +112,33 @@ def test_an_operator_the_evaluator_does_not_implement_is_an_error_not_a_verdict(
             allow({"StringEquals": {"aws:TagKeys": "x"}}),
             Request("ec2:CreateTags", R, {"aws:TagKeys": ["x", "y"]}),
         )
+
+
+A_ARN = "arn:aws:ec2:us-east-1:123456789012:instance/i-a"
+B_ARN = "arn:aws:ec2:us-east-1:123456789012:instance/i-b"
+SAME_PRIMARY = {"StringEquals": {"aws:ResourceTag/sa/primary": "${ec2:SourceInstanceARN}"}}
+
+
+@pytest.mark.parametrize(
+    ("context", "expected"),
+    [
+        ({"ec2:SourceInstanceARN": [A_ARN], "aws:ResourceTag/sa/primary": [A_ARN]}, ALLOW),
+        ({"ec2:SourceInstanceARN": [A_ARN], "aws:ResourceTag/sa/primary": [B_ARN]}, IMPLICIT),
+        ({"ec2:sourceinstancearn": [A_ARN], "aws:ResourceTag/sa/primary": [A_ARN]}, ALLOW),  # key case
+        ({"ec2:SourceInstanceARN": [A_ARN]}, IMPLICIT),  # the resource carries no such tag
+        # Credentials that are not an instance's: the variable resolves to nothing, whatever the tag says
+        # (even a tag holding the variable's literal text).
+        ({"aws:ResourceTag/sa/primary": [A_ARN]}, IMPLICIT),
+        ({"aws:ResourceTag/sa/primary": ["${ec2:SourceInstanceARN}"]}, IMPLICIT),
+        ({"ec2:SourceInstanceARN": [A_ARN.upper()], "aws:ResourceTag/sa/primary": [A_ARN]}, IMPLICIT),
+    ],
+)
+def test_a_policy_variable_is_the_request_s_own_value(context: dict[str, list[str]], expected: str) -> None:
+    assert decide(allow(SAME_PRIMARY), Request("ec2:CreateTags", R, context)) == expected
+
+
+def test_a_policy_variable_use_the_evaluator_does_not_implement_is_an_error() -> None:
+    context = {"ec2:SourceInstanceARN": [A_ARN], "a": [A_ARN]}
+    for value in ("x-${ec2:SourceInstanceARN}", "${ec2:SourceInstanceARN, 'none'}"):
+        with pytest.raises(ValueError, match="policy variable"):
+            decide(allow({"StringEquals": {"a": value}}), Request("ec2:CreateTags", R, context))

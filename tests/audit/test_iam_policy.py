@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, OWNER_TAG, OWNER_VALUE
+from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, OWNER_TAG, OWNER_VALUE, PRIMARY_TAG
 from swarm_autoscaler_lab.localcloud.aws_actions import (
     AWS_ACTION_LOG_ENV,
     read_action_log,
@@ -27,6 +27,7 @@ from swarm_autoscaler_lab.localcloud.aws_actions import (
 pytestmark = pytest.mark.audit
 DOCKER = Path(__file__).resolve().parents[2] / "docker"
 POLICY = DOCKER / "iam-policy.json"
+SOURCE = "ec2:SourceInstanceARN"  # AWS sets it on requests signed with an instance profile's credentials
 POLICIES = (POLICY, DOCKER / "iam-keeper-policy.json", DOCKER / "iam-primary-policy.json")
 
 
@@ -74,9 +75,8 @@ def test_disruptive_actions_are_allowed_only_on_machines_with_our_ownership_tag(
             assert statement["Condition"]["StringEquals"][f"aws:ResourceTag/{OWNER_TAG}"] == OWNER_VALUE
 
 
-def _roles(record: dict[str, Any]) -> tuple[set[str], dict[str, str]]:
-    """Which roles may have sent a recorded request (by the tags it asks for or touches), and the names
-    that fill their policies' placeholders (taken from those tags: each test has names of its own)."""
+def _tags(record: dict[str, Any]) -> dict[str, str]:
+    """The tags a recorded request asks for and those of the instances it names."""
     params = record["params"]
     tags: dict[str, str] = {}
     for key, value in params.items():
@@ -84,6 +84,13 @@ def _roles(record: dict[str, Any]) -> tuple[set[str], dict[str, str]]:
             tags[value] = params.get(key[: -len("Key")] + "Value", "")
     for held in record["resource_tags"].values():
         tags.update(held)
+    return tags
+
+
+def _roles(record: dict[str, Any]) -> tuple[set[str], dict[str, str]]:
+    """Which roles may have sent a recorded request (by the tags it asks for or touches), and the names
+    that fill their policies' placeholders (taken from those tags: each test has names of its own)."""
+    tags = _tags(record)
     names = {
         "CLUSTER_NAME": tags.get(CLUSTER_TAG, "*"),
         "KEEPER_NAME": tags.get("swarm-autoscaler/keeper") or tags.get("swarm-autoscaler-keeper") or "*",
@@ -104,7 +111,7 @@ def test_every_request_shape_the_suite_sent_is_allowed_by_its_role_s_policy() ->
     allowed by the policy of a role that may send it. The names (cluster, keeper) come from the request,
     so this checks the conditions' shape (ownership tags, tag keys, create action, pass role to EC2);
     `test_iam_conditions.py` checks the names against forged requests."""
-    from tests.audit.iam_eval import ALLOW, decide
+    from tests.audit.iam_eval import ALLOW, Request, decide
     from tests.audit.iam_requests import authorizations
 
     path = os.environ.get(AWS_ACTION_LOG_ENV)
@@ -125,7 +132,11 @@ def test_every_request_shape_the_suite_sent_is_allowed_by_its_role_s_policy() ->
                 text = files[role].read_text()
                 for name, value in names.items():
                     text = text.replace(f"@{name}@", value)
-                verdicts[role] = decide(json.loads(text), request)
+                signed = request
+                if role == "primary":  # sent by the primary the request names (its autoscaler's own)
+                    arn = [_tags(record).get(PRIMARY_TAG, "")]
+                    signed = Request(request.action, request.resource, {**request.context, SOURCE: arn})
+                verdicts[role] = decide(json.loads(text), signed)
             if ALLOW not in verdicts.values():
                 refused.append((request, verdicts))
     print(f"\nrequest shapes evaluated: {len(shapes)}; refused authorizations: {len(refused)}")

@@ -49,6 +49,13 @@ class FakeHosts:
             return None
         return float(self.listings), tuple(self.workers.get(cluster_id, ()))
 
+    def primary_arn(self, cluster_id: str) -> str | None:
+        """As `Ec2Primaries.primary_arn`: an ARN built from the cluster's primary id, once listed."""
+        cluster = self.clusters.get(cluster_id)
+        if not self.listings or cluster is None or not cluster.primary_id:
+            return None
+        return f"arn:aws:ec2:us-east-1:123456789012:instance/{cluster.primary_id}"
+
     async def find(self, key: ClusterKey) -> tuple[Cluster, ...]:
         self._check()
         ids = self._by_key.get(key, ())

@@ -211,7 +211,9 @@ def test_the_derived_settings_are_valid_settings_for_the_clusters_autoscaler(
     assert settings.ec2.allowed_types == config.keeper.worker_types
     assert settings.ec2.max_instances == config.keeper.max_instances_per_cluster
     assert settings.ec2.subnet_ids == ["subnet-1", "subnet-2"]
-    assert settings.ec2.iam_instance_profile == "worker-profile"
+    # Workers hold no role (docs/security.md): the keeper's profile setting is for its primaries only.
+    assert settings.ec2.iam_instance_profile is None
+    assert settings.ec2.metadata_hop_limit == 1
     assert settings.ec2.custom_tags["swarm-autoscaler-keeper-user"] == "alice"
     assert settings.ec2.access_key_id is None  # the primary's instance profile, never the keeper's keys
 

@@ -94,6 +94,9 @@ OWNER_TAG = "managed-by"
 OWNER_VALUE = "swarm-autoscaler"
 CLUSTER_TAG = "swarm-autoscaler/cluster"
 DEPLOYMENT_TAG = "swarm-autoscaler/deployment"  # the id of the swarm that launched it (`ec2_identity`)
+# A keeper cluster's workers: the instance ARN of the primary whose autoscaler launched them. The primaries'
+# IAM policy lets a primary act only on workers naming it (`${ec2:SourceInstanceARN}`): docs/security.md.
+PRIMARY_TAG = "swarm-autoscaler/primary"
 NAME_TAG = "Name"
 
 # Terminated instances included: EC2 lists them for about an hour, and a node that joined as its machine was
@@ -191,6 +194,9 @@ class Ec2Cloud(Ec2Transport):
         )
         self._cluster = cluster_name
         self.deployment = ""  # set once at start (`ec2_identity.claim`): this deployment's swarm id
+        # A keeper cluster's autoscaler: its primary's instance ARN, from the keeper's listing
+        # (`keeper_listing`); every machine launched then carries it (`PRIMARY_TAG`).
+        self.primary_arn = ""
         self._types = dict(allowed_types)  # name -> (ami id, boot script)
         for name, (_, script) in self._types.items():
             check_user_data(name, script)  # over EC2's 16 KiB: every launch would fail
@@ -216,7 +222,7 @@ class Ec2Cloud(Ec2Transport):
     def _validate(self) -> None:
         if not self._cluster:
             raise ConfigurationError("cluster_name must not be empty: it is the ownership tag")
-        reserved = (OWNER_TAG, CLUSTER_TAG, DEPLOYMENT_TAG, NAME_TAG)
+        reserved = (OWNER_TAG, CLUSTER_TAG, DEPLOYMENT_TAG, PRIMARY_TAG, NAME_TAG)
         bad = [k for k in self._custom_tags if k in reserved or k.startswith(_RESERVED_PREFIXES)]
         if bad:
             raise ConfigurationError(f"custom EC2 tags {bad} use reserved keys; rename them")
@@ -476,9 +482,7 @@ class Ec2Cloud(Ec2Transport):
                 {"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]},
                 {
                     "ResourceType": "volume",
-                    "Tags": [
-                        {"Key": k, "Value": v} for k, v in owner_tags(self._cluster, self.deployment).items()
-                    ],
+                    "Tags": [{"Key": k, "Value": v} for k, v in self._launch_owner_tags().items()],
                 },
             ],
         }
@@ -496,7 +500,14 @@ class Ec2Cloud(Ec2Transport):
     def _instance_tags(self, labels: Mapping[str, str]) -> dict[str, str]:
         tags = {NAME_TAG: f"{self._cluster}-worker", **self._custom_tags}
         tags.update({f"{LABEL_TAG_PREFIX}{k}": str(v) for k, v in labels.items()})
-        tags.update(owner_tags(self._cluster, self.deployment))  # last: nothing may override ownership
+        tags.update(self._launch_owner_tags())  # last: nothing may override ownership
+        return tags
+
+    def _launch_owner_tags(self) -> dict[str, str]:
+        """Ownership at launch (instance and volume): `owner_tags`, and the primary's ARN when known."""
+        tags = owner_tags(self._cluster, self.deployment)
+        if self.primary_arn:
+            tags[PRIMARY_TAG] = self.primary_arn
         return tags
 
     async def _run_instances(

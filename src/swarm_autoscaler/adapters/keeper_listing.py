@@ -18,11 +18,18 @@ scheduler directly). The adapter then lists from EC2 itself, as `Ec2Cloud` does,
 keeper listing may be), with one warning line when the keeper is lost and one when it is back. Only
 when EC2 is unreachable as well is it an `EndpointError`: the tick acts on nothing. Launches since the
 listing are covered as with EC2's own eventual consistency (`daemon.loop.InFlightCloud`).
+
+The listing also names the cluster's primary (its instance ARN, `primary_arn`): every machine launched
+afterwards carries it (`ec2.PRIMARY_TAG`), as the primaries' IAM policy requires of a launch and of
+every later action on a worker (`${ec2:SourceInstanceARN}`: docs/security.md). Until a listing named it
+(the keeper unreachable since the autoscaler started, or no listing of the cluster yet), a launch is not
+sent: it fails with that reason, as IAM would refuse it, and the next tick tries again.
 """
 
 from __future__ import annotations
 
 import ssl
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +39,7 @@ import structlog
 from swarm_autoscaler.adapters.ec2 import Ec2Cloud
 from swarm_autoscaler.adapters.ec2_support import to_instance
 from swarm_autoscaler.core.model import Instance
+from swarm_autoscaler.core.ports import LaunchResult
 from swarm_autoscaler.errors import EndpointError
 
 SETTING = "AUTOSCALER_EC2_LISTING_URL"
@@ -64,6 +72,16 @@ class KeeperListedCloud(Ec2Cloud):
         self._listing_timeout = aiohttp.ClientTimeout(total=timeout)
         self._http: aiohttp.ClientSession | None = None
         self.listings = 0  # reads from the keeper (none of them a call to EC2)
+
+    async def launch(
+        self, type_name: str, count: int, labels: Mapping[str, str], pool: bool = False
+    ) -> LaunchResult:
+        """`Ec2Cloud.launch`, once the keeper's listing has named this cluster's primary (see the module
+        docstring): until then a failure, as the primaries' IAM policy would refuse the launch."""
+        if count > 0 and not self.primary_arn:
+            why = "the keeper's listing has not named this cluster's primary yet (its ARN tags every worker)"
+            return LaunchResult(error=why)
+        return await super().launch(type_name, count, labels, pool)
 
     async def list_instances(self) -> tuple[Instance, ...]:
         try:
@@ -99,6 +117,10 @@ class KeeperListedCloud(Ec2Cloud):
             ]
         except (KeyError, TypeError, ValueError) as exc:
             raise EndpointError(self.listing_url, f"not a listing ({exc!r})", SETTING) from None
+        arn = body.get("primary_arn")
+        if isinstance(arn, str) and arn.startswith("arn:") and arn != self.primary_arn:
+            log.info("launches carry this cluster's primary", primary_arn=arn)
+            self.primary_arn = arn  # the only workers the primaries' IAM policy lets this primary touch
         age = self.now() - listed_at
         if age > self._max_age:
             raise EndpointError(self.listing_url, f"the keeper's listing is {age:.0f}s old", SETTING)

@@ -557,7 +557,7 @@ def cluster_env(
     """The settings of cluster `cluster_id`'s own autoscaler, derived from the keeper's: its cluster name
     is the cluster id (its workers' ownership tag), its allowed types and fleet limit are the keeper's
     worker types and max instances per cluster, and it launches where the keeper does, with the keeper's
-    custom tags and `worker_tags` on its workers. No EC2 credentials. With the keeper's public URL and a
+    custom tags and `worker_tags` on its workers, with no instance profile. No EC2 credentials. With the keeper's public URL and a
     `listing_token`, it reads its instances from the keeper's listing (one paged DescribeInstances by
     the keeper for every cluster) instead of calling DescribeInstances every tick."""
     ec2, keeper = config.ec2, config.keeper
@@ -567,6 +567,10 @@ def cluster_env(
         f"{PREFIX}CLUSTER_NAME": cluster_id,
         f"{PREFIX}EC2_ALLOWED_TYPES": json.dumps(types, separators=(",", ":")),
         f"{PREFIX}EC2_MAX_INSTANCES": str(keeper.max_instances_per_cluster),
+        # Workers run user code and need no AWS power: no instance profile (the primaries' policy passes no
+        # role), and a hop limit of 1 (their dask worker uses the host's network: the limit keeps only
+        # bridged containers out; having no role is what keeps the credentials out).
+        f"{PREFIX}EC2_METADATA_HOP_LIMIT": "1",
         f"{PREFIX}EC2_REGION": ec2.region,
         f"{PREFIX}LOG_FORMAT": "json",
     }
@@ -575,7 +579,6 @@ def cluster_env(
         f"{PREFIX}EC2_SUBNET_IDS": ",".join(ec2.subnet_ids),
         f"{PREFIX}EC2_SECURITY_GROUP_IDS": ",".join(ec2.security_group_ids),
         f"{PREFIX}EC2_KEY_NAME": ec2.key_name,
-        f"{PREFIX}EC2_IAM_INSTANCE_PROFILE": ec2.iam_instance_profile,
         f"{PREFIX}EC2_CUSTOM_TAGS": json.dumps(tags, separators=(",", ":")) if tags else None,
     }
     if keeper.public_url and listing_token:

@@ -20,7 +20,9 @@ from swarm_autoscaler.keeper.service import Keeper
 
 def listing_route(keeper: Keeper, secret: str) -> Callable[[web.Request], Awaitable[web.Response]]:
     """The handler: 401 without the cluster's listing token, 503 before a listing, else 200 with
-    `{"cluster_id", "listed_at", "instances"}` (each instance in DescribeInstances' shape)."""
+    `{"cluster_id", "listed_at", "instances", "primary_arn"}` (each instance in DescribeInstances'
+    shape; `primary_arn`, the cluster's primary's instance ARN, which its autoscaler tags every worker
+    with, or null when the listing did not see the primary)."""
 
     async def primary_listing(request: web.Request) -> web.Response:
         cid = request.match_info["cluster_id"]
@@ -33,7 +35,12 @@ def listing_route(keeper: Keeper, secret: str) -> Callable[[web.Request], Awaita
             return web.json_response({"error": why}, status=503)
         at, instances = listed
         return web.json_response(
-            {"cluster_id": cid, "listed_at": at, "instances": list(instances)},
+            {
+                "cluster_id": cid,
+                "listed_at": at,
+                "instances": list(instances),
+                "primary_arn": keeper.primary_arn(cid),
+            },
             headers={"Cache-Control": "no-store"},
         )
 

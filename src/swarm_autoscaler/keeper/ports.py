@@ -29,6 +29,12 @@ class ClusterHosts(Protocol):
         cluster's own autoscaler reads instead of calling DescribeInstances (one read for all)."""
         ...
 
+    def primary_arn(self, cluster_id: str) -> str | None:
+        """The instance ARN of `cluster_id`'s primary as the last `list_clusters` saw it (None if it did
+        not): its autoscaler tags every worker with it, the only workers the primaries' IAM policy lets
+        that primary touch."""
+        ...
+
     async def find(self, key: ClusterKey) -> tuple[Cluster, ...]:
         """The clusters of one (user, wallet) pair whose primary is not terminated (a live one and
         possibly ending or failed ones), read from EC2 now."""

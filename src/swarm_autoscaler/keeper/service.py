@@ -603,6 +603,10 @@ class Keeper:
             return None
         return self.hosts.listing(cluster_id)
 
+    def primary_arn(self, cluster_id: str) -> str | None:
+        """The instance ARN of a known cluster's primary, as the last listing saw it."""
+        return self.hosts.primary_arn(cluster_id) if cluster_id in self._known else None
+
     @property
     def clusters(self) -> tuple[Cluster, ...]:
         """The clusters this replica knows now (for metrics)."""

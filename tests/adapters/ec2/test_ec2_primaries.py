@@ -23,6 +23,7 @@ from swarm_autoscaler.keeper.adapters.tags import (
     DASHBOARD_URL_TAG,
     KEEPER_TAG,
     SCHEDULER_URL_TAG,
+    instance_arn,
     worker_tags,
 )
 from swarm_autoscaler.keeper.api import build_keeper_app
@@ -425,6 +426,9 @@ async def test_a_cluster_s_autoscaler_lists_its_instances_from_the_keeper_as_fro
             assert sorted(from_keeper, key=lambda i: i.id) == sorted(from_ec2, key=lambda i: i.id)
             assert direct.stats.api_calls["DescribeInstances"] == 1
             assert listed.stats.api_calls["DescribeInstances"] == 0 and listed.listings == 1
+            # The listing names the cluster's primary: every worker it launches will carry its ARN
+            # (the primaries' IAM policy compares it with ${ec2:SourceInstanceARN}).
+            assert listed.primary_arn == instance_arn(network.region, "123456789012", alice.primary_id)
         # A stale listing or a refused token: the cluster lists from EC2 itself (a keeper that is down
         # must not stop its clusters scaling), once per fallback interval, and says why.
         async with KeeperListedCloud(listing_url=url, listing_token=token, max_age=-1.0, **common) as stale:
@@ -436,6 +440,10 @@ async def test_a_cluster_s_autoscaler_lists_its_instances_from_the_keeper_as_fro
             assert {i.id for i in await refused.list_instances()} == mine  # within the interval: reused
             assert refused.lost is not None and "401" in refused.lost
             assert refused.stats.api_calls["DescribeInstances"] == 1 and refused.fallbacks == 1
+            # No listing has named the primary: a launch is not sent (IAM would refuse it untagged).
+            result = await refused.launch("m5.large", 1, {})
+            assert result.instances == () and "primary" in (result.error or "")
+            assert refused.stats.api_calls.get("RunInstances", 0) == 0
         # Both the keeper and EC2 unreachable: only then does the tick act on nothing.
         broken = dict(common, endpoint="http://127.0.0.1:9", retry_attempts=1)
         async with KeeperListedCloud(listing_url=url, listing_token="wrong", **broken) as blind:

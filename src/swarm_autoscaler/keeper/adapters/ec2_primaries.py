@@ -67,6 +67,7 @@ from swarm_autoscaler.keeper.adapters.tags import (
     new_cluster_id,
     order,
     orphan_clusters,
+    primary_arns,
     stamp,
     tag_list,
     tags_of,
@@ -131,6 +132,7 @@ class Ec2Primaries(Ec2Transport):
         self._primary_ids: dict[str, str] = {}  # cluster id -> primary instance id (never changes)
         self._listings = 0
         self._listing: dict[str, tuple[dict[str, Any], ...]] = {}  # cluster id -> its workers, listed
+        self._primary_arns: dict[str, str] = {}  # cluster id -> its live primary's instance ARN, listed
         self._listed_at: float | None = None
         self._spot_prices: dict[tuple[str, str, int], float | None] = {}  # (type, zone, hour) -> USD/h
 
@@ -200,6 +202,7 @@ class Ec2Primaries(Ec2Transport):
         primaries = [raw for raw in live if self._ours(tags_of(raw)) and tags_of(raw).get(CLUSTER_ID_TAG)]
         workers = [raw for raw in raws if self._worker(raw)]
         self._listing = group_listing(workers)
+        self._primary_arns = primary_arns(reservations, self._name, self._region)
         self._listed_at = self.now()
         clusters = [self._cluster(raw) for raw in primaries]
         self._listings += 1
@@ -224,6 +227,9 @@ class Ec2Primaries(Ec2Transport):
         if self._listed_at is None:
             return None
         return self._listed_at, self._listing.get(cluster_id, ())
+
+    def primary_arn(self, cluster_id: str) -> str | None:
+        return self._primary_arns.get(cluster_id)
 
     async def find(self, key: ClusterKey) -> tuple[Cluster, ...]:
         found = await self._primaries(

@@ -152,3 +152,24 @@ def group_listing(workers: Iterable[Mapping[str, Any]]) -> dict[str, tuple[dict[
         if cid:
             out.setdefault(cid, []).append(listing_entry(raw))
     return {cid: tuple(entries) for cid, entries in out.items()}
+
+
+def instance_arn(region: str, account: str, instance_id: str) -> str:
+    """An instance's ARN, as AWS gives it in `ec2:SourceInstanceARN` (partition by region)."""
+    partition = (
+        "aws-cn" if region.startswith("cn-") else "aws-us-gov" if region.startswith("us-gov-") else "aws"
+    )
+    return f"arn:{partition}:ec2:{region}:{account}:instance/{instance_id}"
+
+
+def primary_arns(reservations: Iterable[Mapping[str, Any]], keeper_name: str, region: str) -> dict[str, str]:
+    """Cluster id -> the instance ARN of its live primary, from DescribeInstances' reservations (their
+    `OwnerId` is the account)."""
+    out = {}
+    for res in reservations:
+        for raw in res.get("Instances", ()):
+            tags = tags_of(raw)
+            cid = tags.get(CLUSTER_ID_TAG)
+            if cid and tags.get(KEEPER_TAG) == keeper_name and raw["State"]["Name"] not in GONE:
+                out[cid] = instance_arn(region, str(res.get("OwnerId", "")), raw["InstanceId"])
+    return out
