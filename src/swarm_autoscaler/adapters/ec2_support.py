@@ -194,6 +194,7 @@ def to_instance(raw: Mapping[str, Any]) -> Instance | None:
         spot=raw.get("InstanceLifecycle") == "spot" or tags.get(CAPACITY_TAG) == "spot",
         interrupted_at=_number(tags.get(INTERRUPTED_TAG)) or None,
         rebalance_at=_number(tags.get(REBALANCE_TAG)) or None,
+        private_ip=raw.get("PrivateIpAddress") or "",
     )
 
 

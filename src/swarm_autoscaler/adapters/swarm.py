@@ -95,6 +95,7 @@ def node_from_api(raw: Mapping[str, Any], prefix: str = DEFAULT_PREFIX, cluster_
             marks=labels_to_marks(labels, prefix),
             labels=MappingProxyType(labels),
             ours=is_ours(labels, cluster_name, is_manager),
+            address=str((raw.get("Status") or {}).get("Addr") or ""),
         )
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"unexpected node entry from docker ({exc!r}): {raw.get('ID', '?')}") from exc

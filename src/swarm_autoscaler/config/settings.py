@@ -370,6 +370,13 @@ class Ec2Settings(Ec2AccessSettings):
         json_schema_extra={"example": "https://sqs.us-east-1.amazonaws.com/123456789012/swarm-interruptions"},
     )
 
+    adopt_by_address: bool = Field(
+        default=False,
+        description="Adopt a joining node only when swarm's address for it (the source of its mutually "
+        "authenticated connection) is the private IP of the instance whose hostname it carries: a machine "
+        "in the VPC that took a pending machine's hostname (with the join token from user data) is then "
+        "left unowned. Needs the workers to reach the managers without NAT (docs/security.md).",
+    )
     listing_url: str = Field(
         default="",
         pattern=r"^(https?://\S+)?$",

@@ -40,7 +40,9 @@ removed once down (rule 4); otherwise it is left out.
 2. no owned instance with the node's hostname          -> disconnected if the node is ours (`Node.ours`:
    it carries this cluster's namespaced ownership label), else unowned. The plain `instance-type`
    label and the lifecycle marks prove nothing: a node without the ownership label that matches no
-   owned instance is never touched, even when it goes down
+   owned instance is never touched, even when it goes down. With `Policy.adopt_by_address` a node
+   matches an instance only when its swarm address is the instance's private IP: one that only took
+   the instance's hostname is classified by this rule (and so never adopted)
 2b. instance alive with an interruption notice
    (`interrupted_at`, see core/interrupt.py), or with
    a rebalance recommendation (`rebalance_at`) and
@@ -320,7 +322,10 @@ def classify(snapshot: Snapshot, policy: Policy) -> Fleet:
         ):
             continue  # gone: it matters only while a node of its lingers (and a reused hostname is the new one's)
         owned_hosts.add(inst.hostname)
-        picked, extra = _pick_node(nodes.get(inst.hostname, ()))
+        candidates, impostors = _same_machine(inst, nodes.get(inst.hostname, ()), policy)
+        for node in impostors:  # its hostname, another address: not this machine's node
+            out[_orphan_bucket(node)].append(Member(None, node))
+        picked, extra = _pick_node(candidates)
         member = Member(inst, picked, tuple(workers.get(inst.hostname, ())), types.get(inst.type_name))
         out[_instance_bucket(member, snapshot.now, policy)].append(member)
         for stale in extra:  # an older entry of a node that left and joined again
@@ -335,6 +340,18 @@ def classify(snapshot: Snapshot, policy: Policy) -> Fleet:
     out[Bucket.STOPPED] = pooled
     out[Bucket.BROKEN] += outside
     return Fleet(**{b.value: tuple(members) for b, members in out.items()})
+
+
+def _same_machine(
+    inst: Instance, candidates: Sequence[Node], policy: Policy
+) -> tuple[Sequence[Node], list[Node]]:
+    """(the nodes that may be `inst`'s, the others). By hostname alone, unless `policy.adopt_by_address`:
+    then only a node whose swarm address (from its authenticated connection) is the instance's private
+    IP; an address or IP not known matches nothing."""
+    if not policy.adopt_by_address or not candidates:
+        return candidates, []
+    mine = [n for n in candidates if inst.private_ip and n.address == inst.private_ip]
+    return mine, [n for n in candidates if n not in mine]
 
 
 def _pick_node(candidates: Sequence[Node]) -> tuple[Node | None, list[Node]]:

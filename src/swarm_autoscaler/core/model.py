@@ -155,6 +155,7 @@ class Instance:
     spot: bool = False
     interrupted_at: float | None = None
     rebalance_at: float | None = None
+    private_ip: str = ""  # EC2's PrivateIpAddress ("" when not known)
 
     @property
     def alive(self) -> bool:
@@ -214,6 +215,7 @@ class Node:
     marks: NodeMarks = NodeMarks()
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     ours: bool = False
+    address: str = ""  # swarm's Status.Addr: its authenticated connection's source ("": not known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,6 +385,8 @@ class Policy:
     - `join_paused`: machines join the swarm paused (the dynamic mode's boot script), and the planner
       sets a node active once it takes it in (see `cluster` and `marks.accept_joined`): a paused node
       never accepted is still joining, so a machine nobody accepted never takes a task.
+    - `adopt_by_address`: a node matches the instance with its hostname only when its `address` is the
+      instance's `private_ip` (an impostor with the hostname stays unowned: `cluster.classify`).
     - `idle_learning` / `idle_floor`: idle machines of a type whose next task is expected later than a
       relaunch would cost are drained and terminated after `idle_floor` instead of the delays above
       (core/arrivals.py: the ski-rental break-even from the arrivals seen).
@@ -401,6 +405,7 @@ class Policy:
     tolerated_wait: float = 120.0
     subnets: tuple[str, ...] = ()
     join_paused: bool = False
+    adopt_by_address: bool = False
     idle_learning: bool = True
     idle_floor: float = 5.0
     max_unready_share: float = 0.45

@@ -137,6 +137,7 @@ def listing_entry(raw: Mapping[str, Any]) -> dict[str, Any]:
         "State": {"Name": raw["State"]["Name"]},
         "LaunchTime": launched.isoformat() if hasattr(launched, "isoformat") else str(launched),
         "PrivateDnsName": raw.get("PrivateDnsName", ""),
+        "PrivateIpAddress": raw.get("PrivateIpAddress", ""),  # adoption by address (core/cluster.py)
         "Placement": {"AvailabilityZone": raw.get("Placement", {}).get("AvailabilityZone", "")},
         "SubnetId": raw.get("SubnetId", ""),
         "InstanceLifecycle": raw.get("InstanceLifecycle", ""),
