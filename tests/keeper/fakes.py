@@ -8,10 +8,11 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from swarm_autoscaler.errors import EndpointError
+from swarm_autoscaler.keeper.adapters.tags import excess_workers
 from swarm_autoscaler.keeper.lifecycle import Probe
 from swarm_autoscaler.keeper.model import Cluster, ClusterKey, ClusterState
 
@@ -28,6 +29,7 @@ class FakeHosts:
         self.listings = 0
         self.workers: dict[str, list[dict[str, Any]]] = {}
         self.terminate_calls: list[str] = []
+        self.trimmed: list[tuple[str, str, str]] = []
         self.create_delay = create_delay
         self.fail = False
         self._ids = itertools.count(1)
@@ -55,6 +57,16 @@ class FakeHosts:
         if not self.listings or cluster is None or not cluster.primary_id:
             return None
         return f"arn:aws:ec2:us-east-1:123456789012:instance/{cluster.primary_id}"
+
+    async def trim(self, maximum: int, cluster_ids: Iterable[str]) -> list[tuple[str, str, str]]:
+        """As `Ec2Primaries.trim`, over `workers`; records what it ended in `trimmed`."""
+        ended = []
+        for cid in cluster_ids:
+            ended += [
+                (cid, iid, why) for iid, why in excess_workers(self.workers.get(cid, ()), maximum, None)
+            ]
+        self.trimmed += ended
+        return ended
 
     async def find(self, key: ClusterKey) -> tuple[Cluster, ...]:
         self._check()

@@ -303,7 +303,11 @@ class KeeperSettings(BaseSettings):
         json_schema_extra={"example": '{"m5.large": {"ami_id": "ami-0123456789abcdef0"}}'},
     )
     max_instances_per_cluster: int = Field(
-        default=10, ge=1, le=MAX_FLEET, description="Most workers of one cluster at once."
+        default=10,
+        ge=1,
+        le=MAX_FLEET,
+        description="Most workers of one cluster at once (its autoscaler's maximum; the keeper ends the newest "
+        "pending or running ones beyond it).",
     )
     scheduler_port: int = Field(
         default=8786, ge=1, le=65535, description="Port of each primary's dask scheduler."

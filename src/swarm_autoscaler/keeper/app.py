@@ -161,6 +161,7 @@ async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
             limits=limits,
             clients=clients,
             replicas=locks if isinstance(locks, RedisLocks) else None,
+            max_workers=keeper_settings.max_instances_per_cluster,
         )
         app = build_keeper_app(
             keeper,

@@ -70,7 +70,8 @@ class KeeperMetrics:
         )
         self.actions = Counter(
             "keeper_lifecycle_actions_total",
-            "Lifecycle actions: create, running, ending, failed, ended, end-requested.",
+            "Lifecycle actions: create, running, ending, failed, ended, end-requested, worker-trimmed (a worker "
+            "past its cluster's maximum or naming another cluster's primary, ended by the keeper).",
             ["action"],
             registry=self.registry,
         )

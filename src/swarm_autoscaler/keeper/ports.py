@@ -6,6 +6,7 @@ State lives in EC2 tags: a restarted keeper (or another replica) rebuilds every 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, runtime_checkable
 
@@ -33,6 +34,12 @@ class ClusterHosts(Protocol):
         """The instance ARN of `cluster_id`'s primary as the last `list_clusters` saw it (None if it did
         not): its autoscaler tags every worker with it, the only workers the primaries' IAM policy lets
         that primary touch."""
+        ...
+
+    async def trim(self, maximum: int, cluster_ids: Iterable[str]) -> list[tuple[str, str, str]]:
+        """Terminate, from the last listing, the workers of `cluster_ids` naming another cluster's primary
+        and the newest pending or running ones beyond `maximum` (never a primary); returns (cluster id,
+        instance id, reason) of each."""
         ...
 
     async def find(self, key: ClusterKey) -> tuple[Cluster, ...]:

@@ -75,6 +75,7 @@ class Keeper:
     clients: SchedulerClients | None = None  # who is connected, for "no client, no cluster"
     replicas: Replicas | None = None  # the live replicas, for this one's share (None: it is alone)
     replica_count: int = 1  # live replicas at the last count
+    max_workers: int | None = None  # each cluster's maximum, which the keeper enforces (`trim`)
     checks: int = 0
     last_discovery: float | None = None  # when the last listing of every cluster succeeded (for /healthz)
     _known: dict[str, Cluster] = field(default_factory=dict)
@@ -284,6 +285,23 @@ class Keeper:
             self._discovered(cluster)
         self._forget_unlisted({c.cluster_id for c in listed})
         self.last_discovery = self.clock()
+        await self.trim()
+
+    async def trim(self) -> None:
+        """End, in the clusters this replica holds, the workers past the cluster's maximum and those naming
+        another cluster's primary, from the listing just made (a cluster's autoscaler never launches them:
+        a user's code on its primary, holding the primary's role, did). One line and one
+        `worker-trimmed` action each; a failure is logged and the next listing tries again."""
+        if self.max_workers is None or not self._held:
+            return
+        try:
+            ended = await self.hosts.trim(self.max_workers, sorted(self._held))
+        except AutoscalerError as exc:
+            log.warning("ending workers past their cluster's maximum failed", error=str(exc))
+            return
+        for cid, instance_id, why in ended:
+            log.warning("worker ended by the keeper", cluster_id=cid, instance_id=instance_id, reason=why)
+            self._emit("worker-trimmed")
 
     def _discovered(self, listed: Cluster) -> None:
         """Merge one listed cluster in; start its task if it is new, wake it if its state changed."""

@@ -4,6 +4,7 @@ restart loses nothing), and that terminating a cluster ends its primary and its 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -11,10 +12,11 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from structlog.testing import capture_logs
 from tests.adapters.ec2.ec2_helpers import ACCESS_KEY, SECRET_KEY, wire
 from tests.keeper.fakes import FakeProbe
 
-from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, OWNER_TAG, OWNER_VALUE, Ec2Cloud
+from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, OWNER_TAG, OWNER_VALUE, PRIMARY_TAG, Ec2Cloud
 from swarm_autoscaler.adapters.keeper_listing import KeeperListedCloud
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
 from swarm_autoscaler.keeper.adapters.ec2_primaries import SWEEP_EVERY, Ec2Primaries
@@ -449,3 +451,63 @@ async def test_a_cluster_s_autoscaler_lists_its_instances_from_the_keeper_as_fro
         async with KeeperListedCloud(listing_url=url, listing_token="wrong", **broken) as blind:
             with pytest.raises(EndpointError):
                 await blind.list_instances()
+
+
+async def test_the_keeper_ends_workers_past_a_cluster_s_maximum_and_those_naming_another_primary(
+    make_hosts: Factory, raw_ec2: Any, network: LocalNetwork
+) -> None:
+    """Stands in for a user's code on alice's primary, holding the primary's role (IAM lets it launch
+    workers naming that primary, however many): it launches past the cluster's maximum, and one worker
+    under bob's cluster id with its own ARN (billed to bob's cluster, which IAM cannot tell). EC2 is moto
+    (it counts nothing); the keeper's own listing finds both: on its next discovery it terminates the
+    newest workers beyond the maximum and the forged one, logs one line each and counts a
+    `worker-trimmed` action; the older workers, bob's own and both primaries keep running."""
+    maximum = 2
+    hosts = await make_hosts()
+    alice, bob = await hosts.create(ALICE, 1_800_000_000.0), await hosts.create(BOB, 1_800_000_000.0)
+    await hosts.list_clusters()
+    alice_arn, bob_arn = hosts.primary_arn(alice.cluster_id), hosts.primary_arn(bob.cluster_id)
+    assert alice_arn and bob_arn and alice_arn != bob_arn
+
+    def tags(key: ClusterKey, arn: str) -> dict[str, str]:
+        return {**worker_tags(hosts._name, key), PRIMARY_TAG: arn}
+
+    older = [
+        await _worker(raw_ec2, network, alice.cluster_id, tags(ALICE, alice_arn)) for _ in range(maximum)
+    ]
+    bobs = await _worker(raw_ec2, network, bob.cluster_id, tags(BOB, bob_arn))
+    await asyncio.sleep(1.1)  # EC2's LaunchTime has whole seconds: the excess is the newer by a second
+    newer = [await _worker(raw_ec2, network, alice.cluster_id, tags(ALICE, alice_arn)) for _ in range(2)]
+    forged = await _worker(raw_ec2, network, bob.cluster_id, tags(BOB, alice_arn))
+    actions: list[str] = []
+    keeper = Keeper(
+        hosts, FakeProbe(), InProcessLocks(), KeeperTiming(), interval=60.0, max_workers=maximum,
+        on_action=actions.append,
+    )  # fmt: skip
+    try:
+        await keeper.discover()
+        for _ in range(100):  # each cluster's task takes its lease
+            if keeper.held == 2:
+                break
+            await asyncio.sleep(0.02)
+        assert keeper.held == 2
+        with capture_logs() as logs:
+            await keeper.discover()
+    finally:
+        await keeper.stop()
+
+    states = {iid: (await _describe(raw_ec2, iid))["State"]["Name"] for iid in [*older, *newer, bobs, forged]}
+    ended = {iid for iid, state in states.items() if state in ("shutting-down", "terminated")}
+    assert ended == {*newer, forged}, states
+    for primary in (alice.primary_id, bob.primary_id):
+        assert (await _describe(raw_ec2, primary))["State"]["Name"] in ("pending", "running")
+    assert actions.count("worker-trimmed") == 3
+    lines = [r for r in logs if r.get("event") == "worker ended by the keeper"]
+    assert {(r["cluster_id"], r["instance_id"]) for r in lines} == {
+        *((alice.cluster_id, iid) for iid in newer),
+        (bob.cluster_id, forged),
+    }
+    assert {r["reason"] for r in lines} == {
+        f"beyond the cluster's maximum of {maximum}",
+        "names another cluster's primary",
+    }

@@ -28,7 +28,7 @@ terminations share the tag scheme and its caches (primary ids, each cluster's li
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -63,6 +63,7 @@ from swarm_autoscaler.keeper.adapters.tags import (
     WORKER_KEEPER_TAG,
     WORKER_USER_TAG,
     WORKER_WALLET_TAG,
+    excess_workers,
     group_listing,
     new_cluster_id,
     order,
@@ -230,6 +231,18 @@ class Ec2Primaries(Ec2Transport):
 
     def primary_arn(self, cluster_id: str) -> str | None:
         return self._primary_arns.get(cluster_id)
+
+    async def trim(self, maximum: int, cluster_ids: Iterable[str]) -> list[tuple[str, str, str]]:
+        """Terminate, from the last listing (no other read), the workers of `cluster_ids` that
+        `excess_workers` names; returns (cluster id, instance id, reason) of each ended."""
+        ended = []
+        for cid in cluster_ids:
+            if cid in self._primary_arns:  # a cluster without a listed primary is being ended anyway
+                found = excess_workers(self._listing.get(cid, ()), maximum, self._primary_arns[cid])
+                ended += [(cid, iid, why) for iid, why in found]
+        for batch in chunks([iid for _, iid, _ in ended], TERMINATE_BATCH):
+            await self._terminate_batch(batch)
+        return ended
 
     async def find(self, key: ClusterKey) -> tuple[Cluster, ...]:
         found = await self._primaries(

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG
+from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, PRIMARY_TAG
 from swarm_autoscaler.keeper.model import Cluster, ClusterKey, ClusterState
 
 KEEPER_TAG = "swarm-autoscaler/keeper"
@@ -173,4 +173,30 @@ def primary_arns(reservations: Iterable[Mapping[str, Any]], keeper_name: str, re
             cid = tags.get(CLUSTER_ID_TAG)
             if cid and tags.get(KEEPER_TAG) == keeper_name and raw["State"]["Name"] not in GONE:
                 out[cid] = instance_arn(region, str(res.get("OwnerId", "")), raw["InstanceId"])
+    return out
+
+
+RUNNING = frozenset({"pending", "running"})
+
+
+def excess_workers(
+    entries: Iterable[Mapping[str, Any]], maximum: int, primary_arn: str | None
+) -> list[tuple[str, str]]:
+    """(instance id, reason) of one cluster's workers (`listing_entry`s) the keeper ends: those naming
+    another primary than the cluster's (`primary_arn`: launched by another cluster's primary under this
+    cluster's id, which the primaries' IAM policy cannot tell), then, of the rest that are pending or
+    running, the newest beyond `maximum` (the cluster's autoscaler never goes past it: a user's code on
+    the primary did). A worker naming no primary (launched before workers named theirs) is counted, not
+    ended for that. The primary is never among `entries`."""
+    live = [e for e in entries if e["State"]["Name"] in RUNNING]
+    out: list[tuple[str, str]] = []
+    counted = []
+    for entry in live:
+        named = tags_of(entry).get(PRIMARY_TAG)
+        if named and primary_arn and named != primary_arn:
+            out.append((entry["InstanceId"], "names another cluster's primary"))
+        else:
+            counted.append(entry)
+    counted.sort(key=lambda e: (str(e.get("LaunchTime", "")), e["InstanceId"]))
+    out += [(e["InstanceId"], f"beyond the cluster's maximum of {maximum}") for e in counted[maximum:]]
     return out
