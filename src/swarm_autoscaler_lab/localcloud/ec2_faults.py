@@ -5,6 +5,8 @@ a crowded region. `FaultInjector` wraps moto's WSGI app inside the same in-proce
 extra network hop) and, for the EC2 query API only, answers some requests itself with the error
 document real EC2 sends, byte-compatible with what botocore parses:
 
+- `gate(check)`: every request is first authorized by `check` (the tests' IAM evaluator: moto evaluates
+  no policy); a refusal is EC2's 403 `UnauthorizedOperation` and moto never sees the request.
 - `refuse(type, probability=p, subnet_id=s, code=c)`: RunInstances for that type (in that subnet, or
   any) gets HTTP 500 `InsufficientInstanceCapacity` (or another refusal `code`, such as 400
   `InsufficientFreeAddressesInSubnet` or `VcpuLimitExceeded`), always or with probability p drawn from a
@@ -87,6 +89,8 @@ class Ec2Call:
 
 
 _CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/")
+# (action, form parameters, access key id) -> None (authorized) or why not (`FaultInjector.gate`)
+Gate = Callable[[str, dict[str, str], str], "str | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +143,7 @@ class FaultInjector:
         self._watchers: list[Callable[[str, dict[str, str]], None]] = []
         self._audit = action_log_from_env()
         self._log: list[Ec2Call] | None = None
+        self._gate: Gate | None = None
         self.capacity_refusals = 0
         self.clock_skew = 0.0  # seconds EC2's clock runs ahead of this host's
 
@@ -209,6 +214,14 @@ class FaultInjector:
         with self._lock:
             self._watchers.append(callback)
 
+    def gate(self, check: Gate | None) -> None:
+        """Authorize every EC2 request before moto sees it, as IAM does before EC2 acts (moto evaluates no
+        policy): `check(action, params, access key id)` returns None to let it through, or the reason,
+        answered as EC2's 403 `UnauthorizedOperation` (moto never sees the request). None, or `reset`,
+        removes it."""
+        with self._lock:
+            self._gate = check
+
     def record(self) -> None:
         """Start (or restart, empty) the call log that `recorded()` returns."""
         with self._lock:
@@ -237,6 +250,7 @@ class FaultInjector:
             self._calls.clear()
             self.capacity_refusals = 0
             self.clock_skew = 0.0
+            self._gate = None
 
     def calls(self) -> dict[str, int]:
         """EC2 actions seen so far, by action name (injected errors included)."""
@@ -264,7 +278,7 @@ class FaultInjector:
                 if self._log is not None:
                     self._log.append(call)
         sent = dict(params)  # the request as it came (the log keeps it); what moto reads may be rewritten
-        error = self._decide(action, sent)
+        error = self._authorize(environ, action, sent) or self._decide(action, sent)  # IAM before EC2
         strict = self.strict
         if (
             strict is not None
@@ -336,6 +350,16 @@ class FaultInjector:
         kept += [("Content-Length", str(len(body))), ("Date", http_date(time.time() + skew))]
         start_response(status, kept)
         return [body]
+
+    def _authorize(
+        self, environ: WsgiEnviron, action: str, params: dict[str, str]
+    ) -> tuple[int, str, str] | None:
+        gate = self._gate
+        if gate is None:
+            return None
+        signed = _CREDENTIAL.search(str(environ.get("HTTP_AUTHORIZATION", "")))
+        reason = gate(action, dict(params), signed.group(1) if signed else "")
+        return None if reason is None else (403, "UnauthorizedOperation", reason)
 
     def _decide(self, action: str, params: dict[str, str]) -> tuple[int, str, str] | None:
         with self._lock:

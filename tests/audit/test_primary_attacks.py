@@ -1,0 +1,173 @@
+"""A keeper user's code on their primary attacks another cluster's worker of the same keeper, at the wire.
+
+What stands in for what:
+- EC2 is a moto server; the keeper (`Ec2Primaries`) launches two clusters' primaries there, alice's and
+  bob's, and its listing computes each primary's instance ARN.
+- IAM is `iam_eval` with `docker/iam-primary-policy.json`, put in front of moto by the local EC2's gate
+  (`FaultInjector.gate`): every request is translated into the authorizations AWS makes for it
+  (`iam_requests`, with the tags the instances hold in moto at that moment) and decided before moto
+  sees it; a refusal is EC2's 403 `UnauthorizedOperation`. moto itself evaluates no condition, so every
+  refusal here is the evaluator's verdict, and "nothing changed" is moto's state read back afterwards.
+- Each primary's instance-profile credentials are an access key of its own: the gate maps it to the
+  primary's instance ARN as `ec2:SourceInstanceARN`, which AWS sets from the instance the credentials
+  were issued to (a user cannot choose it). The test's own key (arranging and reading moto, and the
+  keeper's) is not gated: the keeper's and daemon's policies are evaluated in `test_iam_conditions.py`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import botocore.session
+import pytest
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+from botocore.exceptions import ClientError
+from tests.adapters.ec2.ec2_helpers import ACCESS_KEY, SECRET_KEY, join_command
+from tests.audit.iam_eval import ALLOW, Request, decide
+from tests.audit.iam_requests import authorizations
+from tests.audit.test_iam_conditions import SOURCE, policy
+
+from swarm_autoscaler.adapters.ec2 import PRIMARY_TAG, Ec2Cloud
+from swarm_autoscaler.keeper.adapters.ec2_primaries import Ec2Primaries
+from swarm_autoscaler.keeper.adapters.tags import worker_tags
+from swarm_autoscaler.keeper.model import ClusterKey
+from swarm_autoscaler_lab.localcloud import FaultInjector, LocalNetwork, MotoServer
+
+ALICE_KEY, BOB_KEY = "AKIAPRIMARYALICE0001", "AKIAPRIMARYBOB000001"  # each primary's profile credentials
+ALICE, BOB = ClusterKey("alice", "w1"), ClusterKey("bob", "w2")
+
+
+class IamGate:
+    """The gate's check: the primaries' policy, with each primary's key standing for its instance."""
+
+    def __init__(self, moto: MotoServer, granted: dict[str, Any], sources: dict[str, str]) -> None:
+        self._granted, self._sources = granted, sources
+        self._reader = botocore.session.get_session().create_client(
+            "ec2", region_name="us-east-1", endpoint_url=moto.endpoint,
+            aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY,
+        )  # fmt: skip  # sync, from the server's thread: the nested read is the test's own key, not gated
+        self.refused: list[tuple[str, str]] = []
+
+    def _tags(self, instance_id: str) -> dict[str, str]:
+        try:
+            pages = self._reader.describe_instances(InstanceIds=[instance_id])["Reservations"]
+        except ClientError:
+            return {}
+        return {t["Key"]: t["Value"] for res in pages for i in res["Instances"] for t in i.get("Tags", ())}
+
+    def __call__(self, action: str, params: dict[str, str], access_key: str) -> str | None:
+        source = self._sources.get(access_key)
+        if source is None:
+            return None
+        for sent in authorizations(action, params, self._tags):
+            request = Request(sent.action, sent.resource, {**sent.context, SOURCE: [source]})
+            if decide(self._granted, request) != ALLOW:
+                self.refused.append((action, request.resource))
+                return f"not authorized to perform {request.action} on {request.resource}"
+        return None
+
+
+async def _state(raw_ec2: Any, instance_id: str) -> tuple[str, dict[str, str], dict[str, Any]]:
+    (res,) = (await raw_ec2.describe_instances(InstanceIds=[instance_id]))["Reservations"]
+    raw = res["Instances"][0]
+    return raw["State"]["Name"], {t["Key"]: t["Value"] for t in raw.get("Tags", ())}, raw
+
+
+async def test_a_primary_cannot_touch_another_cluster_s_worker_and_moto_shows_nothing_changed(
+    moto_server: MotoServer, network: LocalNetwork, faults: FaultInjector, raw_ec2: Any
+) -> None:
+    access = {"region": network.region, "endpoint": moto_server.endpoint, "secret_access_key": SECRET_KEY,
+              "retry_attempts": 1, "retry_initial": 0.01, "retry_max": 0.05}  # fmt: skip
+    keeper_name = f"keeper-attack-{id(faults)}"
+    hosts = await Ec2Primaries(
+        keeper_name=keeper_name, primary_type="m5.large", ami_id=network.ami_id,
+        user_data=lambda key, cid: "#!/bin/bash\n", subnet_ids=network.subnet_ids,
+        security_group_ids=[network.security_group_id], access_key_id=ACCESS_KEY, **access,
+    ).start()  # fmt: skip
+    clouds: list[Ec2Cloud] = []
+
+    async def autoscaler(cluster_id: str, key: ClusterKey, access_key: str, arn: str) -> Ec2Cloud:
+        """A cluster's own autoscaler on its primary, with that primary's credentials."""
+        cloud = await Ec2Cloud(
+            cluster_name=cluster_id, allowed_types={"m5.large": (network.ami_id, "#!/bin/bash\n")},
+            subnet_ids=network.subnet_ids, security_group_ids=[network.security_group_id],
+            custom_tags=worker_tags(keeper_name, key), join_command=join_command, access_key_id=access_key,
+            **access,
+        ).start()  # fmt: skip
+        cloud.primary_arn = arn  # as `KeeperListedCloud` takes it from the keeper's listing
+        clouds.append(cloud)
+        return cloud
+
+    try:
+        alice, bob = await hosts.create(ALICE, 1_800_000_000.0), await hosts.create(BOB, 1_800_000_000.0)
+        await hosts.list_clusters()
+        alice_arn, bob_arn = hosts.primary_arn(alice.cluster_id), hosts.primary_arn(bob.cluster_id)
+        assert alice_arn and bob_arn and alice_arn != bob_arn
+        gate = IamGate(
+            moto_server, policy("primary", KEEPER_NAME=keeper_name), {ALICE_KEY: alice_arn, BOB_KEY: bob_arn}
+        )
+        faults.gate(gate)
+
+        # The legitimate requests, through the gate: each autoscaler launches (and tags) its worker.
+        alices_cloud = await autoscaler(alice.cluster_id, ALICE, ALICE_KEY, alice_arn)
+        bobs_cloud = await autoscaler(bob.cluster_id, BOB, BOB_KEY, bob_arn)
+        (alices_worker,) = (await alices_cloud.launch("m5.large", 1, {})).instances
+        (bobs_worker,) = (await bobs_cloud.launch("m5.large", 1, {})).instances
+        assert gate.refused == []
+        before_state, before_tags, raw = await _state(raw_ec2, bobs_worker.id)
+        assert before_tags[PRIMARY_TAG] == bob_arn
+        assert "IamInstanceProfile" not in raw  # no credentials on the worker for a task to read
+        count_before = len((await raw_ec2.describe_instances())["Reservations"])
+
+        # The attacks: a user's code on alice's primary, with that primary's credentials.
+        cluster_tags = [{"Key": k, "Value": v} for k, v in {**worker_tags(keeper_name, ALICE),
+                        "managed-by": "swarm-autoscaler", "swarm-autoscaler/cluster": alice.cluster_id}.items()]  # fmt: skip
+
+        def launch(extra: dict[str, str]) -> dict[str, Any]:
+            tags = cluster_tags + [{"Key": k, "Value": v} for k, v in extra.items()]
+            return {"ImageId": network.ami_id, "InstanceType": "m5.large", "MinCount": 1, "MaxCount": 5,
+                    "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}]}  # fmt: skip
+
+        bob_id = [bobs_worker.id]
+        attacks: list[tuple[str, dict[str, Any]]] = [
+            ("terminate_instances", {"InstanceIds": bob_id}),
+            ("stop_instances", {"InstanceIds": bob_id}),
+            ("start_instances", {"InstanceIds": bob_id}),
+            ("modify_instance_attribute", {"InstanceId": bobs_worker.id, "DisableApiTermination": {"Value": True}}),
+            ("create_tags", {"Resources": bob_id, "Tags": [{"Key": "swarm-autoscaler/hostname", "Value": "x"}]}),
+            ("create_tags", {"Resources": bob_id, "Tags": [{"Key": PRIMARY_TAG, "Value": alice_arn}]}),
+            ("run_instances", launch({})),  # no primary tag
+            ("run_instances", launch({PRIMARY_TAG: bob_arn})),
+            ("run_instances", launch({PRIMARY_TAG: alice_arn, "swarm-autoscaler/keeper": keeper_name,
+                                      "swarm-autoscaler/keeper/cluster-id": "kc-0000000000000009"})),
+        ]  # fmt: skip
+        session = get_session()
+        config = AioConfig(retries={"total_max_attempts": 1, "mode": "standard"})
+        async with session.create_client(
+            "ec2", region_name="us-east-1", endpoint_url=moto_server.endpoint, config=config,
+            aws_access_key_id=ALICE_KEY, aws_secret_access_key=SECRET_KEY,
+        ) as stolen:  # fmt: skip
+            for operation, kwargs in attacks:
+                with pytest.raises(ClientError) as refused:
+                    await getattr(stolen, operation)(**kwargs)
+                assert refused.value.response["Error"]["Code"] == "UnauthorizedOperation", operation
+
+        after_state, after_tags, _ = await _state(raw_ec2, bobs_worker.id)
+        assert (after_state, after_tags) == (before_state, before_tags)
+        assert len((await raw_ec2.describe_instances())["Reservations"]) == count_before  # nothing launched
+        assert len(gate.refused) == len(attacks)
+
+        # The same gate lets each primary end its own worker: the refusals above are the condition's.
+        await alices_cloud.terminate([alices_worker.id])
+        await bobs_cloud.terminate([bobs_worker.id])
+        assert len(gate.refused) == len(attacks)
+        for worker in (alices_worker, bobs_worker):
+            assert (await _state(raw_ec2, worker.id))[0] in ("shutting-down", "terminated")
+        print(json.dumps({"attacks_refused": len(attacks), "own_terminations_allowed": 2}))
+    finally:
+        faults.gate(None)
+        for cloud in clouds:
+            await cloud.close()
+        await hosts.close()
