@@ -32,6 +32,7 @@ from swarm_autoscaler.core.cluster import TYPE_LABEL
 from swarm_autoscaler.core.model import (
     GIB,
     OWNERSHIP_LABEL,
+    Availability,
     Instance,
     InstanceState,
     NodeMarks,
@@ -70,9 +71,15 @@ class SlowSwarm(MemorySwarm):
             self.in_flight -= 1
         self.updates_done += 1
 
-    async def mark(self, node_id: str, marks: NodeMarks, labels: Mapping[str, str] | None = None) -> None:
+    async def mark(
+        self,
+        node_id: str,
+        marks: NodeMarks,
+        labels: Mapping[str, str] | None = None,
+        availability: Availability | None = None,
+    ) -> None:
         await self._slow()
-        await super().mark(node_id, marks, labels)
+        await super().mark(node_id, marks, labels, availability)
 
     async def set_availability(self, node_id: str, availability: object) -> None:  # type: ignore[override]
         await self._slow()

@@ -29,7 +29,7 @@ from swarm_autoscaler.core.actions import (
     Terminate,
 )
 from swarm_autoscaler.core.cluster import classify
-from swarm_autoscaler.core.model import Instance, InstanceState, Node, NodeMarks, Worker
+from swarm_autoscaler.core.model import Availability, Instance, InstanceState, Node, NodeMarks, Worker
 from swarm_autoscaler.core.plan import plan
 from swarm_autoscaler.core.ports import Fence, LaunchResult
 from swarm_autoscaler.daemon.act import ActConfig, Outcome, Ports, act
@@ -52,9 +52,16 @@ class OrderedSwarm(SlowSwarm):
         await self._slow()
         self.events.append((node_id, "end", what))
 
-    async def mark(self, node_id: str, marks: NodeMarks, labels: Mapping[str, str] | None = None) -> None:
-        await self._on(node_id, f"mark {marks.empty_since}" + (" labels" if labels else ""))
-        await MemorySwarm.mark(self, node_id, marks, labels)
+    async def mark(
+        self,
+        node_id: str,
+        marks: NodeMarks,
+        labels: Mapping[str, str] | None = None,
+        availability: Availability | None = None,
+    ) -> None:
+        what = f"mark {marks.empty_since}" + (" labels" if labels else "")
+        await self._on(node_id, what + (f" availability {availability}" if availability else ""))
+        await MemorySwarm.mark(self, node_id, marks, labels, availability)
 
     async def add_labels(self, node_id: str, labels: Mapping[str, str]) -> None:
         await self._on(node_id, "labels")

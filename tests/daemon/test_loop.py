@@ -13,6 +13,7 @@ from swarm_autoscaler.core.actions import Launch, Terminate
 from swarm_autoscaler.core.model import (
     GIB,
     OWNERSHIP_LABEL,
+    Availability,
     Instance,
     InstanceState,
     NodeMarks,
@@ -151,7 +152,13 @@ class StuckSwarm(MemorySwarm):
         super().__init__(cluster_name="test")
         self.entered = asyncio.Event()
 
-    async def mark(self, node_id: str, marks: NodeMarks, labels: Mapping[str, str] | None = None) -> None:
+    async def mark(
+        self,
+        node_id: str,
+        marks: NodeMarks,
+        labels: Mapping[str, str] | None = None,
+        availability: Availability | None = None,
+    ) -> None:
         self.entered.set()
         await asyncio.sleep(3600)
 

@@ -176,15 +176,22 @@ class SwarmOrchestrator:
         """Set the node's availability; idempotent; a missing node raises `NotFoundError`."""
         await self._update(node_id, lambda spec: spec | {"Availability": str(availability)})
 
-    async def mark(self, node_id: str, marks: NodeMarks, labels: Mapping[str, str] | None = None) -> None:
-        """Replace the node's lifecycle marks and add `labels`, in one update, keeping every other label.
-        Idempotent: no write when the node already carries them."""
+    async def mark(
+        self,
+        node_id: str,
+        marks: NodeMarks,
+        labels: Mapping[str, str] | None = None,
+        availability: Availability | None = None,
+    ) -> None:
+        """Replace the node's lifecycle marks, add `labels` and set `availability` (None: unchanged), in
+        one update, keeping every other label. Idempotent: no write when the node already carries them."""
         lifecycle = set(mark_label_names(self.prefix).values())
         extra = dict(labels or {})
+        state = {} if availability is None else {"Availability": str(availability)}
 
         def change(spec: Spec) -> Spec:
             kept = {k: v for k, v in (spec.get("Labels") or {}).items() if k not in lifecycle}
-            return spec | {"Labels": kept | extra | marks_to_labels(marks, self.prefix)}
+            return spec | {"Labels": kept | extra | marks_to_labels(marks, self.prefix)} | state
 
         await self._update(node_id, change)
 

@@ -141,11 +141,17 @@ class Orchestrator(Protocol):
         exists raises `NotFoundError`."""
         ...
 
-    async def mark(self, node_id: str, marks: NodeMarks, labels: Mapping[str, str] | None = None) -> None:
-        """Replace the node's lifecycle marks and add or overwrite `labels` (the labels its instance was
-        launched with), in ONE node update; other labels are kept. Idempotent: when the node already
-        carries these marks and labels, nothing is written. A node that no longer exists raises
-        `NotFoundError`."""
+    async def mark(
+        self,
+        node_id: str,
+        marks: NodeMarks,
+        labels: Mapping[str, str] | None = None,
+        availability: Availability | None = None,
+    ) -> None:
+        """Replace the node's lifecycle marks, add or overwrite `labels` (the labels its instance was
+        launched with) and set `availability` (None: unchanged), in ONE node update; other labels are
+        kept. Idempotent: when the node already carries these marks, labels and availability, nothing is
+        written. A node that no longer exists raises `NotFoundError`."""
         ...
 
     async def add_labels(self, node_id: str, labels: Mapping[str, str]) -> None:

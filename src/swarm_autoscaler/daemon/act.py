@@ -12,7 +12,8 @@ availability) is written as the plan states it (`core.updates`).
    only copy of a result) cancels its node's drain and termination in this same act.
 3. **Read again if a retirement ran, then drains, cordons, terminations and removals**, each re-checked
    on the latest read; so is the activation of a node that joined paused (`Policy.join_paused`),
-   whose labels phase 1 wrote. A drain carries its node's marks (written with it, skipped with it);
+   whose labels phase 1 wrote. A drain carries its node's marks (written with its availability in ONE
+   node update, skipped with it);
    a termination its node's `termination_started` (written once it passed its fence, right before the
    EC2 call; taken back if the call fails): a skipped termination leaves no mark.
    Terminations are batched into ONE `Cloud.terminate` call; node updates run concurrently (one node's

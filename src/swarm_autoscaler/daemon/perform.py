@@ -1,9 +1,10 @@
 """Performing single actions through the ports for `act`, and the fresh reads it re-checks against.
 
-A node's marks and launch labels are written in ONE node update (`Orchestrator.mark`), exactly as the
-plan's NodeUpdate, DrainNode, Cordon, Uncordon or Terminate states them (complete marks: nothing is
-computed here; a failed termination takes back the `termination_started` its Terminate wrote);
-marks the node already carries in the snapshot, with no label, are not written again.
+A node's marks and launch labels (and a drain's availability) are written in ONE node update
+(`Orchestrator.mark`), exactly as the plan's NodeUpdate, DrainNode, Cordon, Uncordon or Terminate
+states them (complete marks: nothing is computed here; a failed termination takes back the
+`termination_started` its Terminate wrote); marks the node already carries in the snapshot, with no
+label, are not written again.
 """
 
 from __future__ import annotations
@@ -223,10 +224,13 @@ class Doer:
                 await orchestrator.set_availability(node_id, Availability.ACTIVE)
                 return "activated"
             case DrainNode(node_id=node_id, marks=marks):
-                # its marks first, in the same job: they are written only when the drain goes ahead
-                marked = [await self._write(node_id, marks, {})] if marks is not None else []
-                await orchestrator.set_availability(node_id, Availability.DRAIN)
-                return "; ".join([*marked, "drained"])
+                # its marks with its availability, in ONE node update: written only when the drain goes
+                # ahead, and never without it
+                if marks is None or marks == self._marks.get(node_id):
+                    await orchestrator.set_availability(node_id, Availability.DRAIN)
+                    return "drained"
+                await orchestrator.mark(node_id, marks, None, Availability.DRAIN)
+                return "marked and drained (one node update)"
             case NodeUpdate(node_id=node_id, marks=marks, labels=labels):
                 return await self._write(node_id, marks, dict(labels))
             case RemoveNode(node_id=node_id):

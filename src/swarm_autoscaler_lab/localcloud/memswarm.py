@@ -84,14 +84,25 @@ class MemorySwarm:
         self.calls.append(("set_availability", f"{node.hostname}:{availability}"))
         self.nodes[node_id] = dataclasses.replace(node, availability=availability)
 
-    async def mark(self, node_id: str, marks: NodeMarks, labels: Mapping[str, str] | None = None) -> None:
+    async def mark(
+        self,
+        node_id: str,
+        marks: NodeMarks,
+        labels: Mapping[str, str] | None = None,
+        availability: Availability | None = None,
+    ) -> None:
         node = self._get(node_id)
         merged = {**node.labels, **(labels or {})}
-        if node.marks == marks and merged == node.labels:
+        state = node.availability if availability is None else availability
+        if node.marks == marks and merged == node.labels and state == node.availability:
             return  # already so: nothing is written (as the swarm adapter does)
         self.calls.append(("mark", node.hostname))
         self.nodes[node_id] = dataclasses.replace(
-            node, marks=marks, labels=merged, ours=is_ours(merged, self.cluster_name, node.is_manager)
+            node,
+            marks=marks,
+            labels=merged,
+            availability=state,
+            ours=is_ours(merged, self.cluster_name, node.is_manager),
         )
 
     async def add_labels(self, node_id: str, labels: Mapping[str, str]) -> None:

@@ -595,10 +595,19 @@ class SimOrchestrator:
     async def set_availability(self, node_id: str, availability: Availability) -> None:
         self.world.set_availability(node_id, availability)
 
-    async def mark(self, node_id: str, marks: NodeMarks, labels: Mapping[str, str] | None = None) -> None:
+    async def mark(
+        self,
+        node_id: str,
+        marks: NodeMarks,
+        labels: Mapping[str, str] | None = None,
+        availability: Availability | None = None,
+    ) -> None:
+        # (one step of the world: nothing runs in between, as in one swarm node update)
         self.world.mark(node_id, marks)
         if labels:
             self.world.add_labels(node_id, labels)
+        if availability is not None:
+            self.world.set_availability(node_id, availability)
 
     async def add_labels(self, node_id: str, labels: Mapping[str, str]) -> None:
         self.world.add_labels(node_id, labels)
