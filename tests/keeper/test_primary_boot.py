@@ -30,8 +30,7 @@ CID = "kc-0123456789abcdef"
 IMAGE = "swarm-autoscaler:0.1.0"
 
 
-@pytest.fixture
-def script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+def _render(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **extra: str) -> str:
     for name in [n for n in __import__("os").environ if n.startswith("AUTOSCALER_")]:
         monkeypatch.delenv(name)
     env = {
@@ -42,12 +41,18 @@ def script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
         "AUTOSCALER_KEEPER_PRIMARY_AMI_ID": AMI,
         "AUTOSCALER_KEEPER_WORKER_TYPES": json.dumps({"m5.large": {"ami_id": AMI}}),
         "AUTOSCALER_EC2_REGION": "eu-west-1",
+        **extra,
     }
     path = tmp_path / "keeper.env"
     path.write_text("".join(f"{k}='{v}'\n" for k, v in env.items()))
     config = load_keeper_settings(path)
     assert config.keeper.boot_template == DEFAULT_PRIMARY_BOOT
     return user_data_of(config)(ClusterKey("alice", "w1"), CID)
+
+
+@pytest.fixture
+def script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    return _render(tmp_path, monkeypatch)
 
 
 def test_it_is_bash_and_fetches_its_files_once_with_its_own_token(script: str) -> None:
@@ -63,7 +68,24 @@ def test_only_the_pinned_image_runs(script: str) -> None:
     images = re.findall(r"--entrypoint \S+ (\S+)|docker service create .*? (\S+) run$", script, re.MULTILINE)
     used = {name for pair in images for name in pair if name}
     assert used == {IMAGE}
-    assert script.count(IMAGE) == 5  # the files' split, scheduler, autoscaler, worker, the header
+    # the files' split, scheduler, autoscaler, worker, and the header's three
+    assert script.count(IMAGE) == 7
+
+
+def test_the_worker_and_scheduler_images_are_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A team's worker image (no swarm_autoscaler in it: the shell entrypoint) and scheduler image."""
+    worker, scheduler = "registry.example.com/team/dask-worker:1.4.0", "registry.example.com/team/sched:1.4.0"
+    script = _render(
+        tmp_path,
+        monkeypatch,
+        AUTOSCALER_KEEPER_WORKER_IMAGE=worker,
+        AUTOSCALER_KEEPER_SCHEDULER_IMAGE=scheduler,
+    )
+    assert f"--entrypoint /usr/local/bin/swarm-autoscaler-worker {worker} $TLS_WORKER" in script
+    assert f"--entrypoint dask {scheduler} scheduler --protocol tls" in script
+    assert f'--env-file "$D/cluster.env" {IMAGE} run' in script  # the autoscaler keeps the image
 
 
 def test_every_setting_it_writes_exists_and_the_cluster_s_autoscaler_settings_load(
@@ -108,5 +130,10 @@ def test_the_dask_options_and_the_worker_entrypoint_it_uses_exist(script: str) -
     ):
         helped = subprocess.run([dask, role, "--help"], capture_output=True, text=True, check=True).stdout
         assert all(option in helped for option in options), role
-    assert "-m swarm_autoscaler.runtime.worker" in script
+    # the shell entrypoint any worker image carries (docker/worker-entrypoint.sh), ours included
+    assert "--entrypoint /usr/local/bin/swarm-autoscaler-worker " in script
+    assert (
+        "COPY docker/worker-entrypoint.sh /usr/local/bin/swarm-autoscaler-worker"
+        in (Path(__file__).resolve().parents[2] / "docker" / "Dockerfile").read_text()
+    )
     assert "node.labels.swarm-autoscaler.cluster==" + CID in script

@@ -60,7 +60,10 @@ from swarm_autoscaler.config.types import (
 KEEPER_PREFIX = f"{PREFIX}KEEPER_"
 EXAMPLE_TOKEN = "replace-me-with-a-long-random-token"
 KEEPER_HTTP_PORT = 8080
-DEFAULT_IMAGE = f"swarm-autoscaler:{__version__}"
+# Fully qualified: an unqualified `swarm-autoscaler:<version>` that is not on the machine would be pulled
+# from Docker Hub (anybody's image of that name). `localhost/` never resolves to a public registry: build
+# or tag the image under this name, or set AUTOSCALER_KEEPER_IMAGE to your registry's.
+DEFAULT_IMAGE = f"localhost/swarm-autoscaler:{__version__}"
 PLACEHOLDERS = (
     "cluster_id",
     "user_id",
@@ -72,6 +75,8 @@ PLACEHOLDERS = (
     "credentials_token",
     "image",
     "keeper_ca",
+    "worker_image",
+    "scheduler_image",
 )
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 TEMPLATE_LIMIT = USER_DATA_LIMIT - 4096  # room for the rendered values (the worker types' JSON above all)
@@ -81,7 +86,8 @@ DEFAULT_PRIMARY_BOOT = """\
 # Primary of on-demand cluster {{cluster_id}} (user {{user_id}}, wallet {{wallet_id}}), from the keeper.
 # Needs docker and curl on the AMI. Makes this machine the manager of a swarm of its own, running:
 # a dask scheduler speaking TLS only, the cluster's own autoscaler, and the dask worker as a global
-# service on the workers that autoscaler launches. Images: {{image}} only (pinned).
+# service on the workers that autoscaler launches. Images (pinned): {{image}}, the scheduler's
+# {{scheduler_image}} and the workers' {{worker_image}}.
 set -euo pipefail
 umask 077
 D=/etc/swarm-autoscaler
@@ -119,7 +125,7 @@ TLS_WORKER="--tls-ca-file $S/dask-ca --tls-cert $S/dask-worker --tls-key $S/dask
 # (--no-healthcheck: the image's check is the autoscaler's /healthz, which a scheduler does not serve)
 docker service create --detach --name dask-scheduler --network host --constraint node.role==manager --no-healthcheck \\
   --secret dask-ca --secret dask-scheduler --secret dask-scheduler-key \\
-  --entrypoint dask {{image}} scheduler --protocol tls --host "$ADDR" --port {{scheduler_port}} \\
+  --entrypoint dask {{scheduler_image}} scheduler --protocol tls --host "$ADDR" --port {{scheduler_port}} \\
   --dashboard-address "$ADDR:{{dashboard_port}}" --preload swarm_autoscaler.adapters.dask_packing $TLS_SCHEDULER
 # 4. The cluster's autoscaler: this swarm, this cluster's name and EC2 tags, the scheduler over TLS; its
 # own HTTP (health, metrics) on the private address, port 8000 (closed unless a rule opens it).
@@ -150,7 +156,7 @@ docker service create --detach --name dask-worker --mode global --network host -
   --env DASK_SCHEDULER_ADDRESS="tls://$ADDR:{{scheduler_port}}" --env 'DASK_WORKER_NAME={{.Node.Hostname}}' \\
   --mount type=bind,src=/etc/swarm-autoscaler,dst=/etc/swarm-autoscaler,readonly \\
   --restart-condition any --restart-delay 2s --stop-grace-period 30s \\
-  --entrypoint python3 {{image}} -m swarm_autoscaler.runtime.worker $TLS_WORKER
+  --entrypoint /usr/local/bin/swarm-autoscaler-worker {{worker_image}} $TLS_WORKER
 """
 
 
@@ -250,7 +256,8 @@ class KeeperSettings(BaseSettings):
         "{{wallet_id}}, {{scheduler_port}}, {{dashboard_port}}, {{autoscaler_env}} (the cluster's "
         "autoscaler settings, one NAME=value line each), {{keeper_url}} (AUTOSCALER_KEEPER_PUBLIC_URL), "
         "{{credentials_token}} (the one-time token that fetches the cluster's TLS files), {{image}} "
-        "(AUTOSCALER_KEEPER_IMAGE) and {{keeper_ca}} (the PEM of AUTOSCALER_KEEPER_TLS_CA_FILE, or empty). "
+        "(AUTOSCALER_KEEPER_IMAGE), {{worker_image}} and {{scheduler_image}} (AUTOSCALER_KEEPER_WORKER_IMAGE "
+        "and AUTOSCALER_KEEPER_SCHEDULER_IMAGE, or the image) and {{keeper_ca}} (the PEM of AUTOSCALER_KEEPER_TLS_CA_FILE, or empty). "
         "Empty: the built-in script (see docs/keeper.md).",
     )
     public_url: str | None = Field(
@@ -273,8 +280,25 @@ class KeeperSettings(BaseSettings):
     )
     image: str = Field(
         default=DEFAULT_IMAGE,
-        description="The image each primary runs its scheduler, autoscaler and workers from (the one "
-        "docker/Dockerfile builds), pinned by a version tag or a digest; never :latest.",
+        description="The image each primary runs its autoscaler from, and its scheduler and workers unless "
+        "set below (the one docker/Dockerfile builds), pinned by a version tag or a digest; never :latest. "
+        "Give the registry (registry.example.com/swarm-autoscaler:0.1.0): a name without one is pulled from "
+        "Docker Hub.",
+        json_schema_extra={"example": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/swarm-autoscaler:0.1.0"},
+    )
+    worker_image: str = Field(
+        default="",
+        description="The image of the clusters' dask workers: a team's image (docker/worker.Dockerfile: its "
+        "libraries, Python 3.11, distributed at the scheduler's version and docker/worker-entrypoint.sh at "
+        "/usr/local/bin/swarm-autoscaler-worker), pinned. Empty: AUTOSCALER_KEEPER_IMAGE.",
+        json_schema_extra={"example": "registry.example.com/team/dask-worker:1.4.0"},
+    )
+    scheduler_image: str = Field(
+        default="",
+        description="The image of the clusters' dask schedulers, pinned: it needs distributed at the workers' "
+        "version and the packing preload (swarm_autoscaler.adapters.dask_packing: the autoscaler's package "
+        "installed, as in docker/Dockerfile). Empty: AUTOSCALER_KEEPER_IMAGE.",
+        json_schema_extra={"example": "registry.example.com/team/dask-scheduler:1.4.0"},
     )
     primary_iam_instance_profile: str | None = Field(
         default=None,
@@ -409,9 +433,11 @@ class KeeperSettings(BaseSettings):
             raise PydanticCustomError("url", "expected http://host:port or https://host:port, without a path")
         return value.rstrip("/")
 
-    @field_validator("image")
+    @field_validator("image", "worker_image", "scheduler_image")
     @classmethod
     def _pinned(cls, value: str) -> str:
+        if not value:
+            return value  # the worker's and scheduler's: empty means AUTOSCALER_KEEPER_IMAGE
         name, _, digest = value.partition("@")
         tag = name.rpartition(":")[2] if ":" in name.rpartition("/")[2] else ""
         if not digest and (not tag or tag == "latest"):

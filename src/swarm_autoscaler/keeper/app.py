@@ -72,6 +72,8 @@ def user_data_of(config: KeeperConfig) -> UserData:
             "keeper_ca": ca,
             "credentials_token": primary_token(secret, cluster_id),
             "image": keeper.image,
+            "worker_image": keeper.worker_image or keeper.image,
+            "scheduler_image": keeper.scheduler_image or keeper.image,
             "cluster_id": cluster_id,
             "user_id": key.user_id,
             "wallet_id": key.wallet_id,
