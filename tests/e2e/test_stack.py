@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from distributed import Client
+from structlog.testing import capture_logs
 from tests.e2e.helpers import REAL_BOOT, owned_instances, wait_for
 
 from swarm_autoscaler.core.model import GIB
@@ -221,3 +222,50 @@ async def test_the_stack_deploys_scales_a_burst_rolls_and_logs_json(
     text = "\n".join(lines)
     assert stack["password"] not in text and stack["secret_key"] not in text
     assert any(json.loads(line).get("event") == "action" for line in lines)
+
+
+async def test_the_readme_scheduler_stack_serves_the_readme_url(
+    cloud: LocalCloud, manager: LocalNode, image: int
+) -> None:
+    """README step 6 and its step-3 URL, as written: `docker/scheduler-stack.yml` deployed with the image
+    (SCHEDULER_IMAGE), and a daemon whose AUTOSCALER_DASK_SCHEDULER_URL is `tcp://<the manager's private
+    address>:8786` starts (no warning that the packing preload is missing) and reads it in a tick. The
+    manager's loopback address stands in for its private one; nothing else is overridden."""
+    url = f"tcp://{manager.address}:8786"
+    env = {**os.environ, "SCHEDULER_IMAGE": IMAGE, "DOCKER_HOST": manager.docker_url}
+    compose = str(ROOT / "docker" / "scheduler-stack.yml")
+    deploy = [
+        "/usr/bin/docker",
+        "stack",
+        "deploy",
+        "--resolve-image",
+        "never",
+        "-c",
+        compose,
+        "dask-scheduler",
+    ]
+    await asyncio.to_thread(subprocess.run, deploy, env=env, check=True, capture_output=True, timeout=120)
+    try:
+
+        def answers() -> bool:
+            with socket.socket() as s:
+                s.settimeout(1)
+                return s.connect_ex((manager.address, 8786)) == 0
+
+        await wait_for(answers, 120, f"the stack's scheduler listening at {url}", step=1.0)
+        with capture_logs() as logs:
+            async with cloud.daemon({"AUTOSCALER_DASK_SCHEDULER_URL": url}) as daemon:
+                result = await daemon.tick_once()
+        assert result is not None, "the tick could not read the stack's scheduler"
+        assert not [e for e in logs if "packing preload" in str(e.get("event"))], logs
+    finally:
+        await manager.docker("stack", "rm", "dask-scheduler")
+        await wait_for(
+            lambda: (
+                not manager.docker_sync(
+                    "ps", "-q", "--filter", "label=com.docker.stack.namespace=dask-scheduler"
+                )
+            ),
+            60,
+            "the scheduler stack's container gone",
+        )
