@@ -281,3 +281,56 @@ async def test_gpu_service_lands_on_the_gpu_machine_bought_for_it(cloud: LocalCl
         lc.emulator.user_data_boot.fake_gpus = 0
         with contextlib.suppress(Exception):
             await manager.docker("service", "rm", GPU_SERVICE)
+
+
+async def test_a_failing_boot_is_replaced_at_once_by_another_type(cloud: LocalCloud, image: Path) -> None:
+    """An m5.large whose boot script fails (a broken AMI, say) runs the daemon's user data on its dockerd
+    node: the failure line, then `shutdown`, so EC2 stops it (the emulator's stand-in for
+    InstanceInitiatedShutdownBehavior=stop). The daemon terminates each such machine within seconds, not
+    after AUTOSCALER_MAX_START_TIME (120 s here), backs that (type, subnet) off, and the pending task ends up
+    on an m5.xlarge."""
+    lc = cloud
+    manager = lc.local_swarm.manager
+    assert lc.network is not None
+    ami = lc.network.ami_id
+    types = {
+        "m5.large": {"ami_id": ami, "boot_script": "echo no docker on this AMI >&2; exit 3"},
+        "m5.xlarge": {"ami_id": ami},
+    }
+    env = {**DYNAMIC, "AUTOSCALER_EC2_ALLOWED_TYPES": json.dumps(types)}
+    before = set(_all_ever(lc))
+    await manager.docker(
+        "service", "create", "--detach", "--name", SERVICE, "--reserve-cpu", str(CPUS_EACH), "--reserve-memory", "64m",
+        "--constraint", "node.role==worker", "--stop-grace-period", "1s", IMAGE, "/bin/busybox", "sleep", "3600",
+    )  # fmt: skip
+    try:
+        async with lc.daemon(env) as daemon:
+            running = await start(daemon)
+            try:
+
+                async def placed() -> list[str]:
+                    return [host for host, state in await _replicas(lc) if state == "running"]
+
+                await wait_for(placed, 180, "the task running after the failed boots", step=1.0)
+                launched = {iid: i for iid, i in _all_ever(lc).items() if iid not in before}
+                by_host = {hostname_of(i): i["InstanceType"] for i in launched.values()}
+                assert [by_host[h] for h in short_names(await placed())] == ["m5.xlarge"]
+                failed = {iid for iid, i in launched.items() if i["InstanceType"] == "m5.large"}
+                assert failed, "the cheaper m5.large was never tried"
+                ended = {
+                    iid: t
+                    for t, a in running.record.actions
+                    if isinstance(a, Terminate)
+                    for iid in a.instance_ids
+                }
+                launches = [t for t, a in running.record.actions if isinstance(a, Launch)]
+                assert failed <= set(ended), (failed, ended)
+                # each failed machine ends well inside the start timeout (120 s)
+                assert max(ended[iid] for iid in failed) - launches[0] < 60, (ended, launches)
+                await manager.docker("service", "rm", SERVICE)
+                await wait_for(lambda: not owned_instances(lc), 150, "the fleet back at zero")
+            finally:
+                await running.halt()
+    finally:
+        with contextlib.suppress(Exception):
+            await manager.docker("service", "rm", SERVICE)
