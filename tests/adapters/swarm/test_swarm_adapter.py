@@ -161,6 +161,31 @@ async def test_drain_and_activate_round_trip(local_swarm: LocalSwarm) -> None:
         assert (await node_named(orch, WORKERS[0])).availability is Availability.ACTIVE
 
 
+class CountingOrchestrator(SwarmOrchestrator):
+    """The adapter, counting the node reads it makes (one per versioned write it sends)."""
+
+    reads = 0
+
+    async def _read_node(self, node_id: str) -> Mapping[str, Any]:
+        self.reads += 1
+        return await super()._read_node(node_id)
+
+
+async def test_a_drain_with_its_marks_is_one_node_update(local_swarm: LocalSwarm) -> None:
+    """What act sends for a DrainNode that carries marks: dockerd takes marks and availability in one
+    node spec (one read, one versioned write)."""
+    marks = NodeMarks(ready=True, drained_since=1_700_000_100.0)
+    async with CountingOrchestrator(local_swarm.manager_url) as orch:
+        node = await node_named(orch, WORKERS[0])
+        await orch.mark(node.id, marks, None, Availability.DRAIN)
+        writes = orch.reads
+        seen = await node_named(orch, WORKERS[0])
+        await orch.mark(node.id, NodeMarks(), None, Availability.ACTIVE)
+        back = await node_named(orch, WORKERS[0])
+    assert (seen.availability, seen.marks, writes) == (Availability.DRAIN, marks, 1)
+    assert (back.availability, back.marks) == (Availability.ACTIVE, NodeMarks())
+
+
 async def test_stale_version_is_reread_and_retried(local_swarm: LocalSwarm) -> None:
     orch = RacingOrchestrator(local_swarm, races=2)
     async with orch:
