@@ -45,7 +45,7 @@ test: $(STAMP)
 
 # Without the chaos test (a few minutes; `make test` runs it).
 test-fast: $(STAMP)
-	$(BIN)/pytest -m "not swarm and not e2e and not chaos and not audit"
+	$(BIN)/pytest -n $(TEST_WORKERS) -m "not swarm and not e2e and not chaos and not audit"
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
