@@ -20,7 +20,12 @@ def test_stack_file_runs_on_a_manager_with_the_socket_and_env_file_and_publishes
     mounts = {(m["source"], m["target"]) for m in service["volumes"]}
     assert ("${DOCKER_SOCKET:-/var/run/docker.sock}", "/var/run/docker.sock") in mounts
     assert service["env_file"] == ["${AUTOSCALER_ENV_FILE:-../.env}"]
-    assert service["user"].startswith("10001:")
+    # no fixed user: the entrypoint joins the socket's group as it is on the manager the replica runs on
+    assert "user" not in service
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    assert 'ENTRYPOINT ["/usr/local/bin/swarm-autoscaler-entrypoint"]' in dockerfile
+    assert "\nUSER " not in dockerfile
+    assert "setpriv --reuid=10001" in (ROOT / "docker" / "autoscaler-entrypoint.sh").read_text()
     # replicas on one manager must not clash: no port published in host mode (nor at all)
     assert "ports" not in service
     assert service["deploy"]["update_config"]["order"] == "stop-first"

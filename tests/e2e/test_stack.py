@@ -100,7 +100,6 @@ async def stack(
         "AUTOSCALER_ENV_FILE": str(env_file),
         "AUTOSCALER_REPLICAS": "2",
         "DOCKER_SOCKET": str(manager.socket_path),
-        "DOCKER_GID": str(manager.socket_path.stat().st_gid),
     }
     saved = {k: os.environ.get(k) for k in deploy_env}
     os.environ.update(deploy_env)  # docker stack deploy reads them to fill in stack.yml

@@ -80,7 +80,6 @@ async def test_the_deployed_stack_scales_up_runs_on_swarm_started_workers_and_ba
                     "AUTOSCALER_ENV_FILE": str(env_file),
                     "AUTOSCALER_REPLICAS": "1",
                     "DOCKER_SOCKET": str(manager.socket_path),
-                    "DOCKER_GID": str(manager.socket_path.stat().st_gid),
                 },
             )
             t = phase("deploy the daemon", t, phases)

@@ -109,6 +109,7 @@ def image_key(debug: bool = False) -> str:
     files = [
         ROOT / "docker" / "Dockerfile",
         ROOT / "docker" / "worker-entrypoint.sh",
+        ROOT / "docker" / "autoscaler-entrypoint.sh",
         ROOT / ".dockerignore",
         ROOT / "pyproject.toml",
         ROOT / "README.md",
