@@ -95,10 +95,6 @@ async def cloud() -> AsyncIterator[LocalCloud]:
     options = LocalCloudOptions(fast=True, cluster_name="drift", allowed_types=TYPES, max_instances=6)
     async with LocalCloud(options) as lc:
         assert lc.emulator is not None
-        # Every machine reports its short hostname: the in-memory swarm, which the daemon reads here
-        # without the swarm adapter, keeps node names as they join (the adapter's reading of a full DNS
-        # name is tested at the wire and on dockerd nodes).
-        lc.emulator.full_hostname_share = 0.0
         yield lc
 
 

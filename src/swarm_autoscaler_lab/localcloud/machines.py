@@ -56,6 +56,7 @@ from distributed import Worker
 
 from swarm_autoscaler.adapters.dask import PIN_PREFIX
 from swarm_autoscaler.adapters.ec2_support import POOL_STOP_LINE
+from swarm_autoscaler.adapters.hostnames import machine_hostname
 from swarm_autoscaler.core.model import Availability, InstanceType, NodeStatus
 from swarm_autoscaler.core.ports import Orchestrator
 from swarm_autoscaler.runtime.worker import profiler_is_unsafe
@@ -218,7 +219,7 @@ class MachineEmulator:
                 continue
             if active is None:
                 active = await self._active_hostnames()
-            await self._run_worker(machine, machine.hostname in active)
+            await self._run_worker(machine, machine_hostname(machine.hostname) in active)
 
     async def close(self) -> None:
         for machine in list(self.machines.values()):
@@ -235,7 +236,7 @@ class MachineEmulator:
             machine.committed = True
             await self._boot(machine)
             active = await self._active_hostnames()
-            await self._run_worker(machine, machine.hostname in active)
+            await self._run_worker(machine, machine_hostname(machine.hostname) in active)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the next step tries again, like a machine's retrying cloud-init

@@ -9,6 +9,7 @@ import dataclasses
 import itertools
 from collections.abc import Mapping
 
+from swarm_autoscaler.adapters.hostnames import machine_hostname
 from swarm_autoscaler.core.model import Availability, Node, NodeMarks, NodeStatus
 from swarm_autoscaler.core.ports import is_ours
 from swarm_autoscaler.errors import NotFoundError
@@ -77,7 +78,12 @@ class MemorySwarm:
     # --- the Orchestrator port --------------------------------------------------------------------
 
     async def list_nodes(self) -> tuple[Node, ...]:
-        return tuple(self.nodes.values())
+        # As the swarm adapter lists them: named by the machine's short hostname, whichever form the node's
+        # OS reported (Amazon Linux reports the full private DNS name). The Docker API imitation, which
+        # speaks for docker, reads `nodes` as they joined.
+        return tuple(
+            dataclasses.replace(n, hostname=machine_hostname(n.hostname)) for n in self.nodes.values()
+        )
 
     async def set_availability(self, node_id: str, availability: Availability) -> None:
         node = self._get(node_id)
