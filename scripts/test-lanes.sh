@@ -4,8 +4,10 @@
 #
 #   swarm lane: the tests that run a local docker swarm, one process at a time and in order (only one local
 #               swarm may exist on a machine, and each process's swarm is session-scoped): the swarm adapter
-#               tests (marker `swarm`, not `e2e`), then the end-to-end suite (marker `e2e`).
-#   fast lane:  every other test (no swarm, no e2e, no audit) with pytest-xdist on TEST_WORKERS workers.
+#               tests (marker `swarm`, not `e2e`), then the end-to-end suite on dockerd nodes (marker `e2e`,
+#               not `no_dockerd`).
+#   fast lane:  every other test (no swarm, no audit; the end-to-end tests whose swarms are in memory, marker
+#               `no_dockerd`, included) with pytest-xdist on TEST_WORKERS workers.
 #
 # The swarm lane spends most of its time waiting (nodes booting, daemons' poll intervals and delays), so the
 # fast lane runs beside it on the same cores, at a lower priority (nice 5): the swarm lane's timings come
@@ -36,7 +38,7 @@ if ! bash -c "$LINT"; then
   exit 1
 fi
 
-nice -n 5 "$BIN/pytest" -m "not swarm and not e2e and not audit" -n "$WORKERS" --durations="$DURATIONS" \
+nice -n 5 "$BIN/pytest" -m "not swarm and not audit and (not e2e or no_dockerd)" -n "$WORKERS" --durations="$DURATIONS" \
   >"$FAST_LOG" 2>&1 &
 fast_pid=$!
 
@@ -45,7 +47,7 @@ swarm_rc=0
 # Not fatal: without root (or offline) the e2e suite says what it lacks when it builds the images itself.
 wait $prep_pid || echo "preparing the images' inputs failed (the e2e suite builds them): $(tail -5 "$PREP_LOG")"
 e2e_rc=0
-"$BIN/pytest" -m e2e tests/e2e --durations="$DURATIONS" || e2e_rc=$?
+"$BIN/pytest" -m "e2e and not no_dockerd" tests/e2e --durations="$DURATIONS" || e2e_rc=$?
 
 fast_rc=0
 wait $fast_pid || fast_rc=$?

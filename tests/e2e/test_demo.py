@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tests.e2e.helpers import run_demo
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.no_dockerd, pytest.mark.timeout(300)]
 
 TASKS = 30
 

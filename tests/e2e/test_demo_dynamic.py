@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from tests.e2e.helpers import CLI, run_demo
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.no_dockerd, pytest.mark.timeout(300)]
 
 
 def test_dynamic_demo_places_services_on_launched_machines_and_settles(tmp_path: Path) -> None:

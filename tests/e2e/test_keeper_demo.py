@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from tests.e2e.helpers import run_demo
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.no_dockerd, pytest.mark.timeout(300)]
 
 
 def test_three_users_clusters_are_created_scale_and_all_end(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from swarm_autoscaler.keeper.adapters.tags import USER_TAG, WALLET_TAG
 from swarm_autoscaler_lab.demo.clusters import KeeperApi
 from swarm_autoscaler_lab.localcloud.keepercloud import KeeperCloud, KeeperCloudOptions
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.e2e, pytest.mark.no_dockerd, pytest.mark.timeout(240)]
 
 IDLE = 8.0  # seconds
 

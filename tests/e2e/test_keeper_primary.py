@@ -19,7 +19,7 @@ from swarm_autoscaler.keeper.adapters.dask_probe import HttpSchedulerProbe
 from swarm_autoscaler_lab.localcloud.keepercloud import KeeperCloud, KeeperCloudOptions
 from swarm_autoscaler_lab.localcloud.primaries import autoscaler_env
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.e2e, pytest.mark.no_dockerd, pytest.mark.timeout(240)]
 
 OWNER = {"test-keeper": "primaries"}
 CLUSTER_TAG = "test-keeper/cluster-id"

@@ -26,7 +26,7 @@ from swarm_autoscaler.keeper.adapters.redis_leases import RedisLocks
 from swarm_autoscaler_lab.demo.clusters import KeeperApi
 from swarm_autoscaler_lab.localcloud.keepercloud import KeeperCloud, KeeperCloudOptions
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.e2e, pytest.mark.no_dockerd, pytest.mark.timeout(240)]
 
 IDLE = 60.0  # long: these tests end their clusters on request
 LOCK_TTL = 3.0  # the keeper cloud's fast AUTOSCALER_KEEPER_LOCK_TTL
