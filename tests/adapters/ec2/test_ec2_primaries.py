@@ -511,3 +511,32 @@ async def test_the_keeper_ends_workers_past_a_cluster_s_maximum_and_those_naming
         f"beyond the cluster's maximum of {maximum}",
         "names another cluster's primary",
     }
+
+
+async def test_a_worker_no_longer_past_the_maximum_on_a_fresh_read_is_not_ended(
+    make_hosts: Factory, raw_ec2: Any, network: LocalNetwork
+) -> None:
+    """The keeper's listing can be a whole interval old when it trims. Stands in for a cluster whose own
+    autoscaler ended one of its older workers after the listing: the listing still finds two workers past
+    the maximum of 2, a fresh read (moto, over HTTP) only the newest. Only that one is terminated; the other
+    is no longer beyond the maximum, and ending it would end somebody's work."""
+    maximum = 2
+    hosts = await make_hosts()
+    alice = await hosts.create(ALICE, 1_800_000_000.0)
+    await hosts.list_clusters()
+    arn = hosts.primary_arn(alice.cluster_id)
+    assert arn
+    tags = {**worker_tags(hosts._name, ALICE), PRIMARY_TAG: arn}
+    older = [await _worker(raw_ec2, network, alice.cluster_id, tags) for _ in range(maximum)]
+    await asyncio.sleep(1.1)  # EC2's LaunchTime has whole seconds
+    middle = await _worker(raw_ec2, network, alice.cluster_id, tags)
+    await asyncio.sleep(1.1)
+    newest = await _worker(raw_ec2, network, alice.cluster_id, tags)
+    await hosts.list_clusters()  # the listing: 4 running, 2 past the maximum
+    await raw_ec2.terminate_instances(InstanceIds=[older[0]])  # the cluster's autoscaler, after it
+
+    ended = await hosts.trim(maximum, [alice.cluster_id])
+
+    assert [iid for _, iid, _ in ended] == [newest]
+    assert (await _describe(raw_ec2, middle))["State"]["Name"] in ("pending", "running")
+    assert (await _describe(raw_ec2, newest))["State"]["Name"] in ("shutting-down", "terminated")

@@ -65,6 +65,7 @@ from swarm_autoscaler.keeper.adapters.tags import (
     WORKER_WALLET_TAG,
     excess_workers,
     group_listing,
+    listing_entry,
     new_cluster_id,
     order,
     orphan_clusters,
@@ -233,13 +234,22 @@ class Ec2Primaries(Ec2Transport):
         return self._primary_arns.get(cluster_id)
 
     async def trim(self, maximum: int, cluster_ids: Iterable[str]) -> list[tuple[str, str, str]]:
-        """Terminate, from the last listing (no other read), the workers of `cluster_ids` that
-        `excess_workers` names; returns (cluster id, instance id, reason) of each ended."""
+        """Terminate the workers of `cluster_ids` that `excess_workers` names both in the last listing and
+        in a fresh read of that cluster made right before (the listing can be a whole interval old: the
+        cluster's autoscaler may have ended some since, and a worker that is no longer past the maximum
+        is somebody's work); returns (cluster id, instance id, reason) of each ended. The fresh read is
+        made only for a cluster the listing finds past its maximum, so a quiet keeper reads nothing more."""
         ended = []
         for cid in cluster_ids:
-            if cid in self._primary_arns:  # a cluster without a listed primary is being ended anyway
-                found = excess_workers(self._listing.get(cid, ()), maximum, self._primary_arns[cid])
-                ended += [(cid, iid, why) for iid, why in found]
+            arn = self._primary_arns.get(cid)
+            if arn is None:  # a cluster without a listed primary is being ended anyway
+                continue
+            listed = {iid for iid, _ in excess_workers(self._listing.get(cid, ()), maximum, arn)}
+            if not listed:
+                continue
+            _, workers = await self._machines(cid)
+            fresh = excess_workers([listing_entry(w) for w in workers], maximum, arn)
+            ended += [(cid, iid, why) for iid, why in fresh if iid in listed]
         for batch in chunks([iid for _, iid, _ in ended], TERMINATE_BATCH):
             await self._terminate_batch(batch)
         return ended
