@@ -15,6 +15,7 @@ from swarm_autoscaler.errors import EndpointError
 from swarm_autoscaler.keeper.adapters.tags import excess_workers
 from swarm_autoscaler.keeper.lifecycle import Probe
 from swarm_autoscaler.keeper.model import Cluster, ClusterKey, ClusterState
+from swarm_autoscaler.keeper.ports import WorkerLaunch
 
 
 class FakeHosts:
@@ -183,3 +184,22 @@ class ReplicaLocks:
         owner = self.shared.leases.get(name)
         if owner is not None and owner[0] == self.replica:
             del self.shared.leases[name]
+
+
+class FakeWorkers:
+    """The keeper's `WorkerLauncher` in memory: `live[cluster_id]` are its pending or running workers;
+    every launch is recorded in `launched` and adds its ids there."""
+
+    def __init__(self) -> None:
+        self.live: dict[str, set[str]] = {}
+        self.launched: list[WorkerLaunch] = []
+        self._ids = itertools.count(1)
+
+    async def live_workers(self, cluster_id: str) -> frozenset[str]:
+        return frozenset(self.live.get(cluster_id, ()))
+
+    async def launch(self, launch: WorkerLaunch) -> tuple[dict[str, Any], ...]:
+        self.launched.append(launch)
+        ids = [f"i-{next(self._ids):017x}" for _ in range(launch.count)]
+        self.live.setdefault(launch.cluster_id, set()).update(ids)
+        return tuple({"InstanceId": iid, "InstanceType": launch.instance_type} for iid in ids)

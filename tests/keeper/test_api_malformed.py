@@ -24,7 +24,7 @@ from aiohttp.test_utils import TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
-from tests.keeper.fakes import FakeHosts, FakeProbe, SharedLocks
+from tests.keeper.fakes import FakeHosts, FakeProbe, FakeWorkers, SharedLocks
 
 from swarm_autoscaler.daemon.metrics import Metrics, build_app
 from swarm_autoscaler.keeper.adapters.redis_budgets import RedisBudgets
@@ -32,7 +32,8 @@ from swarm_autoscaler.keeper.adapters.redis_tokens import RedisTokens
 from swarm_autoscaler.keeper.adapters.redis_usage import RedisUsage
 from swarm_autoscaler.keeper.adapters.tls import make_credentials
 from swarm_autoscaler.keeper.api import build_keeper_app
-from swarm_autoscaler.keeper.credentials import InProcessCredentials
+from swarm_autoscaler.keeper.credentials import InProcessCredentials, listing_token
+from swarm_autoscaler.keeper.launches import Launches
 from swarm_autoscaler.keeper.lifecycle import KeeperTiming
 from swarm_autoscaler.keeper.limits import Limits
 from swarm_autoscaler.keeper.metrics import KeeperMetrics
@@ -53,6 +54,7 @@ ROUTES = {
     ("GET", "/v1/clusters/{user_id}/{wallet_id}/credentials"),
     ("GET", "/v1/primaries/{cluster_id}/credentials"),
     ("GET", "/v1/primaries/{cluster_id}/instances"),
+    ("POST", "/v1/primaries/{cluster_id}/launches"),
     ("POST", "/v1/users/{user_id}/token"),
     ("DELETE", "/v1/users/{user_id}/token"),
     ("GET", "/v1/wallets/{wallet_id}/budget"),
@@ -75,6 +77,7 @@ class Served:
     redis: redis.Redis
     credentials: InProcessCredentials
     routes: set[tuple[str, str]]
+    workers: FakeWorkers
 
     def state(self) -> Any:
         keys = sorted(self.redis.keys("*"))
@@ -85,6 +88,7 @@ class Served:
             {k: self.redis.dump(k) for k in keys},
             dict(self.credentials._made),
             set(self.credentials._used),
+            list(self.workers.launched),
         )
 
 
@@ -104,9 +108,12 @@ def served() -> Iterator[Served]:
             interval=0.05, clock=lambda: NOW, limits=Limits(5, usage=usage, store=budgets),
         )  # fmt: skip
         credentials = InProcessCredentials(make_credentials)
+        workers = FakeWorkers()
+        launches = Launches(keeper, workers, types={"m5.large": ("on-demand",)}, maximum=5)
         app = build_keeper_app(
-            keeper, ADMIN, KeeperMetrics(), usage=usage, credentials=credentials, tokens=tokens
-        )
+            keeper, ADMIN, KeeperMetrics(), usage=usage, credentials=credentials, tokens=tokens,
+            launches=launches,
+        )  # fmt: skip
         daemon = build_app(Metrics("malformed"), lambda: NOW, 10.0, clock=lambda: NOW)
         keeper_server, daemon_server = TestServer(app), TestServer(daemon)
 
@@ -124,7 +131,9 @@ def served() -> Iterator[Served]:
         }
         sync = redis.Redis.from_url(server.url)
         try:
-            yield Served(loop, keeper_server.port, daemon_server.port, hosts, sync, credentials, routes)  # type: ignore[arg-type]
+            yield Served(
+                loop, keeper_server.port, daemon_server.port, hosts, sync, credentials, routes, workers
+            )  # type: ignore[arg-type]
         finally:
 
             async def stop() -> None:
@@ -233,6 +242,35 @@ bad_bodies = st.one_of(
     ),
 )
 
+# The launch route's body (`keeper.launches.LaunchBody`): a valid one with one thing wrong.
+CLUSTER_HEADER = b"Authorization: Bearer " + listing_token(ADMIN, VALID["cluster_id"]).encode()
+GOOD_LAUNCH: dict[str, Any] = {
+    "instance_type": "m5.large",
+    "count": 1,
+    "client_token": "t1",
+    "user_data": "#!/bin/bash",
+}
+launch_mistakes = st.sampled_from(
+    [
+        {"count": 0}, {"count": -1}, {"count": "1"}, {"count": 1.5}, {"count": True}, {"count": 10**6},
+        {"instance_type": ""}, {"instance_type": "M5.LARGE"}, {"instance_type": "m5"}, {"instance_type": 5},
+        {"market": "reserved"}, {"market": None}, {"subnet_id": "sg-1"}, {"subnet_id": "subnet-a b"},
+        {"user_data": "#" * (16 * 1024 + 1)}, {"user_data": "\u00e9" * 8193}, {"user_data": ["x"]},
+        {"client_token": ""}, {"client_token": "a" * 41}, {"client_token": "a b"}, {"client_token": None},
+        {"labels": {"": "v"}}, {"labels": {"k": 1}}, {"labels": {"k": "\n"}}, {"labels": ["k"]},
+        {"labels": {f"k{i}": "v" for i in range(31)}}, {"pool": "yes"}, {"deployment": "SWARM!"},
+        {"primary_arn": "arn:aws:ec2:us-east-1:1:instance/i-1"}, {"image_id": "ami-1"},
+        {"iam_instance_profile": "admin"}, {"cluster_id": "kc-0002"},
+    ]
+)  # fmt: skip
+bad_launches = st.one_of(
+    launch_mistakes.map(lambda change: json.dumps({**GOOD_LAUNCH, **change}).encode()),
+    st.sampled_from(sorted(GOOD_LAUNCH))
+    .map(lambda gone: json.dumps({k: v for k, v in GOOD_LAUNCH.items() if k != gone}).encode())
+    .filter(lambda b: b"client_token" not in b or b"instance_type" not in b or b"count" not in b),
+    st.just(json.dumps({**GOOD_LAUNCH, "user_data": "x" * 70_000}).encode()),  # over the body's limit
+)
+
 
 @st.composite
 def malformed(draw: st.DrawFn) -> tuple[str, bytes]:
@@ -254,6 +292,10 @@ def malformed(draw: st.DrawFn) -> tuple[str, bytes]:
         value = draw(bad_ids if name.endswith("_id") else bad_numbers)
         query = f"{name}={value}".encode()
         return kind, request("GET", target("/v1/usage", {}, query), [ADMIN_HEADER, *extra])
+    if draw(st.booleans()):
+        body = draw(st.one_of(bad_bodies, bad_launches))
+        headers = [CLUSTER_HEADER, b"Content-Type: application/json", *extra]
+        return kind, request("POST", target("/v1/primaries/{cluster_id}/launches", VALID), headers, body)
     body = draw(bad_bodies)
     headers = [ADMIN_HEADER, b"Content-Type: application/json", *extra]
     return kind, request("PUT", target("/v1/wallets/{wallet_id}/budget", VALID), headers, body)

@@ -16,7 +16,10 @@ usage only; another user's path is 403, the admin routes are 403). Tokens are co
     GET    /v1/clusters/{user_id}/{wallet_id}/credentials  200, the client's TLS files (PEM) of the live
                                                          cluster; 404 without one
     GET    /v1/primaries/{cluster_id}/instances          the cluster's workers as the keeper last listed
-                                                         them (its autoscaler's bearer: the listing token)
+                                                         them (its autoscaler's bearer: the cluster token)
+    POST   /v1/primaries/{cluster_id}/launches           launch the cluster's workers within its scope,
+                                                         maximum, budget and types (`keeper.launches`;
+                                                         the same bearer); the primaries cannot launch
     GET    /v1/primaries/{cluster_id}/credentials        the primary's TLS files, once: its bearer is the
                                                          one-time token of its boot script (not the API
                                                          token); 410 Gone on a second use
@@ -53,6 +56,7 @@ from swarm_autoscaler.errors import AutoscalerError
 from swarm_autoscaler.keeper.access import ADMIN, InProcessTokens, Principal, TokenStore, is_admin
 from swarm_autoscaler.keeper.credentials import LOST, Credentials, CredentialStore, token_matches
 from swarm_autoscaler.keeper.inputs import BadInput, bearer, epoch_seconds, json_object
+from swarm_autoscaler.keeper.launches import Launches, launches_route
 from swarm_autoscaler.keeper.limits import LimitRefusedError, Limits
 from swarm_autoscaler.keeper.listing import listing_route
 from swarm_autoscaler.keeper.metrics import KeeperMetrics
@@ -382,11 +386,13 @@ def build_keeper_app(
     usage: UsageLedger | None = None,
     credentials: CredentialStore | None = None,
     tokens: TokenStore | None = None,
+    launches: Launches | None = None,
 ) -> web.Application:
     """The API over `keeper`. `healthy` returns None when fine, else why not (503 on /healthz).
     `expected_start_s` is how long a primary usually takes to run (for `eta_s`). `credentials`: where
     the clusters' TLS credentials are kept (None: the credentials routes answer 404). `tokens`: the user
-    tokens (None: kept in this process)."""
+    tokens (None: kept in this process). `launches`: how the clusters' workers are launched (None: the
+    launch route answers 404)."""
     routes = _Routes(keeper, token, metrics, expected_start_s, healthy, usage, credentials, tokens)
     app = web.Application(middlewares=[routes.guard])
     app[KEEPER] = keeper
@@ -400,6 +406,7 @@ def build_keeper_app(
     app.router.add_get(base + "/credentials", routes.client_credentials)
     app.router.add_get(_OWN_TOKEN + "{cluster_id}/credentials", routes.primary_credentials)
     app.router.add_get(_OWN_TOKEN + "{cluster_id}/instances", listing_route(keeper, token))
+    app.router.add_post(_OWN_TOKEN + "{cluster_id}/launches", launches_route(launches, token))
     app.router.add_post(_USER_TOKEN, routes.issue_token)
     app.router.add_delete(_USER_TOKEN, routes.revoke_token)
     app.router.add_get(_BUDGET, routes.get_budget)

@@ -31,6 +31,7 @@ from swarm_autoscaler.keeper.access import InProcessTokens, TokenStore
 from swarm_autoscaler.keeper.adapters.dask_clients import TlsSchedulerClients
 from swarm_autoscaler.keeper.adapters.dask_probe import HttpSchedulerProbe
 from swarm_autoscaler.keeper.adapters.ec2_primaries import Ec2Primaries, UserData
+from swarm_autoscaler.keeper.adapters.ec2_workers import Ec2Workers
 from swarm_autoscaler.keeper.adapters.redis_budgets import RedisBudgets
 from swarm_autoscaler.keeper.adapters.redis_credentials import RedisCredentials
 from swarm_autoscaler.keeper.adapters.redis_leases import RedisLocks
@@ -42,6 +43,7 @@ from swarm_autoscaler.keeper.adapters.tls import make_credentials
 from swarm_autoscaler.keeper.api import build_keeper_app
 from swarm_autoscaler.keeper.credentials import InProcessCredentials, listing_token, primary_token
 from swarm_autoscaler.keeper.interruptions import read_interruptions
+from swarm_autoscaler.keeper.launches import Launches
 from swarm_autoscaler.keeper.lifecycle import KeeperTiming
 from swarm_autoscaler.keeper.limits import Limits
 from swarm_autoscaler.keeper.locks import InProcessLocks
@@ -113,6 +115,27 @@ def primaries(config: KeeperConfig) -> Ec2Primaries:
     )
 
 
+def launches_of(config: KeeperConfig, keeper: Keeper, hosts: Ec2Primaries) -> Launches:
+    """The launch route's checks and launcher: the keeper's worker types (their AMIs and capacities),
+    its subnets, security groups and key pair, and each cluster's maximum."""
+    ec2, settings = config.ec2, config.keeper
+    launcher = Ec2Workers(
+        hosts,
+        keeper_name=settings.name,
+        amis={name: spec.ami_id for name, spec in settings.worker_types.items()},
+        security_group_ids=list(ec2.security_group_ids),
+        key_name=ec2.key_name,
+        custom_tags=dict(ec2.custom_tags),
+    )
+    return Launches(
+        keeper,
+        launcher,
+        types={name: tuple(spec.capacity) for name, spec in settings.worker_types.items()},
+        maximum=settings.max_instances_per_cluster,
+        subnets=tuple(ec2.subnet_ids),
+    )
+
+
 @contextlib.asynccontextmanager
 async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
     """Check every endpoint once (see the module docstring), serve the API, and yield the keeper (not
@@ -174,6 +197,7 @@ async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
             usage=usage,
             credentials=credentials,
             tokens=tokens,
+            launches=launches_of(config, keeper, hosts),
         )
         if usage is not None:
             keeper.accountant = UsageAccountant(

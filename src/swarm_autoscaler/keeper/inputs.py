@@ -5,7 +5,7 @@ becomes a `BadInput` (a 4xx with a message), never an exception from deep inside
   hex HMACs); a header with anything else (bytes that are not UTF-8 arrive as surrogates) is no token,
   so it gets 401 like a wrong one, before any comparison.
 - **Epoch seconds** (`since`, `until`) must be finite numbers: `nan`, `inf` and `1e400` are 400.
-- **JSON bodies** are small objects: over `BODY_LIMIT` bytes, not UTF-8, not JSON, nested deeper than
+- **JSON bodies** are small objects: over `BODY_LIMIT` bytes (the launch route's: its own limit), not UTF-8, not JSON, nested deeper than
   `DEPTH_LIMIT` (a deep body used to reach `RecursionError`) or not an object: 400.
 """
 
@@ -15,7 +15,7 @@ import json
 import math
 from typing import Any
 
-BODY_LIMIT = 4096  # bytes: the only body the API reads is {"budget_usd": <number>}
+BODY_LIMIT = 4096  # bytes: the budget body, {"budget_usd": <number>}
 DEPTH_LIMIT = 8
 _BEARER = "Bearer "
 
@@ -60,11 +60,35 @@ def _depth(value: Any, limit: int) -> int:
     return 1 + max((_depth(item, limit - 1) for item in items), default=0)
 
 
-def json_object(body: bytes, expected: str) -> dict[str, Any]:
-    """A small JSON object from a request body; `BadInput` (400, saying `expected`) otherwise."""
-    if len(body) > BODY_LIMIT:
-        raise BadInput(400, f"body over {BODY_LIMIT} bytes; expected {expected}")
-    if body.count(b"[") + body.count(b"{") > 2 * DEPTH_LIMIT:  # before the parser recurses
+def _nesting(body: bytes) -> int:
+    """How deep the arrays and objects of a JSON text nest (brackets inside strings do not count), read
+    before the parser recurses."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in body:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
+
+
+def json_object(body: bytes, expected: str, limit: int = BODY_LIMIT) -> dict[str, Any]:
+    """A JSON object of at most `limit` bytes from a request body; `BadInput` (400, saying `expected`)
+    otherwise."""
+    if len(body) > limit:
+        raise BadInput(400, f"body over {limit} bytes; expected {expected}")
+    if _nesting(body) > DEPTH_LIMIT:  # before the parser recurses
         raise BadInput(400, f"body nested too deep; expected {expected}")
     try:
         value = json.loads(body.decode("utf-8"))

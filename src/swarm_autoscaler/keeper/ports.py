@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from swarm_autoscaler.keeper.lifecycle import Probe
@@ -125,4 +126,50 @@ class Replicas(Protocol):
 
     async def leave(self) -> None:
         """This replica is stopping: count it out now, not after its `ttl`."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLaunch:
+    """One launch of a cluster's workers by the keeper (`launches`): what the cluster's autoscaler chose,
+    checked (type, count, market, subnet, user data, labels, idempotency token), and what the keeper
+    forces (the cluster, its user and wallet, the instance ARN of its primary)."""
+
+    cluster_id: str
+    key: ClusterKey
+    primary_arn: str
+    instance_type: str
+    count: int
+    spot: bool
+    subnet_id: str
+    user_data: str
+    client_token: str
+    labels: tuple[tuple[str, str], ...] = ()
+    pool: bool = False
+    deployment: str = ""
+
+
+class WorkerLaunchError(Exception):
+    """EC2 refused a worker launch (`code`: EC2's error code, such as a capacity or quota refusal), which
+    the cluster's autoscaler reads as it reads EC2's own answer."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+@runtime_checkable
+class WorkerLauncher(Protocol):
+    """The only holder of the power to launch a keeper cluster's workers (the primaries' role has none)."""
+
+    async def live_workers(self, cluster_id: str) -> frozenset[str]:
+        """The ids of the cluster's pending or running workers, read from EC2 now (plus those this
+        process launched moments ago that EC2 may not list yet)."""
+        ...
+
+    async def launch(self, launch: WorkerLaunch) -> tuple[dict[str, Any], ...]:
+        """Launch up to `launch.count` workers (at least one), with the keeper's image, network, tags,
+        IMDSv2 and no instance profile; each in DescribeInstances' shape as JSON (`tags.listing_entry`).
+        Raises `WorkerLaunchError` for EC2's refusal, `EndpointError` when EC2 cannot be reached."""
         ...

@@ -1,0 +1,228 @@
+"""The keeper's launch route (`POST /v1/primaries/<id>/launches`, `keeper.launches`) over real HTTP, the
+keeper's EC2 adapters (`Ec2Primaries`, `Ec2Workers`) behind it on a moto server.
+
+What stands in for what: moto stands in for EC2 and evaluates no IAM (what the primaries' role may do is
+the evaluator's verdict, `tests/audit`); the HTTP client stands in for a user's code on their primary,
+which holds the cluster's token (it is in the primary's boot script) and can send the keeper any body.
+The keeper is the real `Keeper` with its listing (`discover`), in-process locks and a probe that is never
+asked. "Nothing launched" is moto's state read back after each refusal.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from structlog.testing import capture_logs
+from tests.adapters.ec2.ec2_helpers import ACCESS_KEY, SECRET_KEY, wire
+from tests.keeper.fakes import FakeProbe
+
+from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, OWNER_TAG, OWNER_VALUE, PRIMARY_TAG
+from swarm_autoscaler.keeper.adapters.ec2_primaries import Ec2Primaries
+from swarm_autoscaler.keeper.adapters.ec2_workers import Ec2Workers
+from swarm_autoscaler.keeper.adapters.tags import WORKER_KEEPER_TAG, WORKER_USER_TAG, WORKER_WALLET_TAG
+from swarm_autoscaler.keeper.api import build_keeper_app
+from swarm_autoscaler.keeper.credentials import listing_token
+from swarm_autoscaler.keeper.launches import Launches
+from swarm_autoscaler.keeper.lifecycle import KeeperTiming
+from swarm_autoscaler.keeper.locks import InProcessLocks
+from swarm_autoscaler.keeper.metrics import KeeperMetrics
+from swarm_autoscaler.keeper.model import ClusterKey
+from swarm_autoscaler.keeper.service import Keeper
+from swarm_autoscaler_lab.localcloud import LocalNetwork, MotoServer
+
+SECRET = "admin-secret-of-the-launch-test"
+ALICE, BOB = ClusterKey("alice", "w1"), ClusterKey("bob", "w2")
+MAXIMUM = 3
+names = itertools.count(1)
+
+
+@dataclass
+class Setup:
+    keeper: Keeper
+    hosts: Ec2Primaries
+    client: TestClient[Any, Any]
+    alice: str
+    bob: str
+    arns: dict[str, str]
+
+
+@pytest.fixture
+async def setup(moto_server: MotoServer, network: LocalNetwork) -> AsyncIterator[Setup]:
+    name = f"keeper-launch-{next(names)}"
+    hosts = await Ec2Primaries(
+        keeper_name=name, region=network.region, endpoint=moto_server.endpoint, access_key_id=ACCESS_KEY,
+        secret_access_key=SECRET_KEY, primary_type="m5.large", ami_id=network.ami_id,
+        user_data=lambda key, cid: "#!/bin/bash\n", subnet_ids=network.subnet_ids,
+        security_group_ids=[network.security_group_id], key_name=network.key_name,
+        iam_instance_profile=network.instance_profile, custom_tags={"team": "science"},
+        retry_initial=0.01, retry_max=0.05,
+    ).start()  # fmt: skip
+    keeper = Keeper(hosts, FakeProbe(), InProcessLocks(), KeeperTiming(), interval=60.0, clock=hosts.now)
+    workers = Ec2Workers(
+        hosts, keeper_name=name, amis={"m5.large": network.ami_id, "t3.micro": network.ami_id},
+        security_group_ids=[network.security_group_id], key_name=network.key_name,
+        custom_tags={"team": "science"},
+    )  # fmt: skip
+    launches = Launches(
+        keeper, workers, types={"m5.large": ("spot", "on-demand"), "t3.micro": ("on-demand",)},
+        maximum=MAXIMUM, subnets=tuple(network.subnet_ids),
+    )  # fmt: skip
+    alice = await hosts.create(ALICE, hosts.now())
+    bob = await hosts.create(BOB, hosts.now())
+    await keeper.discover()
+    arns = {cid: hosts.primary_arn(cid) or "" for cid in (alice.cluster_id, bob.cluster_id)}
+    app = build_keeper_app(keeper, SECRET, KeeperMetrics(), launches=launches)
+    try:
+        async with TestClient(TestServer(app)) as client:
+            yield Setup(keeper, hosts, client, alice.cluster_id, bob.cluster_id, arns)
+    finally:
+        await keeper.stop()
+        await hosts.close()
+
+
+def body(network: LocalNetwork, **changes: Any) -> dict[str, Any]:
+    sent: dict[str, Any] = {
+        "instance_type": "m5.large",
+        "count": 1,
+        "market": "on-demand",
+        "subnet_id": network.subnet_ids[0],
+        "user_data": "#!/bin/bash\necho worker ${HOSTNAME} [ok]\n",
+        "client_token": f"t{next(names)}",
+        "labels": {"role": "gpu"},
+    }
+    sent.update(changes)
+    return sent
+
+
+async def post(setup: Setup, cid: str, sent: Any, token: str | None = None) -> tuple[int, dict[str, Any]]:
+    bearer = token if token is not None else listing_token(SECRET, cid)
+    data = sent if isinstance(sent, bytes) else json.dumps(sent).encode()
+    response = await setup.client.post(
+        f"/v1/primaries/{cid}/launches", data=data, headers={"Authorization": f"Bearer {bearer}"}
+    )
+    answer: dict[str, Any] = await response.json()
+    return response.status, answer
+
+
+async def workers_of(raw_ec2: Any, cid: str) -> list[dict[str, Any]]:
+    found = await raw_ec2.describe_instances(Filters=[{"Name": f"tag:{CLUSTER_TAG}", "Values": [cid]}])
+    return [raw for res in found["Reservations"] for raw in res["Instances"]]
+
+
+def tags(raw: dict[str, Any]) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for t in raw.get("Tags", ())}
+
+
+async def test_a_launch_through_the_route_carries_only_what_the_keeper_forces(
+    setup: Setup, network: LocalNetwork, raw_ec2: Any
+) -> None:
+    """The legitimate launch: 200 with the instances in DescribeInstances' shape; on EC2 (read back from
+    moto, and the request checked at the wire) the keeper's AMI, subnet, security group, no instance
+    profile, IMDSv2 with a hop limit of 1, the user data as sent, and the tags the keeper forces (the
+    cluster, its user and wallet, the primary's ARN the keeper computed) beside the asked-for label."""
+    sent_wire = wire(setup.hosts, "RunInstances")
+    sent = body(network, count=2)
+    status, answer = await post(setup, setup.alice, sent)
+    assert status == 200, answer
+    ids = {raw["InstanceId"] for raw in answer["instances"]}
+    assert len(ids) == 2
+    found = {raw["InstanceId"]: raw for raw in await workers_of(raw_ec2, setup.alice)}
+    assert set(found) == ids
+    for raw in found.values():
+        held = tags(raw)
+        assert held[PRIMARY_TAG] == setup.arns[setup.alice]
+        assert held[OWNER_TAG] == OWNER_VALUE and held[CLUSTER_TAG] == setup.alice
+        assert held[WORKER_KEEPER_TAG] == setup.hosts._name
+        assert (held[WORKER_USER_TAG], held[WORKER_WALLET_TAG]) == ("alice", "w1")
+        assert held["swarm-autoscaler/label/role"] == "gpu" and held["team"] == "science"
+        assert raw["ImageId"] == network.ami_id and raw["SubnetId"] == network.subnet_ids[0]
+        assert "IamInstanceProfile" not in raw
+    (call,) = sent_wire
+    assert call["MetadataOptions.HttpTokens"] == "required"
+    assert call["MetadataOptions.HttpPutResponseHopLimit"] == "1"
+    assert "IamInstanceProfile.Name" not in call and "IamInstanceProfile.Arn" not in call
+    assert call["ClientToken"] == f"{setup.alice}-{sent['client_token']}"
+    assert base64.b64decode(call["UserData"]).decode() == sent["user_data"]
+    assert call["SecurityGroupId.1"] == network.security_group_id
+
+
+async def test_every_launch_past_the_cluster_s_scope_is_refused_and_moto_shows_nothing_launched(
+    setup: Setup, network: LocalNetwork, raw_ec2: Any
+) -> None:
+    """A user's code on alice's primary, with the cluster's token, asks the keeper for what the
+    primaries' role used to let it do (and more): each is a 4xx with one "request refused" line, and no
+    instance appears in moto under either cluster."""
+    status, _ = await post(setup, setup.alice, body(network, count=MAXIMUM - 1))
+    assert status == 200  # the maximum leaves room for one more
+    before = {cid: len(await workers_of(raw_ec2, cid)) for cid in (setup.alice, setup.bob)}
+    alice_token = listing_token(SECRET, setup.alice)
+    oversize = "#" * (16 * 1024 + 1)
+    refusals: list[tuple[str, str, Any, str | None, int]] = [
+        ("past the maximum", setup.alice, body(network, count=2), None, 429),
+        ("a type the keeper does not offer", setup.alice, body(network, instance_type="p4d.24xlarge"), None, 403),
+        ("spot for an on-demand type", setup.alice, body(network, instance_type="t3.micro", market="spot"), None, 403),
+        ("a subnet that is not the keeper's", setup.alice, body(network, subnet_id="subnet-0forged"), None, 403),
+        ("oversize user data", setup.alice, body(network, user_data=oversize), None, 400),
+        ("user data over 16 KiB in UTF-8", setup.alice, body(network, user_data="é" * 8193), None, 400),
+        ("naming the primary itself", setup.alice, body(network, primary_arn=setup.arns[setup.alice]), None, 400),
+        ("an instance profile", setup.alice, body(network, iam_instance_profile="admin"), None, 400),
+        ("another AMI", setup.alice, body(network, image_id="ami-0deadbeef"), None, 400),
+        ("bob's cluster with alice's token", setup.bob, body(network), alice_token, 401),
+        ("no token", setup.alice, body(network), "", 401),
+        ("a cluster the keeper does not know", "kc-00000000000000ff", body(network), None, 404),
+        ("not JSON", setup.alice, b"\x80not json", None, 400),
+        ("a count of zero", setup.alice, body(network, count=0), None, 400),
+        ("a count that is a string", setup.alice, body(network, count="1"), None, 400),
+        ("labels past the limit", setup.alice, body(network, labels={f"k{i}": "v" for i in range(31)}), None, 400),
+    ]  # fmt: skip
+    for what, cid, sent, token, expected in refusals:
+        with capture_logs() as logs:
+            status, answer = await post(setup, cid, sent, token)
+        assert status == expected, (what, status, answer)
+        assert "error" in answer
+        assert [line["event"] for line in logs] == ["request refused"], what
+    after = {cid: len(await workers_of(raw_ec2, cid)) for cid in (setup.alice, setup.bob)}
+    assert after == before
+
+
+async def test_a_launch_while_over_budget_or_after_the_end_is_refused(
+    setup: Setup, network: LocalNetwork, raw_ec2: Any
+) -> None:
+    """The keeper's budget state (what `read_budgets` finds; set here as it would) refuses every launch
+    of the wallet's clusters with 402, not only a hold the user's scheduler could lift; an ended cluster
+    gets 409. Bob's cluster, in another wallet, still launches."""
+    setup.keeper.over_budget["w1"] = setup.keeper.clock() - 10.0
+    status, answer = await post(setup, setup.alice, body(network))
+    assert status == 402, answer
+    assert await workers_of(raw_ec2, setup.alice) == []
+    status, _ = await post(setup, setup.bob, body(network))
+    assert status == 200
+    await setup.keeper.end(BOB)
+    status, answer = await post(setup, setup.bob, body(network))
+    assert status == 409, answer
+    assert len(await workers_of(raw_ec2, setup.bob)) == 1
+
+
+async def test_the_count_is_read_fresh_from_ec2_not_from_the_listing(
+    setup: Setup, network: LocalNetwork, raw_ec2: Any
+) -> None:
+    """Workers the keeper's last listing does not show (launched since: here by hand, as an older
+    autoscaler holding RunInstances would have) count against the maximum: the keeper reads the cluster's
+    pending and running workers from EC2 at the launch, under the cluster's lock."""
+    listed = {
+        "managed-by": "swarm-autoscaler", CLUSTER_TAG: setup.alice, WORKER_KEEPER_TAG: setup.hosts._name,
+    }  # fmt: skip
+    await raw_ec2.run_instances(
+        ImageId=network.ami_id, InstanceType="m5.large", MinCount=MAXIMUM, MaxCount=MAXIMUM,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in listed.items()]}],
+    )  # fmt: skip
+    status, answer = await post(setup, setup.alice, body(network))
+    assert status == 429, answer
+    assert len(await workers_of(raw_ec2, setup.alice)) == MAXIMUM
