@@ -11,6 +11,11 @@ launched to join that stopped by itself (`ec2_support.stopped_by_itself`), backs
 if EC2 had refused it, and terminates it as "stopped outside the warm pool" on the same tick, instead of
 waiting `max_start_time` and relaunching the same failing type for ever.
 
+Join tickets (`AUTOSCALER_EC2_JOIN_URL` set: `render_ticket_user_data`, `render_ticket_start_user_data`):
+the join step first asks the daemon's join endpoint for the token with a ticket, from the machine's own
+private IP (`ticket_join`, `adapters.join_tickets`); a refused ticket fails that attempt like a failed
+join, so after `JOIN_ATTEMPTS` the boot fails and says so, as above. The token is never in user data.
+
 Warm pool: the first boot (`render_pool_user_data`) ends in a shutdown by design, so its failure cannot
 be a shutdown too: it writes the console line and keeps running, and the daemon terminates it as broken
 after `max_start_time`. A start (`render_start_user_data`) waits for dockerd and retries its join the same
@@ -23,6 +28,7 @@ whose rendered user data is over EC2's 16 KiB.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Sequence
@@ -44,6 +50,7 @@ _LEAVE = "docker swarm leave --force >/dev/null 2>&1 || true\n"  # a started poo
 # Long enough for any real join token and manager address: what the start-up check renders with.
 _WORST_TOKEN = "SWMTKN-1-" + "x" * 100
 _WORST_MANAGER = "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535"
+_TICKET_FAILED = "the join ticket was refused or docker swarm join failed"
 
 
 def join_line(token: str, manager_address: str, paused: bool = False) -> str:
@@ -51,6 +58,34 @@ def join_line(token: str, manager_address: str, paused: bool = False) -> str:
     until the daemon takes it in and sets it active (the dynamic mode: `Policy.join_paused`)."""
     flag = "--availability pause " if paused else ""
     return f"docker swarm join {flag}--token {shlex.quote(token)} {shlex.quote(manager_address)}"
+
+
+def ticket_join(urls: Sequence[str], join_ticket: str, paused: bool = False) -> str:
+    """The swarm join through the daemon's join endpoint (`adapters.join_tickets`): read this machine's
+    private IP from the metadata service (IMDSv2; `AWS_EC2_METADATA_SERVICE_ENDPOINT` overrides
+    169.254.169.254, as for the AWS SDKs), post the ticket from that address to each URL in turn until
+    one answers, then join with the token and manager address it answered. Any step failing fails this
+    attempt (the caller retries it, bounded, then reports a failed boot)."""
+    flag = "--availability pause " if paused else ""
+    body = shlex.quote(json.dumps({"ticket": join_ticket}))
+    tries = " ".join(shlex.quote(url) for url in urls)
+    return (
+        'imds="${AWS_EC2_METADATA_SERVICE_ENDPOINT:-http://169.254.169.254}"; imds="${imds%/}"\n'
+        "    imds_token=$(curl -sf --max-time 5 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' "
+        '"$imds/latest/api/token") || return 1\n'
+        '    private_ip=$(curl -sf --max-time 5 -H "X-aws-ec2-metadata-token: $imds_token" '
+        '"$imds/latest/meta-data/local-ipv4") || return 1\n'
+        '    answer=""\n'
+        f"    for url in {tries}; do\n"
+        '        answer=$(curl -sf --max-time 20 --interface "$private_ip" -H "Content-Type: application/json" '
+        f'--data {body} "$url") && break\n'
+        "    done\n"
+        '    [ -n "$answer" ] || return 1\n'
+        '    join_token=$(printf \'%s\' "$answer" | sed -n \'s/.*"token": *"\\([A-Za-z0-9-]*\\)".*/\\1/p\')\n'
+        '    join_manager=$(printf \'%s\' "$answer" | sed -n \'s/.*"manager": *"\\([][0-9A-Za-z.:-]*\\)".*/\\1/p\')\n'
+        '    [ -n "$join_token" ] && [ -n "$join_manager" ] || return 1\n'
+        f'    docker swarm join {flag}--token "$join_token" "$join_manager"'
+    )
 
 
 def _failure_handler(stop: bool) -> str:
@@ -68,9 +103,9 @@ def _failure_handler(stop: bool) -> str:
     )
 
 
-def _wait_and_join(join: str, first: str = "") -> str:
+def _wait_and_join(join: str, first: str = "", failed: str = "docker swarm join failed") -> str:
     """Wait for dockerd, run `first`, then join with bounded retries (a node already in a swarm counts
-    as joined)."""
+    as joined); `failed` starts the failed boot's reason."""
     polls = DOCKERD_WAIT_S // 2
     return (
         "# wait for dockerd, then join the swarm as a worker, retried (added by swarm-autoscaler)\n"
@@ -88,7 +123,7 @@ def _wait_and_join(join: str, first: str = "") -> str:
         "n=0\n"
         "until swarm_autoscaler_join; do\n"
         "    n=$((n + 1))\n"
-        f'    [ "$n" -lt {JOIN_ATTEMPTS} ] || swarm_autoscaler_boot_failed "docker swarm join failed {JOIN_ATTEMPTS} times"\n'
+        f'    [ "$n" -lt {JOIN_ATTEMPTS} ] || swarm_autoscaler_boot_failed "{failed} {JOIN_ATTEMPTS} times"\n'
         "    sleep $((n * 5))\n"
         "done\n"
         "trap - EXIT\n"
@@ -120,9 +155,21 @@ def _every_boot(script: str) -> str:
 def render_user_data(boot_script: str, token: str, manager_address: str, paused: bool = False) -> str:
     """The configured boot script, then the wait for dockerd and the swarm join (`join_line`), a failed
     boot stopping the machine (module doc). A script without a shebang runs under bash."""
+    return _launch(boot_script, _wait_and_join(join_line(token, manager_address, paused)))
+
+
+def render_ticket_user_data(
+    boot_script: str, urls: Sequence[str], join_ticket: str, paused: bool = False
+) -> str:
+    """`render_user_data` with the join through the daemon's join endpoint (`ticket_join`): the user
+    data carries the ticket, never the swarm join token."""
+    return _launch(boot_script, _wait_and_join(ticket_join(urls, join_ticket, paused), failed=_TICKET_FAILED))
+
+
+def _launch(boot_script: str, join: str) -> str:
     head, body = _split_shebang(boot_script)
     body = f"{body}\n\n" if body else ""
-    return f"{head}{_failure_handler(stop=True)}\n{body}{_wait_and_join(join_line(token, manager_address, paused))}"
+    return f"{head}{_failure_handler(stop=True)}\n{body}{join}"
 
 
 def render_pool_user_data(boot_script: str) -> str:
@@ -138,12 +185,22 @@ def render_pool_user_data(boot_script: str) -> str:
 def render_start_user_data(token: str, manager_address: str, paused: bool = False) -> str:
     """What a pool machine runs when started: leave the swarm it may have been in (its old node was
     removed when it was stopped), then join afresh. The boot script already ran on its first boot."""
-    join = join_line(token, manager_address, paused)
+    return _start(_wait_and_join(join_line(token, manager_address, paused), first=_LEAVE))
+
+
+def render_ticket_start_user_data(urls: Sequence[str], join_ticket: str, paused: bool = False) -> str:
+    """`render_start_user_data` with the join through the daemon's join endpoint (a fresh ticket for
+    each start: `ticket_join`)."""
+    join = ticket_join(urls, join_ticket, paused)
+    return _start(_wait_and_join(join, first=_LEAVE, failed=_TICKET_FAILED))
+
+
+def _start(join: str) -> str:
     return _every_boot(
         "#!/bin/bash\nset -u\n"
         f"{_failure_handler(stop=False)}"
         "# started from the warm pool: leave the old swarm, join afresh (added by swarm-autoscaler)\n"
-        f"{_wait_and_join(join, first=_LEAVE)}"
+        f"{join}"
     )
 
 
@@ -177,13 +234,16 @@ def ecr_pull_lines(images: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def check_user_data(type_name: str, boot_script: str) -> None:
-    """Refuse a type whose user data (launch or warm pool, rendered with a worst-case join) is over
-    EC2's limit: every launch of it would fail, so the daemon says so at start-up."""
-    for user_data in (
-        render_user_data(boot_script, _WORST_TOKEN, _WORST_MANAGER, paused=True),
-        render_pool_user_data(boot_script),
-    ):
+def check_user_data(type_name: str, boot_script: str, join_urls: Sequence[str] = ()) -> None:
+    """Refuse a type whose user data (launch or warm pool, rendered with a worst-case join, or with a
+    ticket for `join_urls` when given) is over EC2's limit: every launch of it would fail, so the
+    daemon says so at start-up."""
+    launch = (
+        render_ticket_user_data(boot_script, join_urls, "f" * 64, paused=True)
+        if join_urls
+        else render_user_data(boot_script, _WORST_TOKEN, _WORST_MANAGER, paused=True)
+    )
+    for user_data in (launch, render_pool_user_data(boot_script)):
         size = len(user_data.encode())
         if size > USER_DATA_LIMIT:
             raise ConfigurationError(

@@ -49,7 +49,7 @@ import structlog
 from botocore.exceptions import BotoCoreError, ClientError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from swarm_autoscaler.adapters import ec2_pool
+from swarm_autoscaler.adapters import ec2_join, ec2_pool
 from swarm_autoscaler.adapters.ec2_launch import metadata_options, quota_advice, refusal_kind, rotated, share
 from swarm_autoscaler.adapters.ec2_support import (
     CAPACITY_TAG,
@@ -64,7 +64,6 @@ from swarm_autoscaler.adapters.ec2_support import (
     error_message,
     is_endpoint_failure,
     render_pool_user_data,
-    render_user_data,
     stopped_by_itself,
     to_endpoint_error,
     to_instance,
@@ -179,6 +178,7 @@ class Ec2Cloud(Ec2Transport):
         retry_max: float = 20.0,
         timeout: float = 30.0,
         join_paused: bool = False,
+        join_urls: Sequence[str] = (),
     ) -> None:
         super().__init__(
             region=region,
@@ -197,14 +197,17 @@ class Ec2Cloud(Ec2Transport):
         # A keeper cluster's autoscaler: its primary's instance ARN, from the keeper's listing
         # (`keeper_listing`); every machine launched then carries it (`PRIMARY_TAG`).
         self.primary_arn = ""
-        self._types = dict(allowed_types)  # name -> (ami id, boot script)
-        for name, (_, script) in self._types.items():
-            check_user_data(name, script)  # over EC2's 16 KiB: every launch would fail
         self._failed_boots: set[str] = set()  # machines seen stopped by their own failed boot
         self._subnets = launch_subnets(subnet_ids)  # ("",) = let EC2 pick (default VPC)
         self._groups = list(security_group_ids)
         self._join_command = join_command
         self._join_paused = join_paused  # machines join paused (the dynamic mode: `Policy.join_paused`)
+        # Set: user data carries a join ticket for the daemon's join endpoint at these URLs, not the
+        # swarm join token (`ec2_join`, `join_tickets`).
+        self.join_urls = ec2_join.join_urls(join_urls)
+        self._types = dict(allowed_types)  # name -> (ami id, boot script)
+        for name, (_, script) in self._types.items():
+            check_user_data(name, script, self.join_urls)  # over EC2's 16 KiB: every launch would fail
         self._key_name = key_name
         self._profile = iam_instance_profile
         self._custom_tags = dict(custom_tags or {})
@@ -446,7 +449,7 @@ class Ec2Cloud(Ec2Transport):
         types, so each machine's worker publishes the resources the planner counts on)."""
         for name, script in scripts.items():
             if name in self._types:
-                check_user_data(name, script)
+                check_user_data(name, script, self.join_urls)
                 self._types[name] = (self._types[name][0], script)
 
     async def _prepare_launch(
@@ -461,16 +464,17 @@ class Ec2Cloud(Ec2Transport):
         tags = self._instance_tags(labels)
         if pool:
             tags[POOL_TAG] = PoolPhase.PREPARE.value
-        if len(tags) + (SPOT in self._backoff.capacities.get(type_name, ())) > MAX_TAGS:  # spot: one more
+        more = (SPOT in self._backoff.capacities.get(type_name, ())) + bool(self.join_urls)  # spot, nonce
+        if len(tags) + more > MAX_TAGS:
             return f"{len(tags)} tags (ownership, labels, custom) exceed EC2's limit of {MAX_TAGS}"
         if pool:
             user_data = render_pool_user_data(boot_script)
         else:
             try:
-                token, manager = await self._join_command()
+                user_data, join_tags = await ec2_join.join_user_data(self, boot_script)
             except AutoscalerError as exc:
                 return f"cannot read the swarm join command: {exc}"
-            user_data = render_user_data(boot_script, token, manager, self._join_paused)
+            tags.update(join_tags)  # the join ticket's nonce
         if len(user_data.encode()) > USER_DATA_LIMIT:
             return f"user data for {type_name} exceeds EC2's {USER_DATA_LIMIT} bytes: shorten the boot script"
         params: dict[str, Any] = {
@@ -568,6 +572,10 @@ class Ec2Cloud(Ec2Transport):
         )
 
     # ----------------------------------------------------------------------------------- terminating
+
+    async def machines_at(self, address: str) -> tuple[ec2_join.JoiningMachine, ...]:
+        """Our live instances whose private IP is `address`, read now (the join endpoint's check)."""
+        return await ec2_join.machines_at(self, address)
 
     async def start_instances(self, instance_ids: Sequence[str]) -> LaunchResult:
         """Start stopped warm-pool machines so that they join on this boot (see `ec2_pool`)."""

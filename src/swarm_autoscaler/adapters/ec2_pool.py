@@ -3,7 +3,8 @@
 Joining on start: a pool machine's first boot runs the boot script and stops itself without joining
 (`render_pool_user_data`). Before each start the adapter rewrites the stopped machine's user data
 (ModifyInstanceAttribute, allowed only while stopped) with a fresh swarm join (`render_start_user_data`:
-leave any old swarm, then join; cloud-init runs it on every boot), tags the instance as started
+leave any old swarm, then join; cloud-init runs it on every boot; with join URLs a fresh join ticket and
+its nonce tag instead of the token, `ec2_join`), tags the instance as started
 (`PoolPhase.START`, with the start time, which becomes `Instance.launched_at`) and starts it. The
 planner removes a machine's node when it stops it, so a stopped machine leaves no down node behind;
 the started machine joins as a new node.
@@ -15,18 +16,18 @@ machines and launches instead. One StartInstances per (type, subnet), so one ref
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from swarm_autoscaler.adapters.ec2_join import JoinHost, join_user_data
 from swarm_autoscaler.adapters.ec2_support import (
     POOL_TAG,
     STARTED_AT_TAG,
     chunks,
     error_message,
     is_capacity,
-    render_start_user_data,
     to_endpoint_error,
     to_instance,
 )
@@ -39,22 +40,17 @@ STOP_BATCH = 50
 _STOPPABLE = ("pending", "running")
 
 
-class PoolHost(Protocol):
-    """What these calls need of `Ec2Cloud`."""
+class PoolHost(JoinHost, Protocol):
+    """What these calls need of `Ec2Cloud` (beyond the join's: `ec2_join.JoinHost`)."""
 
-    endpoint: str
     _cluster: str
     _backoff: CapacityBackoff
-    _join_command: Callable[[], Awaitable[tuple[str, str]]]
-    _join_paused: bool
 
     def now(self) -> float: ...
 
     async def _call(self, operation: str, **params: Any) -> dict[str, Any]: ...
 
     async def _describe_ids(self, ids: list[str]) -> list[dict[str, Any]]: ...
-
-    def _owned(self, raw: Mapping[str, Any]) -> bool: ...
 
 
 async def _owned_records(self: PoolHost, ids: list[str], operation: str) -> list[dict[str, Any]]:
@@ -90,7 +86,7 @@ async def start_instances(self: PoolHost, instance_ids: Sequence[str]) -> Launch
         return LaunchResult()
     try:
         found = await _owned_records(self, ids, "start")
-        token, manager = await self._join_command()
+        user_data, join_tags = await join_user_data(self, None)  # a fresh ticket for each start
     except AutoscalerError as exc:
         if isinstance(exc, ConfigurationError):
             raise
@@ -101,12 +97,11 @@ async def start_instances(self: PoolHost, instance_ids: Sequence[str]) -> Launch
     for raw in found:
         if raw["State"]["Name"] == "stopped":
             groups.setdefault((raw["InstanceType"], raw.get("SubnetId", "")), []).append(raw)
-    user_data = render_start_user_data(token, manager, self._join_paused)
     started: list[Instance] = []
     refused: list[Unavailable] = []
     for (type_name, subnet), records in groups.items():
         try:
-            started += await _start_group(self, records, user_data)
+            started += await _start_group(self, records, user_data, join_tags)
         except (ClientError, BotoCoreError) as exc:
             if is_capacity(exc):
                 refused.append(self._backoff.refused(type_name, subnet, self.now()))
@@ -118,7 +113,9 @@ async def start_instances(self: PoolHost, instance_ids: Sequence[str]) -> Launch
     return LaunchResult(tuple(started), tuple(refused))
 
 
-async def _start_group(self: PoolHost, records: list[dict[str, Any]], user_data: str) -> list[Instance]:
+async def _start_group(
+    self: PoolHost, records: list[dict[str, Any]], user_data: str, join_tags: Mapping[str, str]
+) -> list[Instance]:
     ids = [raw["InstanceId"] for raw in records]
     for instance_id in ids:  # while stopped: the next boot runs the join
         # The raw script: UserData.Value is a blob, which botocore base64-encodes on the wire, and EC2
@@ -128,6 +125,7 @@ async def _start_group(self: PoolHost, records: list[dict[str, Any]], user_data:
         )
     now = self.now()
     tags = [{"Key": POOL_TAG, "Value": PoolPhase.START.value}, {"Key": STARTED_AT_TAG, "Value": f"{now:.3f}"}]
+    tags += [{"Key": k, "Value": v} for k, v in join_tags.items()]  # the join ticket's nonce
     await self._call("create_tags", Resources=ids, Tags=tags)
     await self._call("start_instances", InstanceIds=ids)
     out = []

@@ -377,6 +377,16 @@ class Ec2Settings(Ec2AccessSettings):
         "in the VPC that took a pending machine's hostname (with the join token from user data) is then "
         "left unowned. Needs the workers to reach the managers without NAT (docs/security.md).",
     )
+    join_url: IdList = Field(
+        default_factory=list,
+        description="Where new machines reach this daemon's join endpoint, POST /v1/join on "
+        "AUTOSCALER_HTTP_PORT (JSON list or comma separated; each tried in turn, so name every manager that "
+        "may run a replica). Set: a machine's user data carries a one-use join ticket, not the swarm join "
+        "token, and the daemon answers the token only to one of its own machines booting, asking from its "
+        "private IP (docs/security.md). The port must be reached from the workers' subnets without NAT or "
+        "the swarm routing mesh (docs/deployment.md). Empty = the join token in user data, as before.",
+        json_schema_extra={"example": "http://10.0.0.10:8000/v1/join,http://10.0.1.10:8000/v1/join"},
+    )
     listing_url: str = Field(
         default="",
         pattern=r"^(https?://\S+)?$",
@@ -397,6 +407,16 @@ class Ec2Settings(Ec2AccessSettings):
         "keeper's boot script sets it when the keeper names one); unset: the system's trusted CAs.",
         json_schema_extra={"example": "/run/secrets/keeper-ca"},
     )
+
+    @field_validator("join_url")
+    @classmethod
+    def _join_urls(cls, value: list[str]) -> list[str]:
+        bad = [u for u in value if not re.fullmatch(r"https?://[^\s/]+/\S*", u)]
+        if bad:
+            raise PydanticCustomError(
+                "url", "each must be an http:// or https:// URL, got {bad}", {"bad": bad}
+            )
+        return value
 
     @field_validator("max_instances")
     @classmethod

@@ -1,0 +1,165 @@
+"""`POST /v1/join`: the swarm worker join token, for one of our machines booting, and nobody else.
+
+With `AUTOSCALER_EC2_JOIN_URL` set, a machine's user data carries a join ticket, not the token
+(`adapters.join_tickets`). At boot it posts `{"ticket": "<hex>"}` here from its own private address.
+The answer is `{"token": ..., "manager": "host:port"}` only when all of these hold, read fresh:
+
+1. the TCP source address of the request is the private IP of exactly one pending or running instance
+   of ours (DescribeInstances filtered by that address, ownership and deployment tags checked);
+2. that instance's nonce tag gives the ticket (HMAC under the worker join token, compared in constant
+   time);
+3. swarm has no node for that instance yet (none with its hostname, none at its address);
+4. it launched, or started from the warm pool, less than `AUTOSCALER_MAX_START_TIME` ago (EC2's clock).
+
+Any replica answers: all it needs is in EC2 (address, nonce, launch time) and swarm (token, nodes),
+which every replica reads; the leader lock plays no part. The source address is what the TCP
+connection came from (never a header): inside a VPC, EC2's source/destination check keeps an instance
+from sending from another's address. So the daemon's HTTP port must be reached from the workers'
+subnets directly (no NAT, no proxy, no swarm routing mesh: host-mode publishing), docs/deployment.md.
+
+Refusals: a malformed request is 400 (body not a JSON object with one 64-hex-digit `ticket`), 413
+(over 1 KiB) or 415 (not `application/json`); any failed check is 403 with the same body whatever
+failed (the log line says which: one line, never the ticket); more than `PER_ADDRESS` requests from one
+address within `WINDOW_S`, or more than `CONCURRENT` lookups at once, is 429; EC2 or swarm failing, or a
+daemon not started yet, is 503. Each is one log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+import structlog
+from aiohttp import web
+
+from swarm_autoscaler.adapters.ec2_join import JoiningMachine
+from swarm_autoscaler.adapters.hostnames import machine_hostname
+from swarm_autoscaler.adapters.join_tickets import TICKET, ticket_matches
+from swarm_autoscaler.core.model import Node
+from swarm_autoscaler.errors import AutoscalerError
+
+log = structlog.get_logger("swarm_autoscaler.daemon.join")
+
+ROUTE = "/v1/join"
+MAX_BODY = 1024
+PER_ADDRESS = 12  # a boot asks at most 5 times (boot_scripts.JOIN_ATTEMPTS), a warm-pool start as many
+WINDOW_S = 60.0
+CONCURRENT = 8  # fresh DescribeInstances at once: the endpoint never becomes a way to throttle EC2 for us
+MAX_ADDRESSES = 4096  # addresses remembered for the per-address limit (older ones are forgotten first)
+_REFUSED = {"error": "refused: not a machine of this daemon waiting to join"}
+
+
+@dataclass
+class JoinDesk:
+    """The checks behind `POST /v1/join` (module doc). `ready` stays False until the daemon's start-up
+    checks passed (its deployment id is known): until then every request gets 503."""
+
+    machines_at: Callable[[str], Awaitable[Sequence[JoiningMachine]]]
+    join_command: Callable[[], Awaitable[tuple[str, str]]]
+    list_nodes: Callable[[], Awaitable[Sequence[Node]]]
+    clock: Callable[[], float]
+    max_start_time: float
+    ready: bool = False
+    monotonic: Callable[[], float] = time.monotonic
+    _seen: dict[str, list[float]] = field(default_factory=dict)
+    _lookups: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(CONCURRENT))
+
+    def limited(self, address: str) -> bool:
+        """Count a request from `address`; True when it is over the per-address limit."""
+        now = self.monotonic()
+        recent = [t for t in self._seen.pop(address, []) if now - t < WINDOW_S]
+        recent.append(now)
+        self._seen[address] = recent  # re-inserted: the dict keeps addresses in order of last request
+        while len(self._seen) > MAX_ADDRESSES:
+            self._seen.pop(next(iter(self._seen)))
+        return len(recent) > PER_ADDRESS
+
+    async def answer(self, address: str, given: str) -> tuple[int, dict[str, str], str]:
+        """(status, body, reason for the log) for a well-formed ticket from `address`."""
+        if not self.ready:
+            return 503, {"error": "the daemon is starting"}, "not started"
+        if self._lookups.locked():
+            return 429, {"error": "busy: try again"}, "too many lookups at once"
+        async with self._lookups:
+            try:
+                return await self._check(address, given)
+            except AutoscalerError as exc:
+                return 503, {"error": "cannot check now: try again"}, f"lookup failed: {exc}"
+
+    async def _check(self, address: str, given: str) -> tuple[int, dict[str, str], str]:
+        found = await self.machines_at(address)
+        if len(found) != 1:
+            return 403, _REFUSED, f"{len(found)} machines of ours at this address"
+        machine = found[0]
+        inst = machine.instance
+        token, manager = await self.join_command()
+        if not ticket_matches(token, machine.nonce, given):
+            return 403, _REFUSED, f"wrong ticket for {inst.id}"
+        age = self.clock() - inst.launched_at
+        if age >= self.max_start_time:
+            return 403, _REFUSED, f"{inst.id} started {age:.0f} s ago (AUTOSCALER_MAX_START_TIME)"
+        nodes = await self.list_nodes()
+        host = machine_hostname(inst.hostname)
+        if any((host and machine_hostname(n.hostname) == host) or n.address == address for n in nodes):
+            return 403, _REFUSED, f"{inst.id} already has a swarm node"
+        return 200, {"token": token, "manager": manager}, f"{inst.id} may join"
+
+
+def add_join_route(app: web.Application, desk: JoinDesk) -> None:
+    """Serve `desk` at `POST /v1/join` on `app`."""
+
+    async def join(request: web.Request) -> web.Response:
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        address = _plain(str(peer[0])) if peer else ""
+        status, body, reason = await _respond(desk, request, address)
+        line = log.info if status == 200 else log.warning
+        line(
+            "join granted" if status == 200 else "join refused", address=address, status=status, reason=reason
+        )
+        return web.json_response(body, status=status, headers={"Cache-Control": "no-store"})
+
+    app.router.add_post(ROUTE, join)
+
+
+async def _respond(desk: JoinDesk, request: web.Request, address: str) -> tuple[int, dict[str, str], str]:
+    if not address:
+        return 400, {"error": "no source address"}, "no peer address"
+    if desk.limited(address):
+        return 429, {"error": "too many requests: try again later"}, f"over {PER_ADDRESS} in {WINDOW_S:.0f} s"
+    if request.content_type != "application/json":
+        return 415, {"error": "send JSON: Content-Type application/json"}, "not JSON"
+    if request.content_length is not None and request.content_length > MAX_BODY:
+        return 413, {"error": f"a body of at most {MAX_BODY} bytes"}, "body too large"
+    raw = await request.content.read(MAX_BODY + 1)
+    if len(raw) > MAX_BODY:
+        return 413, {"error": f"a body of at most {MAX_BODY} bytes"}, "body too large"
+    given = _ticket_of(raw)
+    if given is None:
+        return 400, {"error": 'send {"ticket": "<64 hex digits>"}'}, "malformed body"
+    return await desk.answer(address, given)
+
+
+def _plain(address: str) -> str:
+    """An IPv4 peer as EC2 names it, also when a dual-stack socket reports it IPv4-mapped."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return str(mapped or ip)
+
+
+def _ticket_of(raw: bytes) -> str | None:
+    """The ticket in a body `{"ticket": "<64 hex>"}` (nothing else), or None."""
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if not isinstance(body, dict) or set(body) != {"ticket"}:
+        return None
+    given = body["ticket"]
+    return given if isinstance(given, str) and TICKET.fullmatch(given) else None
