@@ -108,7 +108,10 @@ BODY = {"budget_usd": 5}  # sent with every request: only the budget's PUT reads
 OWN_TOKEN_ROUTES = [
     ("GET", "/v1/primaries/{cluster_id}/credentials"),
     ("GET", "/v1/primaries/{cluster_id}/instances"),
-    ("POST", "/v1/primaries/{cluster_id}/launches"),  # the cluster's token: tests/adapters/ec2/test_keeper_launches.py
+    (
+        "POST",
+        "/v1/primaries/{cluster_id}/launches",
+    ),  # the cluster's token: tests/adapters/ec2/test_keeper_launches.py
 ]
 LISTING = [("GET", "/v1/clusters")]
 OPEN = [("GET", "/healthz"), ("GET", "/metrics")]
