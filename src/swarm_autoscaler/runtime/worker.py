@@ -47,8 +47,13 @@ def worker_environ(environ: Mapping[str, str], version: tuple[int, int] | None =
 
 def read_env_file(path: Path) -> dict[str, str]:
     """`KEY=value` lines (values shell-quoted, as the user data writes them); comments and blanks skipped."""
+    return parse_env(path.read_text())
+
+
+def parse_env(text: str) -> dict[str, str]:
+    """The env file's variables from its text (`read_env_file`)."""
     out: dict[str, str] = {}
-    for raw in path.read_text().splitlines():
+    for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith("#") or "=" not in line:
             continue

@@ -20,11 +20,17 @@ terminated one (worker stopped, its dockerd node gone); when it is started again
 the join line the daemon wrote into its user data before the start.
 
 Two boots. The shortcut above (read the join line, join through a `Joiner`, start an in-process worker)
-serves the in-memory swarm only: where the nodes are real dockerd nodes (`shortcut_allowed=False`), a
-machine that would take it does not boot, and the log says why. The real boot (`user_data_boot`,
-`localcloud.userdata.UserDataBoot`, real dockerd nodes only) runs the instance's actual user data on its
-own dockerd node: its own `docker swarm join` joins, its `shutdown` stops the instance (the warm pool), and
-the emulator starts no worker: swarm runs the worker global service's task on the node.
+serves the in-memory swarm only. Its worker publishes what the machine's user data wrote into its worker env
+file (`config.worker.worker_env`, which the real boot's worker reads from the file): the type's resources
+minus its overhead and `AUTOSCALER_EC2_MEMORY_OVERHEAD_PERCENT` of its memory, as the daemon counts them;
+it runs with no memory limit (every in-process worker shares one process, whose memory dask would count
+against each of them); a machine launched without that file in its user data (a test's own launch) gets
+the same function's figures for the type with the daemon's default overhead. Where the nodes are real
+dockerd nodes (`shortcut_allowed=False`), a machine that would take it does not boot, and the log says
+why. The real boot (`user_data_boot`, `localcloud.userdata.UserDataBoot`, real dockerd nodes only) runs
+the instance's actual user data on its own dockerd node: its own `docker swarm join` joins, its `shutdown`
+stops the instance (the warm pool), and the emulator starts no worker: swarm runs the worker global
+service's task on the node.
 
 Hostnames: each machine's OS reports either EC2's short hostname (`ip-10-0-1-23`: Ubuntu, Debian) or its
 full private DNS name (`ip-10-0-1-23.ec2.internal`: Amazon Linux), and its node and worker take that name.
@@ -54,12 +60,13 @@ import dask
 import structlog
 from distributed import Worker
 
-from swarm_autoscaler.adapters.dask import PIN_PREFIX
 from swarm_autoscaler.adapters.ec2_support import POOL_STOP_LINE
 from swarm_autoscaler.adapters.hostnames import machine_hostname
+from swarm_autoscaler.config.types import MEMORY_OVERHEAD_PERCENT, AllowedType
+from swarm_autoscaler.config.worker import WORKER_ENV_FILE, worker_env
 from swarm_autoscaler.core.model import Availability, InstanceType, NodeStatus
 from swarm_autoscaler.core.ports import Orchestrator
-from swarm_autoscaler.runtime.worker import profiler_is_unsafe
+from swarm_autoscaler.runtime.worker import parse_env, profiler_is_unsafe
 
 log = structlog.get_logger("swarm_autoscaler_lab.localcloud.machines")
 
@@ -94,20 +101,26 @@ class Joiner(Protocol):
     async def leave(self, hostname: str) -> None: ...
 
 
-# A worker advertises its machine's type as a resource of this huge amount, so that a task pinned with
-# `instance-type:<name>` (the dask adapter's convention) can run only there, however many such tasks.
-PIN_AMOUNT = 1e9
+# The heredoc that writes the worker env file in the daemon's user data (`config.worker.worker_env_script`).
+WORKER_ENV_RE = re.compile(
+    rf"cat > {re.escape(WORKER_ENV_FILE)} <<'(\w+)'\n(.*?)^\1$", re.DOTALL | re.MULTILINE
+)
+# A machine launched without the daemon's worker env (a test's own launch): the type with no overhead of
+# its own (the AMI is never read) and the daemon's default memory overhead.
+UNCONFIGURED = AllowedType(ami_id="ami-00000000")
 
 
-def dask_resources(itype: InstanceType) -> dict[str, float]:
-    """The resources a worker on a machine of this type advertises to the scheduler."""
-    resources = itype.resources
-    out: dict[str, float] = {"CPU": resources.cpus, "RAM": float(resources.ram)}
-    if resources.gpus:
-        out["GPU"] = float(resources.gpus)
-    out.update(dict(resources.generic))
-    out[f"{PIN_PREFIX}{itype.name}"] = PIN_AMOUNT
-    return out
+def worker_env_in(user_data: str) -> dict[str, str] | None:
+    """The worker env file's variables that the user data writes, or None when it writes none."""
+    match = WORKER_ENV_RE.search(user_data)
+    return parse_env(match.group(2)) if match else None
+
+
+def published(env: Mapping[str, str]) -> tuple[dict[str, float], int]:
+    """The dask resources and threads a worker started from this worker env publishes (what the worker
+    service's entrypoint passes to `dask worker`, `runtime.worker.worker_argv`)."""
+    pairs = (item.rsplit("=", 1) for item in env["SWARM_AUTOSCALER_WORKER_RESOURCES"].split())
+    return {name: float(amount) for name, amount in pairs}, int(env["SWARM_AUTOSCALER_WORKER_NTHREADS"])
 
 
 @dataclass
@@ -145,7 +158,8 @@ class MachineEmulator:
     start_boot_delay: float = 0.5  # a stopped machine started again boots after this long
     never_join_rate: float = 0.0
     never_join_ids: set[str] = field(default_factory=set)
-    worker_resources: Callable[[InstanceType], dict[str, float]] = dask_resources
+    # None: each worker publishes its machine's worker env (module doc); a test may set the resources itself
+    worker_resources: Callable[[InstanceType], dict[str, float]] | None = None
     security: Any = None  # dask `Security` of the workers, for a tls:// scheduler
     seed: int = 0
     full_hostname_share: float = 0.5  # machines whose OS reports the full private DNS name (Amazon Linux)
@@ -168,6 +182,9 @@ class MachineEmulator:
     listing: dict[str, tuple[str, str]] = field(default_factory=dict)
     listed_at: float | None = None
     os_hostnames: dict[str, str] = field(default_factory=dict)  # instance id -> the name its OS reports
+    # instance id -> the worker env file its user data wrote (the shortcut): kept across a stop and a start,
+    # as its volume keeps the file (a started pool machine's user data only joins)
+    worker_envs: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
@@ -255,7 +272,11 @@ class MachineEmulator:
                 "its user data (LocalCloud.real_boot_on, or LocalCloudOptions.real_boot)"
             )
         if not machine.joined:
-            line = await asyncio.to_thread(self._join_line, machine.instance_id)
+            text = await asyncio.to_thread(self._user_data_text, machine.instance_id)
+            line = join_line(machine.instance_id, text)
+            env = worker_env_in(text)
+            if env is not None:
+                self.worker_envs[machine.instance_id] = env
             self.booted.add(machine.instance_id)
             if line is None:  # prepared for the warm pool: the machine shuts itself down
                 await asyncio.to_thread(self._ec2.stop_instances, InstanceIds=[machine.instance_id])
@@ -324,15 +345,15 @@ class MachineEmulator:
         }
 
     async def _start_worker(self, machine: Machine) -> Worker:
-        itype = self.catalogue[machine.type_name]
+        resources, nthreads = self.worker_publishes(machine)
         # as the worker service does on Python 3.11 (runtime.worker: the profiler can deadlock it); here
         # one deadlock stops every emulated machine, the scheduler and the test at once
         with dask.config.set({"distributed.worker.profile.enabled": not profiler_is_unsafe()}):
             worker = Worker(
                 self.scheduler_address,
                 name=machine.hostname,
-                nthreads=max(1, int(itype.resources.cpus)),
-                resources=self.worker_resources(itype),
+                nthreads=nthreads,
+                resources=resources,
                 memory_limit=0,
                 host="127.0.0.1",
                 dashboard=False,
@@ -341,6 +362,14 @@ class MachineEmulator:
             )
         await worker
         return worker
+
+    def worker_publishes(self, machine: Machine) -> tuple[dict[str, float], int]:
+        """The resources and threads of the machine's in-process worker (the shortcut; module doc)."""
+        itype = self.catalogue[machine.type_name]
+        if self.worker_resources is not None:
+            return self.worker_resources(itype), max(1, int(itype.resources.cpus))
+        env = self.worker_envs.get(machine.instance_id)
+        return published(env or worker_env(itype, UNCONFIGURED, MEMORY_OVERHEAD_PERCENT))
 
     async def _stop_worker(self, machine: Machine) -> None:
         worker, machine.worker = machine.worker, None
@@ -391,18 +420,20 @@ class MachineEmulator:
         attr = self._ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
         return str(attr.get("UserData", {}).get("Value", ""))
 
-    def _join_line(self, instance_id: str) -> tuple[str, str, bool] | None:
-        """(token, manager address, joins paused) from the user data's join line; None for a warm-pool
-        machine's first boot (no join line, the pool's stop line)."""
-        attr = self._ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
-        raw = attr.get("UserData", {}).get("Value", "")
-        text = base64.b64decode(raw).decode() if raw else ""
-        match = JOIN_RE.search(text)
-        if match is None:
-            if POOL_STOP_LINE in text:
-                return None
-            raise RuntimeError(f"instance {instance_id}: no 'docker swarm join' line in its user data")
-        return match.group(2), match.group(3), match.group(1) is not None
+    def _user_data_text(self, instance_id: str) -> str:
+        raw = self._user_data(instance_id)
+        return base64.b64decode(raw).decode() if raw else ""
+
+
+def join_line(instance_id: str, text: str) -> tuple[str, str, bool] | None:
+    """(token, manager address, joins paused) from the user data's join line; None for a warm-pool
+    machine's first boot (no join line, the pool's stop line)."""
+    match = JOIN_RE.search(text)
+    if match is None:
+        if POOL_STOP_LINE in text:
+            return None
+        raise RuntimeError(f"instance {instance_id}: no 'docker swarm join' line in its user data")
+    return match.group(2), match.group(3), match.group(1) is not None
 
 
 class MemoryJoiner:

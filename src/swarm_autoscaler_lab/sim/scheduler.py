@@ -521,7 +521,7 @@ def set_order(key: str, hash_seed: int) -> int:
 
 def advertised(resources: Resources) -> dict[str, float]:
     """`resources` as dask resources named by the project's convention (`CPU`, `RAM`, `GPU`, generic),
-    as `localcloud.machines.dask_resources` has a worker advertise them."""
+    as a worker advertises them (`config.worker.worker_resources`, here with no overhead)."""
     out = {"CPU": resources.cpus, "RAM": float(resources.ram)}
     if resources.gpus:
         out["GPU"] = float(resources.gpus)
