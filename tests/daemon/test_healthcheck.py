@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from swarm_autoscaler.keeper.adapters.api_tls import api_hosts, make_api_pki, server_context_of
+
 CLI = str(Path(sys.executable).with_name("swarm-autoscaler"))
 
 
@@ -81,6 +83,17 @@ def test_keeper_flag_asks_the_keepers_port_and_reads_none_of_its_other_settings(
         AUTOSCALER_HTTP_PORT="1",  # the daemon's port: not the keeper's
         AUTOSCALER_KEEPER_HTTP_PORT=str(server.server_port),
         AUTOSCALER_KEEPER_TOKEN="short",  # invalid for the keeper, and none of the health check's business
+        AUTOSCALER_KEEPER_PLAIN_HTTP="true",  # this server speaks plain HTTP, as such a keeper does
     )
     assert done.returncode == 0, done.stderr
     assert f"http://127.0.0.1:{server.server_port}/healthz answered 200" in done.stdout
+
+
+def test_keeper_flag_asks_over_https_by_default(server: ThreadingHTTPServer) -> None:
+    """The keeper serves HTTPS by default, with a certificate of its own (`adapters.api_tls`): the same
+    server wrapped in that TLS, asked with no other setting, answers; plain HTTP is not tried."""
+    pki = make_api_pki("k", api_hosts(None))
+    server.socket = server_context_of(pki).wrap_socket(server.socket, server_side=True)
+    done = healthcheck("--keeper", AUTOSCALER_KEEPER_HTTP_PORT=str(server.server_port))
+    assert done.returncode == 0, done.stderr
+    assert f"https://127.0.0.1:{server.server_port}/healthz answered 200" in done.stdout

@@ -195,9 +195,14 @@ def test_the_tls_settings_are_checked_together(tmp_path: Path, monkeypatch: pyte
         with pytest.raises(InvalidSettingsError) as caught:
             load_keeper_settings(_settings(tmp_path, "http://10.0.0.5:8080", **extra))
         assert any(expected in problem for problem in caught.value.problems), caught.value.problems
-    plain = load_keeper_settings(_settings(tmp_path, "http://10.0.0.5:8080"))
+    plain = load_keeper_settings(
+        _settings(tmp_path, "http://10.0.0.5:8080", AUTOSCALER_KEEPER_PLAIN_HTTP="true")
+    )  # TLS terminated in front of the keeper, by the operator's explicit choice
     script = user_data_of(plain)(ClusterKey("alice", "w1"), "kc-0123456789abcdef")
     assert "-----BEGIN CERTIFICATE-----" not in _fetch_lines(script)  # no CA named: the AMI's trusted CAs
+    with pytest.raises(InvalidSettingsError) as caught:  # http:// without the opt-out: refused
+        load_keeper_settings(_settings(tmp_path, "http://10.0.0.5:8080"))
+    assert any("PLAIN_HTTP=true" in problem for problem in caught.value.problems)
 
 
 async def test_the_cluster_s_autoscaler_reads_its_listing_verifying_the_keeper_s_ca(tmp_path: Path) -> None:

@@ -80,6 +80,8 @@ def keeper_env(moto: MotoServer, network: LocalNetwork, redis: RedisServer, port
         {
             "AUTOSCALER_KEEPER_TOKEN": TOKEN,
             "AUTOSCALER_KEEPER_PUBLIC_URL": f"http://127.0.0.1:{port}",
+            # plain HTTP on loopback (the default, HTTPS, is tests/keeper/test_api_tls_default.py's)
+            "AUTOSCALER_KEEPER_PLAIN_HTTP": "true",
             "AUTOSCALER_KEEPER_NAME": f"proc-keeper-{uuid.uuid4().hex[:8]}",
             "AUTOSCALER_KEEPER_PRIMARY_TYPE": "m5.large",
             "AUTOSCALER_KEEPER_PRIMARY_AMI_ID": network.ami_id,

@@ -36,7 +36,7 @@ def _render(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **extra: str) -> st
     env = {
         "AUTOSCALER_KEEPER_TOKEN": TOKEN,
         "AUTOSCALER_KEEPER_NAME": "keeper",
-        "AUTOSCALER_KEEPER_PUBLIC_URL": "http://10.0.0.5:8080",
+        "AUTOSCALER_KEEPER_PUBLIC_URL": "https://10.0.0.5:8080",
         "AUTOSCALER_KEEPER_IMAGE": IMAGE,
         "AUTOSCALER_KEEPER_PRIMARY_AMI_ID": AMI,
         "AUTOSCALER_KEEPER_WORKER_TYPES": json.dumps({"m5.large": {"ami_id": AMI}}),
@@ -58,7 +58,7 @@ def script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 def test_it_is_bash_and_fetches_its_files_once_with_its_own_token(script: str) -> None:
     subprocess.run(["bash", "-n"], input=script.encode(), check=True)
     assert f"Bearer {primary_token(TOKEN, CID)}" in script
-    assert f'"http://10.0.0.5:8080/v1/primaries/{CID}/credentials"' in script
+    assert f'"https://10.0.0.5:8080/v1/primaries/{CID}/credentials"' in script
     assert TOKEN not in script
     assert 'echo "AUTOSCALER_DASK_SCHEDULER_URL=tls://$ADDR:8786"' in script
 

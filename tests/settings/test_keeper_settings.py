@@ -26,7 +26,7 @@ AMI = "ami-0123456789abcdef0"
 KEEPER = {
     "AUTOSCALER_KEEPER_TOKEN": TOKEN,
     "AUTOSCALER_KEEPER_NAME": "analytics-keeper",
-    "AUTOSCALER_KEEPER_PUBLIC_URL": "http://10.0.0.5:8080",
+    "AUTOSCALER_KEEPER_PUBLIC_URL": "https://10.0.0.5:8080",
     "AUTOSCALER_KEEPER_PRIMARY_AMI_ID": AMI,
     "AUTOSCALER_KEEPER_WORKER_TYPES": json.dumps(
         {"m5.large": {"ami_id": AMI, "reserve": 1}, "c5.large": {"ami_id": AMI}}

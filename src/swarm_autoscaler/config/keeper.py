@@ -199,9 +199,16 @@ class KeeperSettings(BaseSettings):
     tls_cert_file: str | None = Field(
         default=None,
         description="PEM certificate chain the keeper's API serves HTTPS with (with AUTOSCALER_KEEPER_TLS_KEY_FILE; "
-        "a swarm secret). Unset: plain HTTP, and a TLS proxy in front of the keeper must terminate it "
-        "(docs/keeper-security.md). AUTOSCALER_KEEPER_PUBLIC_URL is then https://.",
+        "a swarm secret). Unset: the keeper serves HTTPS with a certificate of its own, from a CA it makes once "
+        "and keeps in redis, for the host of AUTOSCALER_KEEPER_PUBLIC_URL; the primaries get that CA in their "
+        "boot script (docs/keeper-security.md).",
         json_schema_extra={"example": "/run/secrets/keeper-tls-cert"},
+    )
+    plain_http: bool = Field(
+        default=False,
+        description="true: the keeper's API is PLAIN HTTP (tokens and every cluster's TLS files in the clear on "
+        "the network), for a keeper behind a proxy or load balancer that terminates TLS for it (whose "
+        "https:// address is then AUTOSCALER_KEEPER_PUBLIC_URL). The keeper logs a warning at every start.",
     )
     tls_key_file: str | None = Field(
         default=None,
@@ -262,10 +269,10 @@ class KeeperSettings(BaseSettings):
     )
     public_url: str | None = Field(
         default=None,
-        description="The keeper's API as a primary reaches it (https://, or http:// on a private network "
-        "only; no path): the default boot script fetches its cluster's TLS files there. Required with the "
-        "built-in boot script; https:// when the keeper serves TLS (AUTOSCALER_KEEPER_TLS_CERT_FILE).",
-        json_schema_extra={"example": "http://10.0.0.5:8080"},
+        description="The keeper's API as a primary reaches it (https://host:port, no path): the default boot "
+        "script fetches its cluster's TLS files there, and the keeper's own certificate names its host. Required "
+        "with the built-in boot script; http:// only with AUTOSCALER_KEEPER_PLAIN_HTTP=true.",
+        json_schema_extra={"example": "https://10.0.0.5:8080"},
     )
     interruption_queue_url: str = Field(
         default="",
@@ -534,7 +541,7 @@ def load_keeper_settings(env_file: str | os.PathLike[str] | None = None) -> Keep
             [
                 f"{KEEPER_PREFIX}PUBLIC_URL: required by the primaries' boot script (it fetches its "
                 "cluster's TLS files from the keeper there): set it to the keeper's API as the primaries "
-                "reach it, for example http://10.0.0.5:8080"
+                "reach it, for example https://10.0.0.5:8080"
             ]
         )
     problems = _tls_problems(keeper)
@@ -555,8 +562,21 @@ def _tls_problems(keeper: KeeperSettings) -> list[str]:
             ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
         except (OSError, ssl.SSLError) as exc:
             problems.append(f"{KEEPER_PREFIX}TLS_CERT_FILE: cannot serve with {cert} and {key} ({exc})")
-        if keeper.public_url is not None and not keeper.public_url.startswith("https://"):
-            problems.append(f"{KEEPER_PREFIX}PUBLIC_URL: must be https:// when the keeper serves TLS")
+        if keeper.plain_http:
+            problems.append(
+                f"{KEEPER_PREFIX}PLAIN_HTTP: true serves no TLS, so {KEEPER_PREFIX}TLS_CERT_FILE would go unused: "
+                "set one or the other"
+            )
+    if (
+        not keeper.plain_http
+        and keeper.public_url is not None
+        and not keeper.public_url.startswith("https://")
+    ):
+        problems.append(
+            f"{KEEPER_PREFIX}PUBLIC_URL: must be https:// (the keeper serves HTTPS, with its own certificate "
+            f"unless {KEEPER_PREFIX}TLS_CERT_FILE is set); http:// only with {KEEPER_PREFIX}PLAIN_HTTP=true, "
+            "for TLS terminated in front of the keeper"
+        )
     if ca is not None and "BEGIN CERTIFICATE" not in _read(ca):
         problems.append(f"{KEEPER_PREFIX}TLS_CA_FILE: {ca} holds no PEM certificate")
     return problems

@@ -18,6 +18,7 @@ import contextlib
 import errno
 import ssl
 from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -28,6 +29,7 @@ from swarm_autoscaler.adapters.ec2_pricing import read_prices
 from swarm_autoscaler.config.keeper import KeeperConfig, cluster_env, env_lines, keeper_ca, render_boot
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
 from swarm_autoscaler.keeper.access import InProcessTokens, TokenStore
+from swarm_autoscaler.keeper.adapters.api_tls import RedisApiPki, api_hosts, make_api_pki, server_context_of
 from swarm_autoscaler.keeper.adapters.dask_clients import TlsSchedulerClients
 from swarm_autoscaler.keeper.adapters.dask_probe import HttpSchedulerProbe
 from swarm_autoscaler.keeper.adapters.ec2_primaries import Ec2Primaries, UserData
@@ -61,12 +63,14 @@ EXPECTED_START_S = 120.0  # how long a primary usually takes to run its schedule
 T = TypeVar("T")
 
 
-def user_data_of(config: KeeperConfig) -> UserData:
-    """The primaries' boot script for one cluster: the template with that cluster's values."""
+def user_data_of(config: KeeperConfig, api_ca: str | None = None) -> UserData:
+    """The primaries' boot script for one cluster: the template with that cluster's values. `api_ca`:
+    the PEM of the CA the keeper's own API certificate comes from ({{keeper_ca}}; else the operator's
+    AUTOSCALER_KEEPER_TLS_CA_FILE)."""
     keeper = config.keeper
     template = keeper.boot_template
     secret = keeper.token.get_secret_value()
-    ca = keeper_ca(keeper)
+    ca = keeper_ca(keeper) if api_ca is None else api_ca.strip()
 
     def render(key: ClusterKey, cluster_id: str) -> str:
         values = {
@@ -92,8 +96,8 @@ def user_data_of(config: KeeperConfig) -> UserData:
     return render
 
 
-def primaries(config: KeeperConfig) -> Ec2Primaries:
-    """The EC2 adapter, not started."""
+def primaries(config: KeeperConfig, api_ca: str | None = None) -> Ec2Primaries:
+    """The EC2 adapter, not started (`api_ca`: as `user_data_of`'s)."""
     ec2, keeper = config.ec2, config.keeper
     return Ec2Primaries(
         keeper_name=keeper.name,
@@ -103,7 +107,7 @@ def primaries(config: KeeperConfig) -> Ec2Primaries:
         secret_access_key=None if ec2.secret_access_key is None else ec2.secret_access_key.get_secret_value(),
         primary_type=keeper.primary_type,
         ami_id=keeper.primary_ami_id,
-        user_data=user_data_of(config),
+        user_data=user_data_of(config, api_ca),
         subnet_ids=list(ec2.subnet_ids),
         security_group_ids=list(ec2.security_group_ids),
         key_name=ec2.key_name,
@@ -142,7 +146,8 @@ async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
     running yet: `await keeper.run(stop)`). Everything is closed on exit."""
     keeper_settings = config.keeper
     async with contextlib.AsyncExitStack() as stack:
-        hosts = primaries(config)
+        api_tls = await _checked("AUTOSCALER_REDIS_URL", api_tls_of(config, stack))
+        hosts = primaries(config, api_tls.ca_pem)
         locks = _locks(config)
         stack.push_async_callback(locks.close)
         credentials = _credentials(config)
@@ -205,13 +210,14 @@ async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
             )
         where = "AUTOSCALER_EC2_ENDPOINT" if config.ec2.endpoint else "AUTOSCALER_EC2_REGION"
         await _checked(where, stack.enter_async_context(hosts))  # the client only: no request yet
-        await _listen(stack, app, config)  # before any request: a busy port is found first
+        await _listen(stack, app, config, api_tls.context)  # before any request: a busy port is found first
         types = [keeper_settings.primary_type, *keeper_settings.worker_types]
         await _checked(where, hosts.check(types))  # also syncs EC2's clock
         await read_interruptions(stack, hosts, config)  # its clusters' notices, as tags (interruptions.py)
         if keeper.accountant is not None:  # every type priced, by the daemon's rule, or no start
             keeper.accountant.prices = await _prices(config, types)
         await _checked("AUTOSCALER_REDIS_URL", locks.check())
+        _log_api_tls(config, api_tls)  # once every check passed: a refused start stays one line
         yield keeper
 
 
@@ -266,10 +272,12 @@ def _unhealthy(keeper: Keeper) -> str | None:
     return None
 
 
-async def _listen(stack: contextlib.AsyncExitStack, app: web.Application, config: KeeperConfig) -> None:
+async def _listen(
+    stack: contextlib.AsyncExitStack, app: web.Application, config: KeeperConfig, tls: ssl.SSLContext | None
+) -> None:
     host, port = config.http.host, config.keeper.http_port
     try:
-        runner = await start_http(app, host, port, _tls(config))
+        runner = await start_http(app, host, port, tls)
     except OSError as exc:
         setting = (
             "AUTOSCALER_KEEPER_HTTP_PORT"
@@ -282,12 +290,48 @@ async def _listen(stack: contextlib.AsyncExitStack, app: web.Application, config
     stack.push_async_callback(runner.cleanup)
 
 
-def _tls(config: KeeperConfig) -> ssl.SSLContext | None:
-    """The API's TLS context (AUTOSCALER_KEEPER_TLS_CERT_FILE and _KEY_FILE), None for plain HTTP."""
+@dataclass(frozen=True, slots=True)
+class ApiTls:
+    """How the keeper's API is served: its TLS context (None: plain HTTP), the PEM of the CA the
+    primaries verify it with when the keeper made its own certificate, and a word for the start line."""
+
+    context: ssl.SSLContext | None
+    ca_pem: str | None
+    described: str
+
+
+def _log_api_tls(config: KeeperConfig, api_tls: ApiTls) -> None:
+    if api_tls.context is None:
+        log.warning(
+            "the keeper's API is PLAIN HTTP: tokens and the clusters' TLS files cross the network in the "
+            "clear unless a proxy in front of it terminates TLS (AUTOSCALER_KEEPER_PLAIN_HTTP=true)",
+            keeper=config.keeper.name,
+        )
+    else:
+        log.info("the keeper's API serves HTTPS", keeper=config.keeper.name, tls=api_tls.described)
+
+
+async def api_tls_of(config: KeeperConfig, stack: contextlib.AsyncExitStack) -> ApiTls:
+    """The operator's certificate (AUTOSCALER_KEEPER_TLS_CERT_FILE and _KEY_FILE); else plain HTTP when
+    AUTOSCALER_KEEPER_PLAIN_HTTP asks for it; else the keeper's own (`adapters.api_tls`), from redis
+    when there is one, so every replica serves the same and a restart keeps it."""
     keeper = config.keeper
-    if keeper.tls_cert_file is None or keeper.tls_key_file is None:
-        return None
-    return server_context(keeper.tls_cert_file, keeper.tls_key_file)
+    if keeper.tls_cert_file is not None and keeper.tls_key_file is not None:
+        return ApiTls(
+            server_context(keeper.tls_cert_file, keeper.tls_key_file), None, "operator's certificate"
+        )
+    if keeper.plain_http:
+        return ApiTls(None, None, "OFF: plain HTTP (AUTOSCALER_KEEPER_PLAIN_HTTP=true)")
+    hosts = api_hosts(keeper.public_url)
+    if config.redis.url is None:
+        pki = await asyncio.to_thread(make_api_pki, keeper.name, hosts)
+    else:
+        store = RedisApiPki(config.redis.url.get_secret_value(), keeper.name, sealer=_sealer(config))
+        stack.push_async_callback(store.close)
+        pki = await store.get_or_make(hosts)
+    where = "in memory: a restart makes another" if config.redis.url is None else "kept in redis"
+    described = f"own certificate for {', '.join(pki.hosts)} ({where}), CA sha256 {pki.fingerprint}"
+    return ApiTls(server_context_of(pki), pki.ca_pem, described)
 
 
 async def _checked(setting: str, awaitable: Awaitable[T]) -> T:
@@ -311,7 +355,7 @@ async def run_keeper(config: KeeperConfig) -> int:
                 idle_timeout_s=config.keeper.idle_timeout,
                 locks="redis" if config.redis.url else "in-process: single replica (no AUTOSCALER_REDIS_URL)",
                 private_keys_at_rest=_at_rest(config),
-                api_tls=config.keeper.tls_cert_file is not None,
+                api_tls=not config.keeper.plain_http,
             )
             await keeper.run(stop)
 

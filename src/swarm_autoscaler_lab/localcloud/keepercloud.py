@@ -166,6 +166,9 @@ class KeeperCloud:
             **self.ec2_env(),
             "AUTOSCALER_KEEPER_TOKEN": self.token,
             "AUTOSCALER_KEEPER_PUBLIC_URL": f"http://127.0.0.1:{http_port}",
+            # Plain HTTP on loopback: the lab's many API clients stay simple. The keeper's default, HTTPS
+            # with its own CA, is served and verified in tests/keeper/test_api_tls_default.py.
+            "AUTOSCALER_KEEPER_PLAIN_HTTP": "true",
             "AUTOSCALER_KEEPER_NAME": self.keeper_name,
             "AUTOSCALER_KEEPER_PRIMARY_TYPE": PRIMARY_TYPE,
             "AUTOSCALER_KEEPER_PRIMARY_AMI_ID": self.network.ami_id,

@@ -251,7 +251,7 @@ async def test_the_keeper_prices_its_primary_type_from_its_own_setting_without_t
     for key, value in {
         "AUTOSCALER_KEEPER_TOKEN": "a-Keeper-token-0123456789",
         "AUTOSCALER_KEEPER_NAME": "priced-keeper",
-        "AUTOSCALER_KEEPER_PUBLIC_URL": "http://10.0.0.5:8080",
+        "AUTOSCALER_KEEPER_PUBLIC_URL": "https://10.0.0.5:8080",
         "AUTOSCALER_KEEPER_PRIMARY_AMI_ID": ami,
         "AUTOSCALER_KEEPER_PRIMARY_TYPE": "m7i.large",
         "AUTOSCALER_KEEPER_WORKER_TYPES": json.dumps(
