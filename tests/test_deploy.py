@@ -70,7 +70,11 @@ def test_scheduler_stack_file_runs_the_scheduler_with_the_packing_preload_from_t
     # the preload is a module of this package, so the image that ships the package runs it
     assert (ROOT / "src" / "swarm_autoscaler" / "adapters" / "dask_packing.py").is_file()
     assert service["deploy"]["replicas"] == 1
-    assert "node.role == manager" in service["deploy"]["placement"]["constraints"]
+    # never a manager (their instance profile carries the daemon's policy, reachable from the scheduler's
+    # network through the metadata service): only the worker node the operator labelled for it
+    constraints = service["deploy"]["placement"]["constraints"]
+    assert "node.role == worker" in constraints and "node.labels.dask-scheduler == true" in constraints
+    assert not [c for c in constraints if "manager" in c]
     assert stack["networks"][service["networks"][0]] == {"external": True, "name": "host"}
 
 

@@ -43,6 +43,8 @@ STACK = "autoscaler"
 SERVICE = f"{STACK}_autoscaler"
 TASKS = 2  # pinned tasks, one m5.large each: the burst needs exactly this many machines
 TASK_S = 40.0  # long enough to span the rolling update
+# The node the operator adds for the scheduler (docker/scheduler-stack.yml): not one of the daemon's machines
+SCHEDULER_NODE = "dask-scheduler-host"
 
 
 def _free_port() -> int:
@@ -227,10 +229,25 @@ async def test_the_readme_scheduler_stack_serves_the_readme_url(
     cloud: LocalCloud, manager: LocalNode, image: int
 ) -> None:
     """README step 6 and its step-3 URL, as written: `docker/scheduler-stack.yml` deployed with the image
-    (SCHEDULER_IMAGE), and a daemon whose AUTOSCALER_DASK_SCHEDULER_URL is `tcp://<the manager's private
-    address>:8786` starts (no warning that the packing preload is missing) and reads it in a tick. The
-    manager's loopback address stands in for its private one; nothing else is overridden."""
-    url = f"tcp://{manager.address}:8786"
+    (SCHEDULER_IMAGE) lands on the node the operator labelled `dask-scheduler=true`, a swarm worker the
+    daemon did not launch (on EC2: a machine without the daemon's instance profile), never on the
+    manager; a daemon whose AUTOSCALER_DASK_SCHEDULER_URL is `tcp://<that node's private address>:8786`
+    starts (no warning that the packing preload is missing) and reads it in a tick. The node's loopback
+    address stands in for its private one; the stack file is deployed unchanged (it uses the machine's
+    network, which the local dockerd nodes have)."""
+    swarm = cloud.local_swarm
+    (node,) = await swarm.add_workers([SCHEDULER_NODE])
+    try:
+        await asyncio.to_thread(ensure_image, node)
+        await manager.docker("node", "update", "--label-add", "dask-scheduler=true", SCHEDULER_NODE)
+        await _deploy_the_scheduler_stack(cloud, manager, node)
+    finally:
+        await swarm.stop_node(SCHEDULER_NODE)
+        await manager.docker("node", "rm", "--force", SCHEDULER_NODE)
+
+
+async def _deploy_the_scheduler_stack(cloud: LocalCloud, manager: LocalNode, node: LocalNode) -> None:
+    url = f"tcp://{node.address}:8786"
     env = {**os.environ, "SCHEDULER_IMAGE": IMAGE, "DOCKER_HOST": manager.docker_url}
     compose = str(ROOT / "docker" / "scheduler-stack.yml")
     deploy = [
@@ -249,9 +266,17 @@ async def test_the_readme_scheduler_stack_serves_the_readme_url(
         def answers() -> bool:
             with socket.socket() as s:
                 s.settimeout(1)
-                return s.connect_ex((manager.address, 8786)) == 0
+                return s.connect_ex((node.address, 8786)) == 0
 
         await wait_for(answers, 120, f"the stack's scheduler listening at {url}", step=1.0)
+        placed = await manager.docker(
+            "service", "ps", "--filter", "desired-state=running", "--format", "{{.Node}}",
+            "dask-scheduler_scheduler",
+        )  # fmt: skip
+        assert placed.split() == [SCHEDULER_NODE], placed  # the labelled worker, not the manager
+        assert not manager.docker_sync(
+            "ps", "-q", "--filter", "label=com.docker.stack.namespace=dask-scheduler"
+        ), "a scheduler container runs on the manager"
         with capture_logs() as logs:
             async with cloud.daemon({"AUTOSCALER_DASK_SCHEDULER_URL": url}) as daemon:
                 result = await daemon.tick_once()
@@ -261,7 +286,7 @@ async def test_the_readme_scheduler_stack_serves_the_readme_url(
         await manager.docker("stack", "rm", "dask-scheduler")
         await wait_for(
             lambda: (
-                not manager.docker_sync(
+                not node.docker_sync(
                     "ps", "-q", "--filter", "label=com.docker.stack.namespace=dask-scheduler"
                 )
             ),
