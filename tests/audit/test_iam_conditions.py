@@ -107,7 +107,7 @@ async def test_every_request_the_keeper_and_a_primary_send_is_allowed_by_their_p
     keeper_name = f"keeper-iam-{id(faults)}"
     hosts = await Ec2Primaries(
         keeper_name=keeper_name, primary_type="m5.large", ami_id=network.ami_id,
-        user_data=lambda key, cid: "#!/bin/bash\n", subnet_ids=network.subnet_ids,
+        user_data=lambda key, cid, profile: "#!/bin/bash\n", subnet_ids=network.subnet_ids,
         security_group_ids=[network.security_group_id], key_name=network.key_name,
         iam_instance_profile=network.instance_profile, custom_tags={"team": "science"}, **access,
     ).start()  # fmt: skip

@@ -83,7 +83,7 @@ async def test_a_primary_cannot_touch_another_cluster_s_worker_and_moto_shows_no
     keeper_name = f"keeper-attack-{id(faults)}"
     hosts = await Ec2Primaries(
         keeper_name=keeper_name, primary_type="m5.large", ami_id=network.ami_id,
-        user_data=lambda key, cid: "#!/bin/bash\n", subnet_ids=network.subnet_ids,
+        user_data=lambda key, cid, profile: "#!/bin/bash\n", subnet_ids=network.subnet_ids,
         security_group_ids=[network.security_group_id], access_key_id=ACCESS_KEY, **access,
     ).start()  # fmt: skip
     clouds: list[Ec2Cloud] = []

@@ -11,6 +11,7 @@ import itertools
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
+from swarm_autoscaler.config.profiles import DEFAULT_PROFILE
 from swarm_autoscaler.errors import EndpointError
 from swarm_autoscaler.keeper.adapters.tags import excess_workers
 from swarm_autoscaler.keeper.lifecycle import Probe
@@ -74,7 +75,7 @@ class FakeHosts:
         ids = self._by_key.get(key, ())
         return tuple(self.clusters[cid] for cid in ids if self.alive.get(cid, 0) > 0)
 
-    async def create(self, key: ClusterKey, now: float) -> Cluster:
+    async def create(self, key: ClusterKey, now: float, profile: str = DEFAULT_PROFILE) -> Cluster:
         self._check()
         if self.create_delay:
             await asyncio.sleep(self.create_delay)
@@ -87,6 +88,7 @@ class FakeHosts:
             now,
             scheduler_url=f"tcp://{cid}:8786",
             dashboard_url=f"http://{cid}:8787",
+            profile=profile,
         )
         self.clusters[cid] = cluster
         self.alive[cid] = 1

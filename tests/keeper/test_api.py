@@ -16,7 +16,7 @@ from swarm_autoscaler.keeper.service import Keeper
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 FIELDS = {"id", "user_id", "wallet_id", "state", "scheduler_url", "dashboard_url", "created_at"}
-FIELDS |= {"last_heartbeat", "eta_s", "reason", "budget_ends_at"}
+FIELDS |= {"last_heartbeat", "eta_s", "reason", "budget_ends_at", "profile"}
 
 
 class World:

@@ -104,7 +104,14 @@ ADMIN_ROUTES = [
     ("PUT", "/v1/wallets/{wallet_id}/budget", "/v1/wallets/w1/budget", 200),
     ("DELETE", "/v1/wallets/{wallet_id}/budget", "/v1/wallets/w1/budget", 204),
 ]
-BODY = {"budget_usd": 5}  # sent with every request: only the budget's PUT reads it
+BODY = {"budget_usd": 5}  # sent with every request: the budget's PUT reads it
+
+
+def body_of(route: str) -> dict[str, object]:
+    """The body sent with a request: a create's reads only `profile` (400 for anything else)."""
+    return {"profile": "default"} if route == "/v1/clusters/{user_id}/{wallet_id}" else BODY
+
+
 OWN_TOKEN_ROUTES = [
     ("GET", "/v1/primaries/{cluster_id}/credentials"),
     ("GET", "/v1/primaries/{cluster_id}/instances"),
@@ -128,7 +135,7 @@ async def test_no_token_or_an_unknown_one_is_401(
     world: World, method: str, route: str, path: str, ok: int
 ) -> None:
     for headers in ({}, bearer("kut_not-a-token-anyone-holds"), {"Authorization": ADMIN_TOKEN}):
-        response = await world.client.request(method, path, json=BODY, headers=headers)
+        response = await world.client.request(method, path, json=body_of(route), headers=headers)
         assert response.status == 401, (route, headers)
         assert await response.json() == {"error": "missing or wrong bearer token"}
     if method == "DELETE" and route.startswith("/v1/clusters"):
@@ -140,7 +147,7 @@ async def test_no_token_or_an_unknown_one_is_401(
 async def test_another_user_s_token_is_403_and_changes_nothing(
     world: World, method: str, route: str, path: str, ok: int
 ) -> None:
-    response = await world.client.request(method, path, json=BODY, headers=world.bob)
+    response = await world.client.request(method, path, json=body_of(route), headers=world.bob)
     assert response.status == 403, route
     assert "another user" in (await response.json())["error"]
     state = await (await world.client.get("/v1/clusters/alice/w1", headers=world.admin)).json()
@@ -152,7 +159,7 @@ async def test_the_owner_s_token_and_the_admin_s_are_allowed(
     world: World, method: str, route: str, path: str, ok: int
 ) -> None:
     for who in (world.alice, world.admin):
-        response = await world.client.request(method, path, json=BODY, headers=who)
+        response = await world.client.request(method, path, json=body_of(route), headers=who)
         expected = 404 if method == "DELETE" and who is world.admin else ok  # alice already ended it
         assert response.status == expected, (route, who is world.admin)
 
@@ -162,9 +169,9 @@ async def test_admin_routes_refuse_every_user_token(
     world: World, method: str, route: str, path: str, ok: int
 ) -> None:
     for who in (world.alice, world.bob):
-        response = await world.client.request(method, path, json=BODY, headers=who)
+        response = await world.client.request(method, path, json=body_of(route), headers=who)
         assert response.status == 403 and "admin token" in (await response.json())["error"]
-    assert (await world.client.request(method, path, json=BODY, headers=world.admin)).status == ok
+    assert (await world.client.request(method, path, json=body_of(route), headers=world.admin)).status == ok
 
 
 async def test_the_listing_shows_a_user_its_own_clusters_and_the_admin_all(world: World) -> None:

@@ -2,7 +2,8 @@
 
 The requests are written as raw bytes on a TCP socket (what an attacker's own client sends: bearer
 tokens that are not UTF-8, ids that break `model.ID_RULE` or are percent-encoded junk, `since=nan` or
-`1e400`, bodies nested thousands deep, not UTF-8, not JSON, or the wrong type). Hypothesis draws them;
+`1e400`, bodies nested thousands deep, not UTF-8, not JSON, or the wrong type, a create naming a profile
+the keeper does not know or saying more than a profile). Hypothesis draws them;
 for each the service answers a 4xx, our middleware logs exactly one "request refused" line, the keeper
 still answers /healthz, and nothing changed: no cluster created or ended, the redis keys (tokens,
 budgets, usage) byte for byte the same, no credentials made. The keeper stands on fakes for EC2 and the
@@ -272,12 +273,30 @@ bad_launches = st.one_of(
 )
 
 
+# A create's body: anything but nothing or {"profile": "<a profile the keeper knows>"} (it knows only
+# `default` here): 400 for a body that is not exactly that shape, 422 for a profile it does not know.
+bad_profiles = st.one_of(
+    bad_bodies.filter(lambda b: b.strip() != b""),  # an empty body is a create of the default profile
+    st.text(max_size=80).filter(lambda t: t != "default").map(lambda t: json.dumps({"profile": t}).encode()),
+    st.sampled_from(
+        [
+            b'{"profile": 1}',
+            b'{"profile": null}',
+            b'{"profile": "default", "worker_image": "registry.example.com/evil:1.0"}',
+            b'{"profile": "Default"}',
+            rb'{"profile": "default\u0000"}',
+            rb'{"profile": "\ud800"}',
+        ]
+    ),
+)
+
+
 @st.composite
 def malformed(draw: st.DrawFn) -> tuple[str, bytes]:
     """(what is wrong, the raw request): each is wrong in at least one way that its route reads."""
     junk = draw(st.lists(st.binary(min_size=1, max_size=30).map(_no_crlf).filter(bool), max_size=3))
     extra = [b"X-Junk-" + str(i).encode() + b": " + j for i, j in enumerate(junk)]
-    kind = draw(st.sampled_from(["token", "id", "query", "body"]))
+    kind = draw(st.sampled_from(["token", "id", "query", "body", "profile"]))
     if kind == "token":
         method, template = draw(st.sampled_from(GUARDED))
         token = draw(bad_tokens)
@@ -292,12 +311,17 @@ def malformed(draw: st.DrawFn) -> tuple[str, bytes]:
         value = draw(bad_ids if name.endswith("_id") else bad_numbers)
         query = f"{name}={value}".encode()
         return kind, request("GET", target("/v1/usage", {}, query), [ADMIN_HEADER, *extra])
+    headers = [ADMIN_HEADER, b"Content-Type: application/json", *extra]
+    if kind == "profile":
+        body = draw(bad_profiles)
+        return kind, request("PUT", target("/v1/clusters/{user_id}/{wallet_id}", VALID), headers, body)
     if draw(st.booleans()):
         body = draw(st.one_of(bad_bodies, bad_launches))
-        headers = [CLUSTER_HEADER, b"Content-Type: application/json", *extra]
-        return kind, request("POST", target("/v1/primaries/{cluster_id}/launches", VALID), headers, body)
+        cluster_headers = [CLUSTER_HEADER, b"Content-Type: application/json", *extra]
+        return kind, request(
+            "POST", target("/v1/primaries/{cluster_id}/launches", VALID), cluster_headers, body
+        )
     body = draw(bad_bodies)
-    headers = [ADMIN_HEADER, b"Content-Type: application/json", *extra]
     return kind, request("PUT", target("/v1/wallets/{wallet_id}/budget", VALID), headers, body)
 
 

@@ -33,6 +33,7 @@ from pydantic_settings import BaseSettings
 
 from swarm_autoscaler import __version__
 from swarm_autoscaler.config.durations import format_duration
+from swarm_autoscaler.config.profiles import ClusterProfile, Profiles, check_profiles, pinned_image
 from swarm_autoscaler.config.settings import (
     PREFIX,
     Ec2AccessSettings,
@@ -102,9 +103,13 @@ KEEPER_CA=""
 if grep -q "BEGIN CERTIFICATE" "$D/keeper-ca.pem"; then KEEPER_CA="--cacert $D/keeper-ca.pem"; fi
 curl -fsS $KEEPER_CA --retry 30 --retry-delay 5 --retry-all-errors -o "$D/credentials.json" \\
   -H "Authorization: Bearer {{credentials_token}}" "{{keeper_url}}/v1/primaries/{{cluster_id}}/credentials"
+# The same run copies the packing preload out of the image as a file (it needs only distributed), so
+# the scheduler's image needs nothing of swarm-autoscaler (docs/keeper.md, "The scheduler image").
 docker run --rm --network none --user 0 -v "$D:/d" --entrypoint python3 {{image}} -c \\
-  'import json,pathlib; f=json.load(open("/d/credentials.json"))["files"]; [pathlib.Path("/d/tls",n).write_text(t) for n,t in f.items()]'
+  'import json,pathlib,shutil; f=json.load(open("/d/credentials.json"))["files"]; [pathlib.Path("/d/tls",n).write_text(t) for n,t in f.items()]
+import swarm_autoscaler.adapters.dask_packing as p; shutil.copy(p.__file__,"/d/dask_packing.py")'
 rm -f "$D/credentials.json"
+chmod 644 "$D/dask_packing.py"
 # 2. A swarm of its own; the files become swarm secrets (swarm sends them only to the nodes that run a
 # task using them, in memory). Its overlay address pool lies outside the usual 10.0.0.0/8 VPCs (swarm's
 # default pool would hide the VPC's resolver from overlay tasks; docs/deployment.md, "Create the swarm").
@@ -120,13 +125,15 @@ TLS_WORKER="--tls-ca-file $S/dask-ca --tls-cert $S/dask-worker --tls-key $S/dask
 # 3. The scheduler: tls:// on {{scheduler_port}} (mutual TLS: only holders of this cluster's certificates
 # connect); its HTTP port {{dashboard_port}} (health, metrics, dashboard) is for the keeper's probe: open
 # it to the keeper's security group only (docs/keeper-security.md).
-# It runs the packing preload from the image (docs/packing.md): small tasks fill a machine before the
-# next, and waiting GPU or instance-type work moves to the workers launched for it.
+# It runs the packing preload, the file copied in step 1 (docs/packing.md): small tasks fill a machine
+# before the next, and waiting GPU or instance-type work moves to the workers launched for it.
 # (--no-healthcheck: the image's check is the autoscaler's /healthz, which a scheduler does not serve)
+P=/opt/swarm-autoscaler/dask_packing.py
 docker service create --detach --name dask-scheduler --network host --constraint node.role==manager --no-healthcheck \\
   --secret dask-ca --secret dask-scheduler --secret dask-scheduler-key \\
+  --mount "type=bind,src=$D/dask_packing.py,dst=$P,readonly" \\
   --entrypoint dask {{scheduler_image}} scheduler --protocol tls --host "$ADDR" --port {{scheduler_port}} \\
-  --dashboard-address "$ADDR:{{dashboard_port}}" --preload swarm_autoscaler.adapters.dask_packing $TLS_SCHEDULER
+  --dashboard-address "$ADDR:{{dashboard_port}}" --preload $P $TLS_SCHEDULER
 # 4. The cluster's autoscaler: this swarm, this cluster's name and EC2 tags, the scheduler over TLS; its
 # own HTTP (health, metrics) on the private address, port 8000 (closed unless a rule opens it).
 cat > "$D/cluster.env" <<'SWARM_AUTOSCALER_ENV'
@@ -302,9 +309,9 @@ class KeeperSettings(BaseSettings):
     )
     scheduler_image: str = Field(
         default="",
-        description="The image of the clusters' dask schedulers, pinned: it needs distributed at the workers' "
-        "version and the packing preload (swarm_autoscaler.adapters.dask_packing: the autoscaler's package "
-        "installed, as in docker/Dockerfile). Empty: AUTOSCALER_KEEPER_IMAGE.",
+        description="The image of the clusters' dask schedulers, pinned: Python and distributed at the "
+        "workers' versions and the `dask` command; nothing of swarm-autoscaler (the primary mounts the "
+        "packing preload into it as a file, docs/keeper.md#the-scheduler-image). Empty: AUTOSCALER_KEEPER_IMAGE.",
         json_schema_extra={"example": "registry.example.com/team/dask-scheduler:1.4.0"},
     )
     primary_iam_instance_profile: str | None = Field(
@@ -406,6 +413,23 @@ class KeeperSettings(BaseSettings):
         "workers, its reason saying so) before it is ended; counted from when the wallet was first found "
         "over its budget, shared by the replicas.",
     )
+    profiles: Profiles = Field(
+        default_factory=dict,
+        description='Cluster profiles a user names at creation ({"profile": "<name>"}, '
+        "docs/keeper.md#cluster-profiles): a JSON object, name to its worker_image, scheduler_image, "
+        "primary_type and worker_types (as AUTOSCALER_KEEPER_WORKER_TYPES), each optional, the keeper-wide "
+        "setting when left out. Images pinned and naming their registry. The profile `default` is the "
+        "keeper-wide settings.",
+        json_schema_extra={
+            "example": '{"geo": {"worker_image": "registry.example.com/geo/dask-worker:1.4.0", '
+            '"scheduler_image": "registry.example.com/geo/dask-scheduler:1.4.0"}}'
+        },
+    )
+
+    @field_validator("profiles")
+    @classmethod
+    def _profiles(cls, value: dict[str, ClusterProfile], info: ValidationInfo) -> dict[str, ClusterProfile]:
+        return check_profiles(value, info.data.get("max_instances_per_cluster"))
 
     @field_validator("wallet_budgets")
     @classmethod
@@ -443,15 +467,8 @@ class KeeperSettings(BaseSettings):
     @field_validator("image", "worker_image", "scheduler_image")
     @classmethod
     def _pinned(cls, value: str) -> str:
-        if not value:
-            return value  # the worker's and scheduler's: empty means AUTOSCALER_KEEPER_IMAGE
-        name, _, digest = value.partition("@")
-        tag = name.rpartition(":")[2] if ":" in name.rpartition("/")[2] else ""
-        if not digest and (not tag or tag == "latest"):
-            raise PydanticCustomError(
-                "image", "expected an image pinned by a version tag or a digest (name:1.2.3), not :latest"
-            )
-        return value
+        # the worker's and scheduler's: empty means AUTOSCALER_KEEPER_IMAGE
+        return pinned_image(value) if value else value
 
     @field_validator("primary_type")
     @classmethod
@@ -603,16 +620,19 @@ def cluster_env(
     cluster_id: str,
     worker_tags: Mapping[str, str] | None = None,
     listing_token: str = "",
+    worker_types: Mapping[str, AllowedType] | None = None,
 ) -> dict[str, str]:
     """The settings of cluster `cluster_id`'s own autoscaler, derived from the keeper's: its cluster name
     is the cluster id (its workers' ownership tag), its allowed types and fleet limit are the keeper's
     worker types and max instances per cluster, and it launches where the keeper does, with the keeper's
     custom tags and `worker_tags` on its workers, with no instance profile. No EC2 credentials. With the keeper's public URL and a
     `listing_token`, it reads its instances from the keeper's listing (one paged DescribeInstances by
-    the keeper for every cluster) instead of calling DescribeInstances every tick."""
+    the keeper for every cluster) instead of calling DescribeInstances every tick. `worker_types`: its
+    profile's (`profiles.Profile`), else the keeper's."""
     ec2, keeper = config.ec2, config.keeper
     tags = {**ec2.custom_tags, **(worker_tags or {})}
-    types = {name: spec.model_dump(mode="json") for name, spec in keeper.worker_types.items()}
+    chosen = keeper.worker_types if worker_types is None else worker_types
+    types = {name: spec.model_dump(mode="json") for name, spec in chosen.items()}
     env = {
         f"{PREFIX}CLUSTER_NAME": cluster_id,
         f"{PREFIX}EC2_ALLOWED_TYPES": json.dumps(types, separators=(",", ":")),

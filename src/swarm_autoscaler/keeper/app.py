@@ -27,6 +27,7 @@ from aiohttp import web
 
 from swarm_autoscaler.adapters.ec2_pricing import read_prices
 from swarm_autoscaler.config.keeper import KeeperConfig, cluster_env, env_lines, keeper_ca, render_boot
+from swarm_autoscaler.config.profiles import DEFAULT_PROFILE, launched_types, profiles_of
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
 from swarm_autoscaler.keeper.access import InProcessTokens, TokenStore
 from swarm_autoscaler.keeper.adapters.api_tls import RedisApiPki, api_hosts, make_api_pki, server_context_of
@@ -72,14 +73,17 @@ def user_data_of(config: KeeperConfig, api_ca: str | None = None) -> UserData:
     secret = keeper.token.get_secret_value()
     ca = keeper_ca(keeper) if api_ca is None else api_ca.strip()
 
-    def render(key: ClusterKey, cluster_id: str) -> str:
+    profiles = profiles_of(keeper)
+
+    def render(key: ClusterKey, cluster_id: str, profile: str = DEFAULT_PROFILE) -> str:
+        chosen = profiles[profile]  # a known one: the service checked it
         values = {
             "keeper_url": keeper.public_url or "",
             "keeper_ca": ca,
             "credentials_token": primary_token(secret, cluster_id),
-            "image": keeper.image,
-            "worker_image": keeper.worker_image or keeper.image,
-            "scheduler_image": keeper.scheduler_image or keeper.image,
+            "image": chosen.image,
+            "worker_image": chosen.worker_image,
+            "scheduler_image": chosen.scheduler_image,
             "cluster_id": cluster_id,
             "user_id": key.user_id,
             "wallet_id": key.wallet_id,
@@ -87,7 +91,11 @@ def user_data_of(config: KeeperConfig, api_ca: str | None = None) -> UserData:
             "dashboard_port": str(keeper.dashboard_port),
             "autoscaler_env": env_lines(
                 cluster_env(
-                    config, cluster_id, worker_tags(keeper.name, key), listing_token(secret, cluster_id)
+                    config,
+                    cluster_id,
+                    worker_tags(keeper.name, key),
+                    listing_token(secret, cluster_id),
+                    chosen.worker_types,
                 )
             ),
         }
@@ -116,6 +124,7 @@ def primaries(config: KeeperConfig, api_ca: str | None = None) -> Ec2Primaries:
         scheduler_port=keeper.scheduler_port,
         dashboard_port=keeper.dashboard_port,
         metadata_hop_limit=keeper.primary_metadata_hop_limit,
+        primary_types={name: p.primary_type for name, p in profiles_of(keeper).items()},
     )
 
 
@@ -192,6 +201,7 @@ async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
             clients=clients,
             replicas=locks if isinstance(locks, RedisLocks) else None,
             max_workers=keeper_settings.max_instances_per_cluster,
+            profiles=tuple(profiles_of(keeper_settings)),
         )
         app = build_keeper_app(
             keeper,
@@ -211,7 +221,7 @@ async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
         where = "AUTOSCALER_EC2_ENDPOINT" if config.ec2.endpoint else "AUTOSCALER_EC2_REGION"
         await _checked(where, stack.enter_async_context(hosts))  # the client only: no request yet
         await _listen(stack, app, config, api_tls.context)  # before any request: a busy port is found first
-        types = [keeper_settings.primary_type, *keeper_settings.worker_types]
+        types = launched_types(keeper_settings)
         await _checked(where, hosts.check(types))  # also syncs EC2's clock
         await read_interruptions(stack, hosts, config)  # its clusters' notices, as tags (interruptions.py)
         if keeper.accountant is not None:  # every type priced, by the daemon's rule, or no start
@@ -370,9 +380,12 @@ async def _prices(config: KeeperConfig, types: list[str]) -> dict[str, float]:
     type, then the AWS Price List; none of them stops the start."""
     ec2 = config.ec2
     keeper = config.keeper
-    operator = {keeper.primary_type: keeper.primary_price_per_hour}
+    operator = {keeper.primary_type: keeper.primary_price_per_hour}  # a profile's other type: the list's
     operator |= {
-        name: spec.price_per_hour for name, spec in keeper.worker_types.items() if spec.price_per_hour
+        name: spec.price_per_hour
+        for p in profiles_of(keeper).values()
+        for name, spec in p.worker_types.items()
+        if spec.price_per_hour
     }
     priced = await read_prices(
         list(dict.fromkeys(types)),

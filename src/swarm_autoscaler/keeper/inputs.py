@@ -5,6 +5,8 @@ becomes a `BadInput` (a 4xx with a message), never an exception from deep inside
   hex HMACs); a header with anything else (bytes that are not UTF-8 arrive as surrogates) is no token,
   so it gets 401 like a wrong one, before any comparison.
 - **Epoch seconds** (`since`, `until`) must be finite numbers: `nan`, `inf` and `1e400` are 400.
+- **A create's body** is empty or `{"profile": "<name>"}` and nothing else (400); whether the keeper
+  knows the name is the service's to say (422, naming the known ones).
 - **JSON bodies** are small objects: over `BODY_LIMIT` bytes (the launch route's: its own limit), not UTF-8, not JSON, nested deeper than
   `DEPTH_LIMIT` (a deep body used to reach `RecursionError`) or not an object: 400.
 """
@@ -15,7 +17,7 @@ import json
 import math
 from typing import Any
 
-BODY_LIMIT = 4096  # bytes: the budget body, {"budget_usd": <number>}
+BODY_LIMIT = 4096  # bytes: the budget body, {"budget_usd": <number>}, and a create's {"profile": "<name>"}
 DEPTH_LIMIT = 8
 _BEARER = "Bearer "
 
@@ -97,3 +99,16 @@ def json_object(body: bytes, expected: str, limit: int = BODY_LIMIT) -> dict[str
     if not isinstance(value, dict) or _depth(value, DEPTH_LIMIT) > DEPTH_LIMIT:
         raise BadInput(400, f"expected {expected}")
     return value
+
+
+def profile_of(body: bytes) -> str | None:
+    """The profile a create names: None for an empty body; `BadInput` (400) unless the body is exactly
+    `{"profile": "<name>"}`."""
+    if not body.strip():
+        return None
+    expected = 'no body, or {"profile": "<name>"}'
+    value = json_object(body, expected)
+    name = value.get("profile")
+    if set(value) != {"profile"} or not isinstance(name, str):
+        raise BadInput(400, f"expected {expected}")
+    return name

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
+
+from swarm_autoscaler.config.profiles import DEFAULT_PROFILE
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 ID_RULE = "1 to 64 characters of letters, digits, '-' and '_', starting with a letter or digit"
@@ -20,6 +23,19 @@ NO_WALLET = "none"
 
 class InvalidIdError(ValueError):
     """An id that breaks `ID_RULE`; the message names the id's role and the rule."""
+
+
+class UnknownProfileError(InvalidIdError):
+    """A profile the keeper does not know (`AUTOSCALER_KEEPER_PROFILES`); the message names the known."""
+
+
+def known_profile(name: str, known: Collection[str]) -> str:
+    """`name` if it is one of the `known` profiles, else `UnknownProfileError`."""
+    if name not in known:
+        raise UnknownProfileError(
+            f"unknown profile {name[:80]!r}; this keeper's profiles: {', '.join(sorted(known))}"
+        )
+    return name
 
 
 class ClusterState(enum.StrEnum):
@@ -57,7 +73,7 @@ class Cluster:
     """What the keeper knows of one cluster, rebuilt from its primary's EC2 tags and a probe of its
         scheduler. Times are epoch seconds. `last_heartbeat` is the last sign of use: a client's request or
     heartbeat, or work seen in its scheduler. `last_answered` is when its scheduler last answered (None:
-    never). `reason` says why a cluster failed or is ending."""
+    never). `reason` says why a cluster failed or is ending. `profile` names its images and machines."""
 
     cluster_id: str
     key: ClusterKey
@@ -69,6 +85,7 @@ class Cluster:
     scheduler_url: str = ""
     dashboard_url: str = ""
     reason: str = ""
+    profile: str = DEFAULT_PROFILE  # what it is made of (`config.profiles`), fixed at creation
 
     @property
     def live(self) -> bool:

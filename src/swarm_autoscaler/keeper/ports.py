@@ -11,6 +11,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from swarm_autoscaler.config.profiles import DEFAULT_PROFILE
 from swarm_autoscaler.keeper.lifecycle import Probe
 from swarm_autoscaler.keeper.model import Cluster, ClusterKey, ClusterState
 
@@ -48,10 +49,11 @@ class ClusterHosts(Protocol):
         possibly ending or failed ones), read from EC2 now."""
         ...
 
-    async def create(self, key: ClusterKey, now: float) -> Cluster:
+    async def create(self, key: ClusterKey, now: float, profile: str = DEFAULT_PROFILE) -> Cluster:
         """Launch the primary of `key`'s cluster, tagged with the keeper's ownership tags, the user,
-        the wallet, a new cluster id and its lifecycle (`starting`, created and heartbeat at `now`).
-        Callers hold the key's creation lock (`ClusterKey.lock_name`)."""
+        the wallet, a new cluster id, its `profile` (a known one: its images and machines) and its
+        lifecycle (`starting`, created and heartbeat at `now`). Callers hold the key's creation lock
+        (`ClusterKey.lock_name`)."""
         ...
 
     async def update(

@@ -37,10 +37,11 @@ from typing import Any
 
 import structlog
 
+from swarm_autoscaler.config.profiles import DEFAULT_PROFILE
 from swarm_autoscaler.errors import AutoscalerError
 from swarm_autoscaler.keeper.lifecycle import Decision, KeeperTiming, Probe, decide
 from swarm_autoscaler.keeper.limits import Limits
-from swarm_autoscaler.keeper.model import Cluster, ClusterKey, ClusterState
+from swarm_autoscaler.keeper.model import Cluster, ClusterKey, ClusterState, known_profile
 from swarm_autoscaler.keeper.ports import ClusterHosts, Locks, Replicas, SchedulerClients, SchedulerProbe
 from swarm_autoscaler.keeper.shares import LeaseStep, lease_step, share
 from swarm_autoscaler.keeper.usage import UsageAccountant
@@ -55,6 +56,10 @@ HOLD_REASON = "spent its budget: no new workers"  # in the reason of a cluster w
 
 class KeeperBusyError(AutoscalerError):
     """Another request for the same (user, wallet) held the creation lock for too long; retry."""
+
+
+class ProfileConflictError(Exception):
+    """A create naming a profile while the (user, wallet) pair's live cluster runs another (409)."""
 
 
 @dataclass
@@ -76,6 +81,7 @@ class Keeper:
     replicas: Replicas | None = None  # the live replicas, for this one's share (None: it is alone)
     replica_count: int = 1  # live replicas at the last count
     max_workers: int | None = None  # each cluster's maximum, which the keeper enforces (`trim`)
+    profiles: tuple[str, ...] = (DEFAULT_PROFILE,)  # the profiles a create may name (`config.profiles`)
     checks: int = 0
     last_discovery: float | None = None  # when the last listing of every cluster succeeded (for /healthz)
     _known: dict[str, Cluster] = field(default_factory=dict)
@@ -108,32 +114,46 @@ class Keeper:
 
     # ------------------------------------------------------------------ requests
 
-    async def get_or_create(self, key: ClusterKey) -> tuple[Cluster, bool]:
-        """The live cluster of `key`, or a new one (True). Counts as a heartbeat."""
+    async def get_or_create(self, key: ClusterKey, profile: str | None = None) -> tuple[Cluster, bool]:
+        """The live cluster of `key`, or a new one (True) of `profile` (None: `default`). Counts as a
+        heartbeat. An unknown profile is `UnknownProfileError`, a live cluster of another profile than
+        the one named `ProfileConflictError`; neither touches anything."""
+        wanted = known_profile(profile, self.profiles) if profile is not None else None
         async with self.locks.exclusive(key.lock_name, self.create_wait) as held:
             if not held:
                 raise KeeperBusyError(f"cluster of {key.user_id}/{key.wallet_id} is being created; retry")
             live = _live(await self.hosts.find(key))
+            if live is not None and wanted is not None and live.profile != wanted:
+                raise ProfileConflictError(
+                    f"the live cluster of {key.user_id}/{key.wallet_id} has profile {live.profile!r}, not "
+                    f"{wanted!r}: end it (DELETE) before asking for another profile"
+                )
             if live is not None:
                 return await self._touch(live), False
-            cluster = await self._create(key)
+            cluster = await self._create(key, wanted or DEFAULT_PROFILE)
         self._emit("create")
-        log.info("cluster created", cluster=cluster.cluster_id, user=key.user_id, wallet=key.wallet_id)
+        log.info(
+            "cluster created",
+            cluster=cluster.cluster_id,
+            user=key.user_id,
+            wallet=key.wallet_id,
+            profile=cluster.profile,
+        )
         self._adopt(cluster)
         self._written[cluster.cluster_id] = cluster.last_heartbeat
         return cluster, True
 
-    async def _create(self, key: ClusterKey) -> Cluster:
+    async def _create(self, key: ClusterKey, profile: str) -> Cluster:
         """Launch `key`'s cluster once the limits admit it (`limits.Limits.admit`, which raises when
         not). The count and the launch hold the user's lock, so concurrent creates of one user's
         clusters through any replicas never pass the count together."""
         if self.limits is None:
-            return await self.hosts.create(key, self.clock())
+            return await self.hosts.create(key, self.clock(), profile)
         async with self.locks.exclusive(f"create-user:{key.user_id}", self.create_wait) as held:
             if not held:
                 raise KeeperBusyError(f"clusters of {key.user_id} are being created; retry")
             await self.limits.admit(key, await self._live_of(key.user_id))
-            return await self.hosts.create(key, self.clock())
+            return await self.hosts.create(key, self.clock(), profile)
 
     async def _live_of(self, user_id: str) -> int:
         """Live clusters of `user_id`: those listed, and those this replica created that a listing

@@ -274,7 +274,7 @@ async def test_an_interruption_notice_for_a_cluster_s_worker_reaches_its_autosca
         secret_access_key=SECRET_KEY,
         primary_type="m5.large",
         ami_id=network.ami_id,
-        user_data=lambda key, cid: "#!/bin/bash\n",
+        user_data=lambda key, cid, profile: "#!/bin/bash\n",
         subnet_ids=network.subnet_ids,
         security_group_ids=[network.security_group_id],
     )

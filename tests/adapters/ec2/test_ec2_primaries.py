@@ -45,8 +45,8 @@ BOB = ClusterKey("bob", "none")
 Factory = Callable[..., Awaitable[Ec2Primaries]]
 
 
-def boot(key: ClusterKey, cluster_id: str) -> str:
-    return f"#!/bin/bash\necho primary {cluster_id} of {key.user_id}/{key.wallet_id}\n"
+def boot(key: ClusterKey, cluster_id: str, profile: str = "default") -> str:
+    return f"#!/bin/bash\necho primary {cluster_id} of {key.user_id}/{key.wallet_id}, profile {profile}\n"
 
 
 @pytest.fixture
@@ -304,7 +304,7 @@ async def test_types_ec2_does_not_know_are_configuration_errors(make_hosts: Fact
 async def test_reserved_custom_tags_and_an_oversized_boot_script_are_refused(make_hosts: Factory) -> None:
     with pytest.raises(ConfigurationError, match="reserved"):
         await make_hosts(custom_tags={"swarm-autoscaler/keeper": "x"})
-    hosts = await make_hosts(user_data=lambda key, cid: "#" * (17 * 1024))
+    hosts = await make_hosts(user_data=lambda key, cid, profile: "#" * (17 * 1024))
     with pytest.raises(ConfigurationError, match="user data"):
         await hosts.create(ALICE, 1_800_000_000.0)
     assert hosts.stats.api_calls["RunInstances"] == 0

@@ -46,6 +46,7 @@ from swarm_autoscaler.adapters.ec2_support import (
     to_endpoint_error,
 )
 from swarm_autoscaler.adapters.ec2_transport import Ec2Transport
+from swarm_autoscaler.config.profiles import DEFAULT_PROFILE
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
 from swarm_autoscaler.keeper.adapters.tags import (
     ANSWERED_TAG,
@@ -56,6 +57,7 @@ from swarm_autoscaler.keeper.adapters.tags import (
     KEEPER_TAG,
     LISTED_STATES,
     MAX_TAG_VALUE,
+    PROFILE_TAG,
     REASON_TAG,
     STATE_TAG,
     USER_TAG,
@@ -81,7 +83,7 @@ from swarm_autoscaler.keeper.usage import Machine, ended_at
 TERMINATE_BATCH = 50
 SWEEP_EVERY = 12  # listings between two looks for workers whose primary is gone (1 min at 5 s)
 
-UserData = Callable[[ClusterKey, str], str]  # (key, cluster id) -> the primary's boot script
+UserData = Callable[[ClusterKey, str, str], str]  # (key, cluster id, profile) -> the primary's boot script
 
 
 class Ec2Primaries(Ec2Transport):
@@ -104,6 +106,7 @@ class Ec2Primaries(Ec2Transport):
         scheduler_port: int = 8786,
         dashboard_port: int = 8787,
         metadata_hop_limit: int = DEFAULT_HOP_LIMIT,
+        primary_types: Mapping[str, str] | None = None,
         **transport: Any,
     ) -> None:
         super().__init__(region=region, **transport)
@@ -116,6 +119,7 @@ class Ec2Primaries(Ec2Transport):
         self._hop_limit = metadata_hop_limit
         self._name = keeper_name
         self._type = primary_type
+        self._types = dict(primary_types or {})  # profile -> its primary's type, when not `primary_type`
         self._ami = ami_id
         self._user_data = user_data
         self._subnets = list(subnet_ids) or [""]  # "" = let EC2 pick (default VPC)
@@ -326,17 +330,17 @@ class Ec2Primaries(Ec2Transport):
 
     # ----------------------------------------------------------------------------------- creating
 
-    async def create(self, key: ClusterKey, now: float) -> Cluster:
+    async def create(self, key: ClusterKey, now: float, profile: str = DEFAULT_PROFILE) -> Cluster:
         """Launch the primary, trying the subnets in order on capacity refusals. The cluster id is the
         idempotency token of RunInstances, so a retried call cannot launch two primaries."""
         cid = new_cluster_id()
-        user_data = self._user_data(key, cid)
+        user_data = self._user_data(key, cid, profile)
         if len(user_data.encode()) > USER_DATA_LIMIT:
             raise ConfigurationError(
                 f"the primary's boot script is over EC2's {USER_DATA_LIMIT} bytes of user data: shorten "
                 "AUTOSCALER_KEEPER_PRIMARY_BOOT_TEMPLATE or the worker types' boot scripts"
             )
-        params = self._launch_params(key, cid, now, user_data)
+        params = self._launch_params(key, cid, now, user_data, profile)
         refusals: list[str] = []
         for attempt, subnet in enumerate(self._subnets):
             call = dict(params, ClientToken=f"{cid}-{attempt}")
@@ -350,18 +354,24 @@ class Ec2Primaries(Ec2Transport):
                     self.stats.capacity_refusals += 1
                     refusals.append(f"{subnet or 'default subnet'}: {error_message(exc)}")
                     continue
-                raise to_endpoint_error(self.endpoint, f"RunInstances {self._type}", exc) from None
+                raise to_endpoint_error(
+                    self.endpoint, f"RunInstances {params['InstanceType']}", exc
+                ) from None
             self.stats.instances_launched += 1
             return self._cluster(result["Instances"][0])
-        raise EndpointError(self.endpoint, f"no capacity for a {self._type} primary: {'; '.join(refusals)}")
+        kind = params["InstanceType"]
+        raise EndpointError(self.endpoint, f"no capacity for a {kind} primary: {'; '.join(refusals)}")
 
-    def _launch_params(self, key: ClusterKey, cid: str, now: float, user_data: str) -> dict[str, Any]:
+    def _launch_params(
+        self, key: ClusterKey, cid: str, now: float, user_data: str, profile: str = DEFAULT_PROFILE
+    ) -> dict[str, Any]:
         tags = {
             NAME_TAG: f"{self._name}-{cid}-primary",
             **self._custom_tags,
             CLUSTER_ID_TAG: cid,
             USER_TAG: key.user_id,
             WALLET_TAG: key.wallet_id,
+            PROFILE_TAG: profile,
             STATE_TAG: str(ClusterState.STARTING),
             CREATED_TAG: stamp(now),
             HEARTBEAT_TAG: stamp(now),
@@ -371,7 +381,7 @@ class Ec2Primaries(Ec2Transport):
         owner = {OWNER_TAG: OWNER_VALUE, KEEPER_TAG: self._name, CLUSTER_ID_TAG: cid}
         params: dict[str, Any] = {
             "ImageId": self._ami,
-            "InstanceType": self._type,
+            "InstanceType": self._types.get(profile, self._type),
             "MinCount": 1,
             "MaxCount": 1,
             "UserData": user_data,  # botocore base64-encodes it

@@ -6,6 +6,7 @@ A primary's tags hold its cluster's whole state:
 
     managed-by=swarm-autoscaler, swarm-autoscaler/keeper=<keeper name>      ownership
     swarm-autoscaler/keeper/cluster-id, .../user, .../wallet                 whose cluster it is
+    swarm-autoscaler/keeper/profile                  what it is made of (none: `default`, as before)
     swarm-autoscaler/keeper/state, .../created, .../heartbeat, .../answered, .../reason   its lifecycle
 
 Times are epoch seconds. Workers carry the daemon's ownership tags (`managed-by`,
@@ -21,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, PRIMARY_TAG
+from swarm_autoscaler.config.profiles import DEFAULT_PROFILE
 from swarm_autoscaler.keeper.model import Cluster, ClusterKey, ClusterState
 
 KEEPER_TAG = "swarm-autoscaler/keeper"
@@ -35,6 +37,7 @@ ANSWERED_TAG = _K + "answered"
 REASON_TAG = _K + "reason"
 SCHEDULER_URL_TAG = _K + "scheduler-url"
 DASHBOARD_URL_TAG = _K + "dashboard-url"
+PROFILE_TAG = _K + "profile"
 # On workers, through their autoscaler's AUTOSCALER_EC2_CUSTOM_TAGS.
 WORKER_KEEPER_TAG = "swarm-autoscaler-keeper"
 WORKER_USER_TAG = "swarm-autoscaler-keeper-user"
@@ -101,6 +104,7 @@ def to_cluster(raw: Mapping[str, Any], ports: tuple[int, int]) -> Cluster:
         scheduler_url=tags.get(SCHEDULER_URL_TAG) or (f"tls://{ip}:{ports[0]}" if ip else ""),
         dashboard_url=tags.get(DASHBOARD_URL_TAG) or (f"http://{ip}:{ports[1]}" if ip else ""),
         reason=reason,
+        profile=tags.get(PROFILE_TAG) or DEFAULT_PROFILE,
     )
 
 
