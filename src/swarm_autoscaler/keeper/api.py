@@ -3,10 +3,8 @@ token (`AUTOSCALER_KEEPER_TOKEN`, every route) or a user token (`keeper.access`:
 usage only; another user's path is 403, the admin routes are 403). Tokens are compared in constant time
 (the admin's) or by digest (a user's) and never logged. Errors are JSON `{"error": "..."}`:
 
-    PUT    /v1/clusters/{user_id}/{wallet_id}            get or create: 201 created, 200 existed; an
-                                                         optional body {"profile": "<name>"} (422 for
-                                                         an unknown one, naming the known; 409 when
-                                                         the live cluster has another)
+    PUT    /v1/clusters/{user_id}/{wallet_id}            get or create: 201 created, 200 existed; body
+                                                         optional, {"profile": "<name>"} (422, 409: inputs)
     POST   /v1/clusters/{user_id}/{wallet_id}/heartbeat  204; 404 without a live cluster
     GET    /v1/clusters                                  200, a JSON list (a user's token: its own)
     GET    /v1/clusters/{user_id}/{wallet_id}            200; 404 unknown
@@ -71,7 +69,7 @@ from swarm_autoscaler.keeper.model import (
     ClusterState,
     InvalidIdError,
 )
-from swarm_autoscaler.keeper.service import Keeper, KeeperBusyError, ProfileConflictError
+from swarm_autoscaler.keeper.service import Keeper, KeeperBusyError
 from swarm_autoscaler.keeper.usage import UsageLedger, usage_json
 
 log = structlog.get_logger("swarm_autoscaler.keeper.api")
@@ -171,8 +169,6 @@ class _Routes:
             return _error(422, str(exc))
         except LimitRefusedError as exc:
             return web.json_response(exc.body, status=exc.status)
-        except ProfileConflictError as exc:
-            return _error(409, str(exc))
         except KeeperBusyError as exc:
             return _error(503, str(exc))
         except AutoscalerError as exc:
@@ -193,8 +189,7 @@ class _Routes:
         return cluster_json(cluster, self.keeper.clock(), self.expected_start_s, ends_at)
 
     async def put_cluster(self, request: web.Request) -> web.Response:
-        key = _key(request)
-        cluster, created = await self.keeper.get_or_create(key, profile_of(await request.read()))
+        cluster, created = await self.keeper.get_or_create(_key(request), profile_of(await request.read()))
         return web.json_response(self._view(cluster), status=201 if created else 200)
 
     async def heartbeat(self, request: web.Request) -> web.Response:

@@ -146,6 +146,14 @@ def launches_of(config: KeeperConfig, keeper: Keeper, hosts: Ec2Primaries) -> La
         types={name: tuple(spec.capacity) for name, spec in settings.worker_types.items()},
         maximum=settings.max_instances_per_cluster,
         subnets=tuple(ec2.subnet_ids),
+        profile_types={
+            name: {t: tuple(spec.capacity) for t, spec in p.worker_types.items()}
+            for name, p in profiles_of(settings).items()
+        },
+        profile_amis={
+            name: {t: spec.ami_id for t, spec in p.worker_types.items()}
+            for name, p in profiles_of(settings).items()
+        },
     )
 
 

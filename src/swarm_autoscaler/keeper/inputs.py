@@ -6,7 +6,8 @@ becomes a `BadInput` (a 4xx with a message), never an exception from deep inside
   so it gets 401 like a wrong one, before any comparison.
 - **Epoch seconds** (`since`, `until`) must be finite numbers: `nan`, `inf` and `1e400` are 400.
 - **A create's body** is empty or `{"profile": "<name>"}` and nothing else (400); whether the keeper
-  knows the name is the service's to say (422, naming the known ones).
+  knows the name is the service's to say (422, naming the known ones; 409 when the pair's live cluster
+  has another profile).
 - **JSON bodies** are small objects: over `BODY_LIMIT` bytes (the launch route's: its own limit), not UTF-8, not JSON, nested deeper than
   `DEPTH_LIMIT` (a deep body used to reach `RecursionError`) or not an object: 400.
 """

@@ -16,7 +16,7 @@ one "request refused" line, the API's rule):
 - 401 without the cluster's token; 400 for a body that is not that object (unknown fields, wrong
   types, user data over EC2's 16 KiB, labels past `MAX_LABELS`), 404 for a cluster this keeper does not
   know (or a keeper that launches no workers), 409 for one that is not live (ending, failed);
-- 403 for a type the keeper does not offer its clusters (`AUTOSCALER_KEEPER_WORKER_TYPES`), spot for a
+- 403 for a type the keeper does not offer the cluster (`AUTOSCALER_KEEPER_WORKER_TYPES`, or its profile's), spot for a
   type whose `capacity` has no spot, a warm-pool launch as spot, or a subnet that is not the keeper's;
 - then, under the cluster's lock `launch:<id>` (shared by the replicas, so two launches of one cluster
   are counted one after the other): 402 while the cluster's wallet is over its budget (the keeper's
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import structlog
@@ -110,6 +110,10 @@ class Launches:
     types: Mapping[str, Sequence[str]]
     maximum: int
     subnets: Sequence[str] = ()
+    # A cluster of another profile than `default` (`config.profiles`): its worker types and capacities,
+    # and their AMIs (a profile absent here offers `types`, with the launcher's AMIs).
+    profile_types: Mapping[str, Mapping[str, Sequence[str]]] = field(default_factory=dict)
+    profile_amis: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     async def launch(self, cluster_id: str, body: LaunchBody) -> tuple[dict[str, Any], ...]:
         cluster = next((c for c in self.keeper.clusters if c.cluster_id == cluster_id), None)
@@ -117,7 +121,7 @@ class Launches:
             raise LaunchRefusedError(404, "this keeper knows no such cluster")
         if not cluster.live:
             raise LaunchRefusedError(409, f"the cluster is {cluster.state}: it launches no workers")
-        self._allowed(body)
+        self._allowed(body, self.profile_types.get(cluster.profile, self.types))
         arn = self.keeper.primary_arn(cluster_id)
         if arn is None:
             raise LaunchRefusedError(503, "no listing named the cluster's primary yet: retry")
@@ -145,6 +149,7 @@ class Launches:
                 labels=tuple(sorted(body.labels.items())),
                 pool=body.pool,
                 deployment=body.deployment,
+                ami_id=self.profile_amis.get(cluster.profile, {}).get(body.instance_type, ""),
             )
             try:
                 made = await self.launcher.launch(launch)
@@ -158,12 +163,12 @@ class Launches:
         )  # fmt: skip
         return made
 
-    def _allowed(self, body: LaunchBody) -> None:
-        capacities = self.types.get(body.instance_type)
+    def _allowed(self, body: LaunchBody, types: Mapping[str, Sequence[str]]) -> None:
+        capacities = types.get(body.instance_type)
         if capacities is None:
             raise LaunchRefusedError(
                 403,
-                f"instance type {body.instance_type} is not among the keeper's worker types {sorted(self.types)}",
+                f"instance type {body.instance_type} is not among the cluster's worker types {sorted(types)}",
             )
         if body.market == "spot" and ("spot" not in capacities or body.pool):
             raise LaunchRefusedError(403, f"{body.instance_type} is not launched as spot here")

@@ -149,6 +149,7 @@ class WorkerLaunch:
     labels: tuple[tuple[str, str], ...] = ()
     pool: bool = False
     deployment: str = ""
+    ami_id: str = ""  # the cluster's profile's AMI for the type; empty: the launcher's for the type
 
 
 class WorkerLaunchError(Exception):

@@ -39,6 +39,7 @@ import structlog
 
 from swarm_autoscaler.config.profiles import DEFAULT_PROFILE
 from swarm_autoscaler.errors import AutoscalerError
+from swarm_autoscaler.keeper.inputs import BadInput
 from swarm_autoscaler.keeper.lifecycle import Decision, KeeperTiming, Probe, decide
 from swarm_autoscaler.keeper.limits import Limits
 from swarm_autoscaler.keeper.model import Cluster, ClusterKey, ClusterState, known_profile
@@ -58,8 +59,11 @@ class KeeperBusyError(AutoscalerError):
     """Another request for the same (user, wallet) held the creation lock for too long; retry."""
 
 
-class ProfileConflictError(Exception):
+class ProfileConflictError(BadInput):
     """A create naming a profile while the (user, wallet) pair's live cluster runs another (409)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(409, message)
 
 
 @dataclass

@@ -59,7 +59,7 @@ async def setup(moto_server: MotoServer, network: LocalNetwork) -> AsyncIterator
     hosts = await Ec2Primaries(
         keeper_name=name, region=network.region, endpoint=moto_server.endpoint, access_key_id=ACCESS_KEY,
         secret_access_key=SECRET_KEY, primary_type="m5.large", ami_id=network.ami_id,
-        user_data=lambda key, cid: "#!/bin/bash\n", subnet_ids=network.subnet_ids,
+        user_data=lambda key, cid, profile: "#!/bin/bash\n", subnet_ids=network.subnet_ids,
         security_group_ids=[network.security_group_id], key_name=network.key_name,
         iam_instance_profile=network.instance_profile, custom_tags={"team": "science"},
         retry_initial=0.01, retry_max=0.05,

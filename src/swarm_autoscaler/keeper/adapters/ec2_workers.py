@@ -132,7 +132,7 @@ class Ec2Workers:
             tags[CAPACITY_TAG] = "spot"
         tags.update(owner)  # last: nothing the tenant asked for overrides them
         call: dict[str, Any] = {
-            "ImageId": self._amis[launch.instance_type],
+            "ImageId": launch.ami_id or self._amis[launch.instance_type],
             "InstanceType": launch.instance_type,
             "MinCount": 1,
             "MaxCount": launch.count,
