@@ -22,7 +22,7 @@ GPU_AMI = "ami-0fedcba9876543210"
 KEEPER = {
     "AUTOSCALER_KEEPER_TOKEN": "a-Keeper-token-0123456789",
     "AUTOSCALER_KEEPER_NAME": "analytics-keeper",
-    "AUTOSCALER_KEEPER_PUBLIC_URL": "http://10.0.0.5:8080",
+    "AUTOSCALER_KEEPER_PUBLIC_URL": "https://10.0.0.5:8080",
     "AUTOSCALER_KEEPER_PRIMARY_AMI_ID": AMI,
     "AUTOSCALER_KEEPER_IMAGE": "registry.example.com/swarm-autoscaler:0.1.0",
     "AUTOSCALER_KEEPER_WORKER_IMAGE": "registry.example.com/base/dask-worker:1.0.0",

@@ -43,7 +43,7 @@ def _config(
     env = {
         "AUTOSCALER_KEEPER_TOKEN": "a-Keeper-token-0123456789",
         "AUTOSCALER_KEEPER_NAME": "profiles-keeper",
-        "AUTOSCALER_KEEPER_PUBLIC_URL": "http://10.0.0.5:8080",
+        "AUTOSCALER_KEEPER_PUBLIC_URL": "https://10.0.0.5:8080",
         "AUTOSCALER_KEEPER_IMAGE": IMAGE,
         "AUTOSCALER_KEEPER_PRIMARY_AMI_ID": network.ami_id,
         "AUTOSCALER_KEEPER_WORKER_TYPES": json.dumps({"m5.large": {"ami_id": network.ami_id}}),
