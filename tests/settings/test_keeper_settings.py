@@ -19,6 +19,7 @@ from swarm_autoscaler.config.keeper import (
 from swarm_autoscaler.config.settings import InvalidSettingsError, Settings, load_settings
 from swarm_autoscaler.keeper.adapters.tags import worker_tags
 from swarm_autoscaler.keeper.app import user_data_of
+from swarm_autoscaler.keeper.credentials import deployment_id
 from swarm_autoscaler.keeper.model import ClusterKey
 
 TOKEN = "a-Keeper-token-0123456789"
@@ -173,6 +174,7 @@ def test_each_clusters_autoscaler_settings_derive_from_the_keepers(keeper_env: p
         "swarm-autoscaler-keeper": "analytics-keeper",
         "swarm-autoscaler-keeper-user": "alice",
         "swarm-autoscaler-keeper-wallet": "none",
+        "swarm-autoscaler-keeper-deployment": deployment_id(TOKEN),  # this keeper deployment's, not its name
     }
     assert "AUTOSCALER_CLUSTER_NAME=kc-0123456789abcdef\n" in script
     assert "Primary of on-demand cluster kc-0123456789abcdef (user alice, wallet none)" in script

@@ -41,10 +41,15 @@ from swarm_autoscaler.keeper.adapters.redis_leases import RedisLocks
 from swarm_autoscaler.keeper.adapters.redis_tokens import RedisTokens
 from swarm_autoscaler.keeper.adapters.redis_usage import RedisUsage
 from swarm_autoscaler.keeper.adapters.sealing import Sealer, key_from_text
-from swarm_autoscaler.keeper.adapters.tags import worker_tags
+from swarm_autoscaler.keeper.adapters.tags import WORKER_DEPLOYMENT_TAG, worker_tags
 from swarm_autoscaler.keeper.adapters.tls import make_credentials
 from swarm_autoscaler.keeper.api import build_keeper_app
-from swarm_autoscaler.keeper.credentials import InProcessCredentials, listing_token, primary_token
+from swarm_autoscaler.keeper.credentials import (
+    InProcessCredentials,
+    deployment_id,
+    listing_token,
+    primary_token,
+)
 from swarm_autoscaler.keeper.interruptions import read_interruptions
 from swarm_autoscaler.keeper.launches import Launches
 from swarm_autoscaler.keeper.lifecycle import KeeperTiming
@@ -93,7 +98,7 @@ def user_data_of(config: KeeperConfig, api_ca: str | None = None) -> UserData:
                 cluster_env(
                     config,
                     cluster_id,
-                    worker_tags(keeper.name, key),
+                    worker_tags(keeper.name, key, deployment_id(secret)),
                     listing_token(secret, cluster_id),
                     chosen.worker_types,
                 )
@@ -125,6 +130,7 @@ def primaries(config: KeeperConfig, api_ca: str | None = None) -> Ec2Primaries:
         dashboard_port=keeper.dashboard_port,
         metadata_hop_limit=keeper.primary_metadata_hop_limit,
         primary_types={name: p.primary_type for name, p in profiles_of(keeper).items()},
+        deployment=deployment_id(keeper.token.get_secret_value()),
     )
 
 
@@ -138,7 +144,8 @@ def launches_of(config: KeeperConfig, keeper: Keeper, hosts: Ec2Primaries) -> La
         amis={name: spec.ami_id for name, spec in settings.worker_types.items()},
         security_group_ids=list(ec2.security_group_ids),
         key_name=ec2.key_name,
-        custom_tags=dict(ec2.custom_tags),
+        # this keeper deployment's id on its workers too (`tags.WORKER_DEPLOYMENT_TAG`)
+        custom_tags={**ec2.custom_tags, WORKER_DEPLOYMENT_TAG: hosts.deployment},
     )
     return Launches(
         keeper,
@@ -231,6 +238,7 @@ async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
         await _listen(stack, app, config, api_tls.context)  # before any request: a busy port is found first
         types = launched_types(keeper_settings)
         await _checked(where, hosts.check(types))  # also syncs EC2's clock
+        await _checked(where, hosts.claim())  # no other keeper deployment under this name
         await read_interruptions(stack, hosts, config)  # its clusters' notices, as tags (interruptions.py)
         if keeper.accountant is not None:  # every type priced, by the daemon's rule, or no start
             keeper.accountant.prices = await _prices(config, types)

@@ -51,6 +51,13 @@ def listing_token(secret: str, cluster_id: str) -> str:
     return hmac.new(secret.encode(), f"primary-listing:{cluster_id}".encode(), hashlib.sha256).hexdigest()
 
 
+def deployment_id(secret: str) -> str:
+    """This keeper deployment's identity (16 hex digits), derived from its API token: every replica has it,
+    a restart or a lost redis keeps it, and two keepers given one name by hand (each its own token) differ.
+    The HMAC does not reveal the token (the primaries' tokens in user data are HMACs under it too)."""
+    return hmac.new(secret.encode(), b"keeper-deployment", hashlib.sha256).hexdigest()[:16]
+
+
 def listing_token_matches(secret: str, cluster_id: str, given: str) -> bool:
     """Constant-time check of a listing token."""
     return hmac.compare_digest(listing_token(secret, cluster_id).encode(), given.encode())

@@ -52,6 +52,7 @@ from swarm_autoscaler.keeper.adapters.tags import (
     ANSWERED_TAG,
     CLUSTER_ID_TAG,
     CREATED_TAG,
+    DEPLOYMENT_TAG,
     GONE,
     HEARTBEAT_TAG,
     KEEPER_TAG,
@@ -62,6 +63,7 @@ from swarm_autoscaler.keeper.adapters.tags import (
     STATE_TAG,
     USER_TAG,
     WALLET_TAG,
+    WORKER_DEPLOYMENT_TAG,
     WORKER_KEEPER_TAG,
     WORKER_USER_TAG,
     WORKER_WALLET_TAG,
@@ -107,9 +109,13 @@ class Ec2Primaries(Ec2Transport):
         dashboard_port: int = 8787,
         metadata_hop_limit: int = DEFAULT_HOP_LIMIT,
         primary_types: Mapping[str, str] | None = None,
+        deployment: str = "",
         **transport: Any,
     ) -> None:
         super().__init__(region=region, **transport)
+        # This keeper deployment's id (`credentials.deployment_id`), on every primary it launches; a
+        # machine carrying another one is never listed, changed or ended, whatever its keeper name.
+        self.deployment = deployment
         if not keeper_name:
             raise ConfigurationError("keeper_name must not be empty: it is the ownership tag")
         if not 1 <= metadata_hop_limit <= 64:
@@ -168,7 +174,38 @@ class Ec2Primaries(Ec2Transport):
     # ----------------------------------------------------------------------------------- reading
 
     def _ours(self, tags: Mapping[str, str]) -> bool:
-        return tags.get(OWNER_TAG) == OWNER_VALUE and tags.get(KEEPER_TAG) == self._name
+        """A primary of this keeper: its name, and this deployment's id or none (launched before ids)."""
+        return (
+            tags.get(OWNER_TAG) == OWNER_VALUE
+            and tags.get(KEEPER_TAG) == self._name
+            and tags.get(DEPLOYMENT_TAG, self.deployment) == self.deployment
+        )
+
+    async def claim(self) -> None:
+        """A start-up check: no live primary under this keeper's name carries another deployment's id
+        (two keepers given one name by hand); `ConfigurationError` in one line otherwise."""
+        filters = [
+            {"Name": f"tag:{OWNER_TAG}", "Values": [OWNER_VALUE]},
+            {"Name": f"tag:{KEEPER_TAG}", "Values": [self._name]},
+            {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]},
+        ]
+        try:
+            reservations = await self._pages("describe_instances", "Reservations", Filters=filters)
+        except (ClientError, BotoCoreError) as exc:
+            raise to_endpoint_error(self.endpoint, "DescribeInstances", exc) from None
+        others = sorted(
+            (tags_of(raw)[DEPLOYMENT_TAG], raw["InstanceId"])
+            for res in reservations
+            for raw in res.get("Instances", ())
+            if tags_of(raw).get(DEPLOYMENT_TAG, self.deployment) != self.deployment
+        )
+        if others:
+            raise ConfigurationError(
+                f"AUTOSCALER_KEEPER_NAME: {self._name!r} is already used in this account and region by another "
+                f"keeper (deployment {others[0][0]}, primaries {', '.join(i for _, i in others[:3])}): give this "
+                "one another name (nothing of the other was touched); a keeper whose AUTOSCALER_KEEPER_TOKEN "
+                "changed is another deployment: end its clusters first"
+            )
 
     async def _primaries(self, *extra: dict[str, Any]) -> list[dict[str, Any]]:
         """Our primaries that are not terminated, filtered server-side and checked again here."""
@@ -219,7 +256,11 @@ class Ec2Primaries(Ec2Transport):
 
     def _worker(self, raw: Mapping[str, Any]) -> bool:
         tags = tags_of(raw)
-        return tags.get(OWNER_TAG) == OWNER_VALUE and tags.get(WORKER_KEEPER_TAG) == self._name
+        return (
+            tags.get(OWNER_TAG) == OWNER_VALUE
+            and tags.get(WORKER_KEEPER_TAG) == self._name
+            and tags.get(WORKER_DEPLOYMENT_TAG, self.deployment) == self.deployment
+        )
 
     def _owned(self, raw: Mapping[str, Any]) -> bool:
         """For the interruption queue (`adapters.ec2_interruptions`): a worker of this keeper's clusters
@@ -288,7 +329,9 @@ class Ec2Primaries(Ec2Transport):
                 raise to_endpoint_error(self.endpoint, "DescribeInstances", exc) from None
             for raw in (raw for res in reservations for raw in res.get("Instances", ())):
                 tags = tags_of(raw)
-                if tags.get(OWNER_TAG) != OWNER_VALUE or tags.get(tag) != self._name or not tags.get(cid_tag):
+                if not (self._ours(tags) if tag == KEEPER_TAG else self._worker(raw)) or not tags.get(
+                    cid_tag
+                ):
                     continue
                 out.append(
                     Machine(
@@ -379,6 +422,8 @@ class Ec2Primaries(Ec2Transport):
             KEEPER_TAG: self._name,
         }
         owner = {OWNER_TAG: OWNER_VALUE, KEEPER_TAG: self._name, CLUSTER_ID_TAG: cid}
+        if self.deployment:
+            tags[DEPLOYMENT_TAG] = owner[DEPLOYMENT_TAG] = self.deployment
         params: dict[str, Any] = {
             "ImageId": self._ami,
             "InstanceType": self._types.get(profile, self._type),

@@ -38,10 +38,14 @@ REASON_TAG = _K + "reason"
 SCHEDULER_URL_TAG = _K + "scheduler-url"
 DASHBOARD_URL_TAG = _K + "dashboard-url"
 PROFILE_TAG = _K + "profile"
+# This keeper deployment's identity (`credentials.deployment_id`): two keepers given one name by hand
+# each leave the other's machines alone (`Ec2Primaries.claim`).
+DEPLOYMENT_TAG = _K + "deployment"
 # On workers, through their autoscaler's AUTOSCALER_EC2_CUSTOM_TAGS.
 WORKER_KEEPER_TAG = "swarm-autoscaler-keeper"
 WORKER_USER_TAG = "swarm-autoscaler-keeper-user"
 WORKER_WALLET_TAG = "swarm-autoscaler-keeper-wallet"
+WORKER_DEPLOYMENT_TAG = "swarm-autoscaler-keeper-deployment"
 
 LISTED_STATES = ("pending", "running", "stopping", "stopped", "shutting-down")  # not terminated
 HALTED = frozenset({"stopping", "stopped", "shutting-down"})
@@ -54,9 +58,10 @@ def new_cluster_id() -> str:
     return f"kc-{uuid.uuid4().hex[:16]}"
 
 
-def worker_tags(keeper_name: str, key: ClusterKey) -> dict[str, str]:
-    """The custom tags each cluster's autoscaler puts on its workers."""
-    return {WORKER_KEEPER_TAG: keeper_name, WORKER_USER_TAG: key.user_id, WORKER_WALLET_TAG: key.wallet_id}
+def worker_tags(keeper_name: str, key: ClusterKey, deployment: str = "") -> dict[str, str]:
+    """The custom tags each cluster's autoscaler puts on its workers (with the keeper's deployment id)."""
+    tags = {WORKER_KEEPER_TAG: keeper_name, WORKER_USER_TAG: key.user_id, WORKER_WALLET_TAG: key.wallet_id}
+    return tags | ({WORKER_DEPLOYMENT_TAG: deployment} if deployment else {})
 
 
 def stamp(seconds: float) -> str:
