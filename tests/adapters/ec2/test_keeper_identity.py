@@ -42,7 +42,7 @@ async def make_hosts(moto_server: MotoServer, network: LocalNetwork) -> AsyncIte
         hosts = await Ec2Primaries(
             keeper_name=name, region=network.region, endpoint=moto_server.endpoint,
             access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY, primary_type="m5.large",
-            ami_id=network.ami_id, user_data=lambda key, cid: "#!/bin/bash\n",
+            ami_id=network.ami_id, user_data=lambda *_: "#!/bin/bash\n",
             subnet_ids=network.subnet_ids, security_group_ids=[network.security_group_id],
             deployment=deployment, retry_initial=0.01, retry_max=0.05,
         ).start()  # fmt: skip
