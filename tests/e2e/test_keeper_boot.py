@@ -4,7 +4,8 @@ The keeper, deployed with `docker stack deploy` from docker/keeper-stack.yml (an
 the host's network, the API's port in host mode) as one replica (with redis) on the keeper's swarm (the session swarm's manager), with AUTOSCALER_KEEPER_IMAGE the image docker/Dockerfile
 builds, creates a cluster. Its primary instance (moto) boots from its real user data,
 the default script, on a dockerd node of its own (`localcloud.userdata.UserDataBoot`): it fetches its
-TLS files from the keeper with its one-time token, runs `docker swarm init` (a swarm of its own, not the
+TLS files from the keeper with its one-time token, over HTTPS verified with the CA in its user data (the
+keeper's default: a certificate it makes for its public URL's host), runs `docker swarm init` (a swarm of its own, not the
 keeper's), and creates the TLS scheduler, the cluster's autoscaler and the worker global service as swarm
 services. A user's client, with the TLS files from `GET .../credentials`, submits work to the API's
 `scheduler_url`; the cluster's autoscaler (the image's `swarm-autoscaler run`, a swarm task on the
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import subprocess
 import time
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 from distributed import Client
 from tests.e2e.helpers import IMAGE_WORKERS_DIFFER, hostname_of, phase, short_names, wait_for
 from tests.e2e.keeper_helpers import primaries_of, wait_gone, wait_state, workers_of
@@ -64,22 +67,37 @@ IDLE = 20.0  # the keeper's idle timeout, seconds
 TASKS = 3
 
 
+async def _keeper_ca(kc: KeeperCloud) -> str | None:
+    """The CA the keeper made for its API, from its redis key (unsealed here: no secrets key is set),
+    as an operator takes it for the users' clients; None until the keeper wrote it."""
+    assert kc.redis is not None
+    client: Any = aioredis.from_url(kc.redis.url)
+    try:
+        stored = await client.get(f"swarm-autoscaler:keeper:{kc.keeper_name}:api-tls")
+    finally:
+        await client.aclose()
+    return None if stored is None else str(json.loads(stored)["ca_pem"])
+
+
 @contextlib.asynccontextmanager
 async def _deployed_keeper(
     kc: KeeperCloud, swarm: LocalSwarm, extra: dict[str, str], replicas: int = 1
-) -> AsyncIterator[str]:
+) -> AsyncIterator[tuple[str, str]]:
     """The keeper as the service of docker/keeper-stack.yml (with keeper-stack.local.yml: the host's
     network, a replica on 127.0.2.<slot>; one replica per node, as its port is published in host mode: the
     keeper's swarm here has one node), deployed with `docker stack deploy` on the keeper's swarm
-    (the session swarm's manager); yields replica 1's API URL once every replica answers /healthz."""
+    (the session swarm's manager), with its default API: HTTPS with a certificate it makes for the public
+    URL's host, its CA in redis and in the primaries' user data. Yields replica 1's API URL and that CA
+    once every replica answers /healthz to a client that trusts it (the image's health check too)."""
     port = free_port()
-    url = f"http://127.0.2.1:{port}"
+    url = f"https://127.0.2.1:{port}"
     env = {
         **kc.keeper_env(idle_timeout_s=IDLE, http_port=port),
         **extra,
         "AUTOSCALER_KEEPER_PUBLIC_URL": url,
     }
     env.pop("AUTOSCALER_HTTP_HOST")  # keeper-stack.local.yml gives each replica its own address
+    env.pop("AUTOSCALER_KEEPER_PLAIN_HTTP")  # the lab's in-process keepers' choice; not the default
     env_file = kc.write_env("keeper-stack.env", {})
     env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))  # docker reads values verbatim
     cli_env = {
@@ -107,8 +125,15 @@ async def _deployed_keeper(
     )
     assert done.returncode == 0, done.stderr
     try:
-        for slot in range(1, replicas + 1):
-            api = KeeperApi(f"http://127.0.2.{slot}:{port}", kc.token)
+        ca: list[str] = []
+
+        async def made() -> bool:
+            ca[:] = [pem for pem in [await _keeper_ca(kc)] if pem]
+            return bool(ca)
+
+        await wait_for(made, 120, "the keeper made its API's CA", step=0.5)
+        for slot in range(1, replicas + 1):  # the certificate names 127.0.2.1, the public URL's host
+            api = KeeperApi(f"https://127.0.2.{slot}:{port}", kc.token, ca[0])
             try:
 
                 async def healthy(api: KeeperApi = api) -> bool:
@@ -120,7 +145,7 @@ async def _deployed_keeper(
                 await wait_for(healthy, 120, f"keeper replica {slot} answers /healthz", step=0.5)
             finally:
                 await api.close()
-        yield url
+        yield url, ca[0]
     finally:
         with contextlib.suppress(Exception):
             print(
@@ -175,9 +200,9 @@ async def test_a_keeper_cluster_boots_from_the_default_script_computes_scales_an
         tasks = [asyncio.create_task(e.run(0.5)) for e in emulators]
         try:
             extra = {"AUTOSCALER_KEEPER_IMAGE": IMAGE, "AUTOSCALER_KEEPER_MAX_START_TIME": "300s"}
-            async with _deployed_keeper(kc, swarm, extra) as url:
+            async with _deployed_keeper(kc, swarm, extra) as (url, ca):
                 t = phase("deploy the keeper (docker stack deploy, /healthz)", t, phases)
-                api = KeeperApi(url, kc.token)
+                api = KeeperApi(url, kc.token, ca)
                 try:
                     await _life(kc, api, swarm, tmp_path, phases, t)
                 finally:

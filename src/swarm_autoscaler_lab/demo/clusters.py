@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import random
+import ssl
 import tempfile
 import time
 from collections.abc import Iterator
@@ -70,9 +71,14 @@ def _sleep_task(seconds: float) -> float:
 class KeeperApi:
     """The keeper's HTTP API, as a client sees it (bearer token on every request)."""
 
-    def __init__(self, base_url: str, token: str) -> None:
+    def __init__(self, base_url: str, token: str, ca_pem: str | None = None) -> None:
+        """`ca_pem`: the keeper's CA, for an https:// keeper whose certificate it made itself."""
         self.base_url = base_url.rstrip("/")
-        self._session = aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"})
+        tls = ssl.create_default_context(cadata=ca_pem) if ca_pem else None
+        self._session = aiohttp.ClientSession(
+            headers={"Authorization": f"Bearer {token}"},
+            connector=aiohttp.TCPConnector(ssl=tls) if tls else None,
+        )
 
     async def call(self, method: str, path: str) -> tuple[int, Any]:
         async with self._session.request(method, f"{self.base_url}{path}") as response:
