@@ -29,10 +29,11 @@ from tests.keeper.test_keeper_process import free_port
 
 from swarm_autoscaler.config.keeper import KeeperConfig, load_keeper_settings
 from swarm_autoscaler.config.settings import InvalidSettingsError
-from swarm_autoscaler.keeper.adapters.api_tls import RedisApiPki
+from swarm_autoscaler.keeper.adapters.api_tls import RedisApiPki, make_api_pki
 from swarm_autoscaler.keeper.adapters.sealing import Sealer, key_from_text
-from swarm_autoscaler.keeper.app import open_keeper
+from swarm_autoscaler.keeper.app import open_keeper, user_data_of
 from swarm_autoscaler.keeper.credentials import primary_token
+from swarm_autoscaler.keeper.model import ClusterKey
 from swarm_autoscaler_lab.localcloud import LocalNetwork, MotoServer, provision_network
 from swarm_autoscaler_lab.localcloud.moto_server import LOCAL_ACCESS_KEY, LOCAL_SECRET_KEY
 from swarm_autoscaler_lab.localcloud.redis_server import RedisServer
@@ -42,6 +43,7 @@ pytestmark = pytest.mark.timeout(180)
 TOKEN = "tls-by-default-keeper-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 SECRETS_KEY = base64.b64encode(b"k" * 32).decode()
+ALICE = ClusterKey("alice", "w1")
 
 
 @pytest.fixture(scope="module")
@@ -248,3 +250,20 @@ async def test_a_changed_public_url_gets_a_new_certificate_from_the_same_ca(
     leaf = x509.load_pem_x509_certificate(moved.cert_pem.encode())
     leaf.verify_directly_issued_by(x509.load_pem_x509_certificate(first.ca_pem.encode()))
     assert context.cert_store_stats()["x509_ca"] == 1
+
+
+def test_the_operator_s_ca_file_wins_over_the_keeper_s_own_ca_in_the_user_data(
+    clean_env: None, tmp_path: Path, moto: MotoServer, network: LocalNetwork
+) -> None:
+    """A TLS proxy in front of the keeper with a CA of its own: the primaries must trust that CA, not the
+    one the keeper made for its own certificate (which they never see)."""
+    proxy_ca = make_api_pki("proxy", ("keeper.example.internal",)).ca_pem
+    ca_file = tmp_path / "proxy-ca.pem"
+    ca_file.write_text(proxy_ca)
+    own = make_api_pki("k", ("10.0.0.5",)).ca_pem
+    base = {"AUTOSCALER_KEEPER_PUBLIC_URL": "https://keeper.example.internal:443"}
+    named = _config(tmp_path, moto, network, None, AUTOSCALER_KEEPER_TLS_CA_FILE=str(ca_file), **base)
+    plain = _config(tmp_path, moto, network, None, **base)
+    script = user_data_of(named, own)(ALICE, "kc-0123456789abcdef")
+    assert _ca_of(script).strip() == proxy_ca.strip()
+    assert _ca_of(user_data_of(plain, own)(ALICE, "kc-0123456789abcdef")).strip() == own.strip()

@@ -226,7 +226,8 @@ class KeeperSettings(BaseSettings):
         default=None,
         description="PEM certificate of the CA that signed the keeper's certificate, when it is not one the "
         "primaries' AMI trusts: written into each primary's boot script ({{keeper_ca}}, public data), "
-        "so its credentials fetch and its autoscaler's listing verify the keeper with it.",
+        "so its credentials fetch and its autoscaler's listing verify the keeper with it. Set, it wins over the "
+        "CA of the keeper's own certificate (for a TLS proxy in front of the keeper, with its own CA).",
         json_schema_extra={"example": "/etc/swarm-autoscaler/keeper-ca.pem"},
     )
     secrets_key_file: str | None = Field(

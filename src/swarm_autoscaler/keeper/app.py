@@ -71,12 +71,13 @@ T = TypeVar("T")
 
 def user_data_of(config: KeeperConfig, api_ca: str | None = None) -> UserData:
     """The primaries' boot script for one cluster: the template with that cluster's values. `api_ca`:
-    the PEM of the CA the keeper's own API certificate comes from ({{keeper_ca}}; else the operator's
-    AUTOSCALER_KEEPER_TLS_CA_FILE)."""
+    the PEM of the CA the keeper's own API certificate comes from ({{keeper_ca}}, unless the operator
+    names one in AUTOSCALER_KEEPER_TLS_CA_FILE)."""
     keeper = config.keeper
     template = keeper.boot_template
     secret = keeper.token.get_secret_value()
-    ca = keeper_ca(keeper) if api_ca is None else api_ca.strip()
+    # the operator's CA file names what the primaries reach (a TLS proxy in front, say): it wins
+    ca = keeper_ca(keeper) if api_ca is None or keeper.tls_ca_file else api_ca.strip()
 
     profiles = profiles_of(keeper)
 
