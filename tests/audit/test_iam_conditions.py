@@ -244,6 +244,7 @@ def forged() -> dict[str, list[Request]]:
             on("TerminateInstances", FOREIGN),
             on("StopInstances", PRIMARY),
             on("CreateTags", PRIMARY, {"swarm-autoscaler/keeper/user": "mallory"}),  # move it to a user
+            on("CreateTags", PRIMARY, {"swarm-autoscaler/keeper/profile": "gpu"}),  # fixed at launch
             on("CreateTags", PRIMARY, {"swarm-autoscaler/keeper": "k2"}),
             on("CreateTags", FOREIGN, {"swarm-autoscaler/keeper/state": "running"}),
             launch({"managed-by": "swarm-autoscaler"}),
