@@ -17,7 +17,7 @@ import pytest
 import pytest_asyncio
 from tests.e2e.helpers import booting_from_user_data, ec2_client
 
-from swarm_autoscaler_lab.localcloud.cloud import LocalCloud, LocalCloudOptions
+from swarm_autoscaler_lab.localcloud.cloud import LocalCloud, LocalCloudOptions, loopback_prefix
 from swarm_autoscaler_lab.localcloud.dockerd import check_install
 from swarm_autoscaler_lab.localcloud.registry import LocalRegistry
 from swarm_autoscaler_lab.localcloud.registry import missing as registry_missing
@@ -42,8 +42,16 @@ async def cloud(registry: LocalRegistry) -> AsyncIterator[LocalCloud]:
     missing = check_install()
     if missing:
         pytest.skip("the e2e suite needs a real local swarm: " + "; ".join(missing))
+    # A VPC carved from loopback: each machine's PrivateIpAddress is the address its dockerd node
+    # advertises and its boot sends from (join tickets, swarm's Status.Addr), as on EC2.
     options = LocalCloudOptions(
-        fast=True, real_swarm=True, cluster_name=CLUSTER, allowed_types=E2E_TYPES, max_instances=6, seed=3
+        fast=True,
+        real_swarm=True,
+        cluster_name=CLUSTER,
+        allowed_types=E2E_TYPES,
+        max_instances=6,
+        seed=3,
+        vpc_prefix=loopback_prefix(),
     )
     async with LocalCloud(options) as lc:
         # machines booting from user data pull the team worker image (no swarm_autoscaler) from it

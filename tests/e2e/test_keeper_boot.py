@@ -19,6 +19,8 @@ What stands in for AWS here (see docs/keeper.md, "What the end-to-end test stand
   `/var/run/docker.sock` are its own (`dockerd.MACHINE_MOUNTS`); cloud-init itself does not run: the
   user data is decoded as cloud-init would and run by bash (`userdata`).
 - The AMI's images: no registry, so the image tarball is `docker load`ed into each new node first.
+- The metadata service of each boot (its private IP, which its credentials fetch comes from: the keeper
+  answers the one-time token only there): `localcloud.metadata`.
 - The instance profile: the autoscaler service's boto3 reads credentials from an instance metadata
   service, here moto's on loopback (the docker shim of the user data adds
   `AWS_EC2_METADATA_SERVICE_ENDPOINT` to the services it creates; on EC2 it is 169.254.169.254).
@@ -52,6 +54,7 @@ from swarm_autoscaler_lab.localcloud.image import IMAGE, ROOT, ensure_image, ima
 from swarm_autoscaler_lab.localcloud.keepercloud import KeeperCloud, KeeperCloudOptions, primary_tags
 from swarm_autoscaler_lab.localcloud.machines import MachineEmulator
 from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
+from swarm_autoscaler_lab.localcloud.metadata import MetadataService
 from swarm_autoscaler_lab.localcloud.redis_server import free_port
 from swarm_autoscaler_lab.localcloud.userdata import UserDataBoot, address_of
 
@@ -185,13 +188,19 @@ async def test_a_keeper_cluster_boots_from_the_default_script_computes_scales_an
     assert tarball.exists()
     t = phase("image", t, phases)
 
-    async with KeeperCloud(KeeperCloudOptions(fast=True, max_workers=2)) as kc:
+    async with (
+        KeeperCloud(KeeperCloudOptions(fast=True, max_workers=2)) as kc,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        metadata = await MetadataService().start()  # each boot's private IP: its credentials fetch's source
+        stack.push_async_callback(metadata.close)
         boot = UserDataBoot(
             swarm,
             preload=[tarball],
             machine_addresses=True,
             machine_mounts=True,
             service_env={"AWS_EC2_METADATA_SERVICE_ENDPOINT": kc.moto.endpoint},
+            metadata=metadata,
         )
         emulators = [
             _emulator(kc, primary_tags(kc.keeper_name), boot, swarm),

@@ -89,6 +89,7 @@ class FakeHosts:
             scheduler_url=f"tcp://{cid}:8786",
             dashboard_url=f"http://{cid}:8787",
             profile=profile,
+            private_ip="127.0.0.1",  # the primary's, as EC2 gives it: the test clients' source address
         )
         self.clusters[cid] = cluster
         self.alive[cid] = 1

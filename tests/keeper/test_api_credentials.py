@@ -1,5 +1,5 @@
-"""The credentials routes: the primary's one-time token (answers once, then 410 Gone; never the API
-token's holder without it), the client's files behind the API token, and the store on a real redis
+"""The credentials routes: the primary's one-time token (from its private IP only; answers once, then
+410 Gone; never the API token's holder without it), the client's files behind the API token, and the store on a real redis
 shared by two replicas."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Iterator
 
+import aiohttp
 import pytest
 import redis
 from aiohttp.test_utils import TestClient, TestServer
@@ -33,7 +34,7 @@ async def api() -> AsyncIterator[TestClient]:  # type: ignore[type-arg]
     now = [1_000_000.0]
     keeper = Keeper(
         FakeHosts(), FakeProbe(), SharedLocks(lambda: now[0]).for_replica("a"), KeeperTiming(),
-        interval=0.05, clock=lambda: now[0],
+        interval=0.05, clock=lambda: now[0], bind_primaries=True,  # AUTOSCALER_KEEPER_BIND_PRIMARY_TOKENS
     )  # fmt: skip
     app = build_keeper_app(keeper, TOKEN, KeeperMetrics(), credentials=InProcessCredentials(make_credentials))
     async with TestClient(TestServer(app)) as client:
@@ -62,6 +63,25 @@ async def test_the_primary_gets_its_files_once_with_its_one_time_token(api) -> N
     assert set(body["files"]) == {"ca.pem", "client.pem", "client-key.pem"}
     assert body["files"]["ca.pem"] == files["ca.pem"]  # one CA per cluster, for both holders
     assert body["scheduler_url"] == cluster["scheduler_url"]
+
+
+async def test_the_one_time_token_from_another_address_gets_nothing_and_is_not_spent(api) -> None:  # type: ignore[no-untyped-def]
+    """The race before boot: someone who read the primary's user data (DescribeInstanceAttribute) uses
+    its token first, from their own address: 403, and the primary, from its private IP (the fake EC2
+    gives 127.0.0.1, the test client's source), still gets its files once. Another machine in the VPC
+    stands in as a client bound to 127.0.0.2."""
+    cluster = await (await api.put("/v1/clusters/alice/w1", headers=AUTH)).json()
+    url = str(api.make_url(f"/v1/primaries/{cluster['id']}/credentials"))
+    mine = {"Authorization": f"Bearer {primary_token(TOKEN, cluster['id'])}"}
+    elsewhere = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0), force_close=True)
+    async with aiohttp.ClientSession(connector=elsewhere) as attacker:
+        for _ in range(3):
+            async with attacker.get(url, headers=mine) as stolen:
+                assert stolen.status == 403 and "files" not in await stolen.json()
+    first = await api.get(f"/v1/primaries/{cluster['id']}/credentials", headers=mine)
+    assert first.status == 200 and "ca.pem" in (await first.json())["files"]
+    again = await api.get(f"/v1/primaries/{cluster['id']}/credentials", headers=mine)
+    assert again.status == 410
 
 
 async def test_the_client_s_files_need_the_api_token_and_a_live_cluster(api) -> None:  # type: ignore[no-untyped-def]
@@ -143,7 +163,13 @@ async def test_the_one_time_token_cannot_be_raced_by_many_concurrent_uses_throug
     locks = SharedLocks(lambda: now[0])
     keepers = [
         Keeper(
-            hosts, FakeProbe(), locks.for_replica(name), KeeperTiming(), interval=0.05, clock=lambda: now[0]
+            hosts,
+            FakeProbe(),
+            locks.for_replica(name),
+            KeeperTiming(),
+            interval=0.05,
+            clock=lambda: now[0],
+            bind_primaries=True,
         )
         for name in ("a", "b")
     ]
@@ -155,6 +181,9 @@ async def test_the_one_time_token_cannot_be_raced_by_many_concurrent_uses_throug
     try:
         async with TestClient(TestServer(apps[0])) as a, TestClient(TestServer(apps[1])) as b:
             cluster = await (await a.put("/v1/clusters/alice/w1", headers=AUTH)).json()
+            # replica b lists it (its primary's private IP, which the token's source must be) as its next
+            # interval would; before that it refuses the token without spending it
+            await keepers[1].discover()
             url = f"/v1/primaries/{cluster['id']}/credentials"
             mine = {"Authorization": f"Bearer {primary_token(TOKEN, cluster['id'])}"}
             answers = await asyncio.gather(*[(a if i % 2 else b).get(url, headers=mine) for i in range(20)])

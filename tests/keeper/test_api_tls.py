@@ -43,6 +43,7 @@ from swarm_autoscaler.keeper.metrics import KeeperMetrics
 from swarm_autoscaler.keeper.model import ClusterKey
 from swarm_autoscaler.keeper.service import Keeper
 from swarm_autoscaler.runtime.http import server_context, start_http
+from swarm_autoscaler_lab.localcloud.metadata import MetadataService, hostname_of
 
 TOKEN = "s3cret-token-of-the-keeper"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -96,7 +97,7 @@ async def tls_keeper(tmp_path: Path) -> AsyncIterator[TlsKeeper]:
     now = [1_000_000.0]
     keeper = Keeper(
         FakeHosts(), FakeProbe(), SharedLocks(lambda: now[0]).for_replica("a"), KeeperTiming(),
-        interval=0.05, clock=lambda: now[0],
+        interval=0.05, clock=lambda: now[0], bind_primaries=True,
     )  # fmt: skip
     app = build_keeper_app(keeper, TOKEN, KeeperMetrics(), credentials=InProcessCredentials(make_credentials))
     runner = await start_http(app, "127.0.0.1", 0, server_context(files["cert"], files["key"]))
@@ -161,12 +162,16 @@ async def test_the_primary_s_boot_lines_fetch_its_files_over_tls_verifying_the_k
 
     boot = tmp_path / "primary"
     boot.mkdir()
-    # run as the primary runs it, while this loop serves the keeper
+    # run as the primary runs it, while this loop serves the keeper; its metadata service gives the
+    # private IP its fetch comes from (the fake EC2's primaries are at 127.0.0.1)
+    metadata = await MetadataService().start()
     bash = await asyncio.create_subprocess_exec(
         "bash", "-c", f"set -euo pipefail\nD={boot}\n{_fetch_lines(script)}",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "AWS_EC2_METADATA_SERVICE_ENDPOINT": metadata.endpoint(hostname_of("127.0.0.1"))},
     )  # fmt: skip
     _, stderr = await asyncio.wait_for(bash.communicate(), 60)
+    await metadata.close()
     assert bash.returncode == 0, stderr.decode()
     got = json.loads((boot / "credentials.json").read_text())
     assert {"ca.pem", "scheduler.pem", "scheduler-key.pem"} <= set(got["files"])

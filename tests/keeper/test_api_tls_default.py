@@ -35,6 +35,7 @@ from swarm_autoscaler.keeper.app import open_keeper, user_data_of
 from swarm_autoscaler.keeper.credentials import primary_token
 from swarm_autoscaler.keeper.model import ClusterKey
 from swarm_autoscaler_lab.localcloud import LocalNetwork, MotoServer, provision_network
+from swarm_autoscaler_lab.localcloud.metadata import MetadataService, hostname_of
 from swarm_autoscaler_lab.localcloud.moto_server import LOCAL_ACCESS_KEY, LOCAL_SECRET_KEY
 from swarm_autoscaler_lab.localcloud.redis_server import RedisServer
 
@@ -117,6 +118,19 @@ async def _user_data(moto: MotoServer, network: LocalNetwork, cluster_id: str) -
     return base64.b64decode(attr["UserData"]["Value"]).decode()
 
 
+async def _private_ip(moto: MotoServer, network: LocalNetwork, cluster_id: str) -> str:
+    """The primary's PrivateIpAddress, as EC2 lists it."""
+    async with get_session().create_client(
+        "ec2", region_name=network.region, endpoint_url=moto.endpoint,
+        aws_access_key_id=LOCAL_ACCESS_KEY, aws_secret_access_key=LOCAL_SECRET_KEY,
+    ) as ec2:  # fmt: skip
+        found = await ec2.describe_instances(
+            Filters=[{"Name": "tag:swarm-autoscaler/keeper/cluster-id", "Values": [cluster_id]}]
+        )
+    (raw,) = [i for r in found["Reservations"] for i in r["Instances"]]
+    return str(raw["PrivateIpAddress"])
+
+
 def _ca_of(script: str) -> str:
     start = script.index("<<'KEEPER_CA'\n") + len("<<'KEEPER_CA'\n")
     return script[start : script.index("\nKEEPER_CA\n", start)]
@@ -183,7 +197,8 @@ async def test_the_primary_s_user_data_carries_the_ca_and_its_fetch_verifies_the
     port = free_port()
     public = f"https://127.0.0.1:{port}"
     config = _config(tmp_path, moto, network, redis_server, name=f"tls-{uuid.uuid4().hex[:8]}",
-                     port=str(port), AUTOSCALER_KEEPER_PUBLIC_URL=public)  # fmt: skip
+                     port=str(port), AUTOSCALER_KEEPER_PUBLIC_URL=public,
+                     AUTOSCALER_KEEPER_BIND_PRIMARY_TOKENS="true")  # fmt: skip
     async with open_keeper(config):
         ca = await _ca(config, redis_server)
         async with aiohttp.ClientSession() as http:
@@ -200,12 +215,17 @@ async def test_the_primary_s_user_data_carries_the_ca_and_its_fetch_verifies_the
                 await http.get(f"{public}/v1/primaries/{cluster_id}/credentials", headers=token)
         boot = tmp_path / "primary"
         boot.mkdir()
-        # the boot script's own fetch lines, as the primary's cloud-init runs them, while this loop serves
+        # the boot script's own fetch lines, as the primary's cloud-init runs them, while this loop serves;
+        # its metadata service gives the private IP (a loopback VPC's) its fetch comes from
+        metadata = await MetadataService().start()
+        where = metadata.endpoint(hostname_of(await _private_ip(moto, network, cluster_id)))
         bash = await asyncio.create_subprocess_exec(
             "bash", "-c", f"set -euo pipefail\nD={boot}\n{_fetch_lines(script)}",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "AWS_EC2_METADATA_SERVICE_ENDPOINT": where},
         )  # fmt: skip
         _, stderr = await asyncio.wait_for(bash.communicate(), 60)
+        await metadata.close()
         assert bash.returncode == 0, stderr.decode()
         got = json.loads((boot / "credentials.json").read_text())
         assert {"ca.pem", "scheduler.pem", "scheduler-key.pem"} <= set(got["files"])

@@ -101,7 +101,11 @@ cat > "$D/keeper-ca.pem" <<'KEEPER_CA'
 KEEPER_CA
 KEEPER_CA=""
 if grep -q "BEGIN CERTIFICATE" "$D/keeper-ca.pem"; then KEEPER_CA="--cacert $D/keeper-ca.pem"; fi
-curl -fsS $KEEPER_CA --retry 30 --retry-delay 5 --retry-all-errors -o "$D/credentials.json" \\
+# The keeper answers the token only from this machine's private IP (IMDSv2's local-ipv4).
+IMDS="${AWS_EC2_METADATA_SERVICE_ENDPOINT:-http://169.254.169.254}"
+IMDS_TOKEN=$(curl -fsS --retry 10 -X PUT -H "X-aws-ec2-metadata-token-ttl-seconds: 300" "$IMDS/latest/api/token")
+IP=$(curl -fsS --retry 10 -H "X-aws-ec2-metadata-token: $IMDS_TOKEN" "$IMDS/latest/meta-data/local-ipv4")
+curl -fsS $KEEPER_CA --interface "$IP" --retry 30 --retry-delay 5 --retry-all-errors -o "$D/credentials.json" \\
   -H "Authorization: Bearer {{credentials_token}}" "{{keeper_url}}/v1/primaries/{{cluster_id}}/credentials"
 # The same run copies the packing preload out of the image as a file (it needs only distributed), so
 # the scheduler's image needs nothing of swarm-autoscaler (docs/keeper.md, "The scheduler image").
@@ -210,6 +214,14 @@ class KeeperSettings(BaseSettings):
         "and keeps in redis, for the host of AUTOSCALER_KEEPER_PUBLIC_URL; the primaries get that CA in their "
         "boot script (docs/keeper-security.md).",
         json_schema_extra={"example": "/run/secrets/keeper-tls-cert"},
+    )
+    bind_primary_tokens: bool = Field(
+        default=False,
+        description="true: a primary's one-time credentials token works only from that primary's private IP "
+        "(the TCP source of its fetch; the default boot script sends from it), so a token read from user data "
+        "before the primary boots gets nothing and is not spent. Needs the primaries to reach the keeper "
+        "with their own address: its port published in host mode (docker/keeper-stack.local.yml's form), "
+        "not through swarm's routing mesh, which replaces the source (docs/keeper-security.md).",
     )
     plain_http: bool = Field(
         default=False,

@@ -43,6 +43,11 @@ routes answer 409 for a running cluster whose credentials the store lost (`crede
 route, 429 for a create over a count limit and 402 for a create on a wallet that spent its budget
 (`keeper.limits`: the body says which limit and the figures), 422 for ids that break `model.ID_RULE`, 503 when the cloud
 cannot be reached or a concurrent creation (or state change) of the same cluster takes too long (retry).
+With `AUTOSCALER_KEEPER_BIND_PRIMARY_TOKENS`, a primary's credentials fetch from any other address than
+its private IP is 403 and does not spend the token (`credentials.by_primary`).
+
+Why one file of this size: every route shares one guard (tokens, errors, the refused-request line) and
+one `_Routes`; the listing and launch routes already live in modules of their own.
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ from aiohttp import web
 
 from swarm_autoscaler.errors import AutoscalerError
 from swarm_autoscaler.keeper.access import ADMIN, InProcessTokens, Principal, TokenStore, is_admin
-from swarm_autoscaler.keeper.credentials import LOST, Credentials, CredentialStore, token_matches
+from swarm_autoscaler.keeper.credentials import LOST, Credentials, CredentialStore, by_primary, token_matches
 from swarm_autoscaler.keeper.inputs import BadInput, bearer, epoch_seconds, json_object, profile_of
 from swarm_autoscaler.keeper.launches import Launches, launches_route
 from swarm_autoscaler.keeper.limits import LimitRefusedError, Limits
@@ -259,6 +264,8 @@ class _Routes:
         if self.credentials is None:
             return _error(404, "this keeper's clusters have no TLS credentials")
         known = next((c for c in self.keeper.clusters if c.cluster_id == cid), None)
+        if self.keeper.bind_primaries and not by_primary(known, request.transport):  # the token is not spent
+            return _error(403, "the one-time token works only from the cluster's primary's private IP")
         if known is not None and known.state != ClusterState.STARTING:
             # Its primary fetched its files before its scheduler answered: this is a second use, even
             # when the store forgot the first (redis flushed).

@@ -218,6 +218,7 @@ async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
             replicas=locks if isinstance(locks, RedisLocks) else None,
             max_workers=keeper_settings.max_instances_per_cluster,
             profiles=tuple(profiles_of(keeper_settings)),
+            bind_primaries=keeper_settings.bind_primary_tokens,
         )
         app = build_keeper_app(
             keeper,

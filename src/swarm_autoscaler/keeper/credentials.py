@@ -7,7 +7,7 @@ EC2 tags or logs.
 
 Two holders may read them:
 
-- the cluster's primary, once: its boot script carries a one-time token, `primary_token(secret,
+- the cluster's primary, once, from its private IP (`by_primary`): its boot script carries a one-time token, `primary_token(secret,
   cluster id)` (an HMAC of the cluster id under the keeper's API token, so any replica can check it
   without storing it), and `GET /v1/primaries/{cluster_id}/credentials` with it answers once; a second
   use gets 410 Gone. User data is readable by whoever may call DescribeInstanceAttribute, so a token
@@ -28,10 +28,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import ipaddress
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
+
+from swarm_autoscaler.keeper.model import Cluster
 
 LOST = (
     "this running cluster's TLS credentials are gone from the keeper's store (redis flushed or replaced?); "
@@ -66,6 +69,24 @@ def listing_token_matches(secret: str, cluster_id: str, given: str) -> bool:
 def token_matches(secret: str, cluster_id: str, given: str) -> bool:
     """Constant-time check of a primary's token."""
     return hmac.compare_digest(primary_token(secret, cluster_id).encode(), given.encode())
+
+
+def by_primary(cluster: Cluster | None, transport: Any) -> bool:
+    """Whether a request on `transport` (an asyncio transport: its peer is the TCP source) comes from
+    `cluster`'s primary, at the private IP the keeper lists for it (`AUTOSCALER_KEEPER_BIND_PRIMARY_TOKENS`):
+    the one-time token works from there alone, so a token read from user data before the primary boots (a
+    read-only principal) is worth nothing elsewhere, and a refused use does not spend it. A cluster this
+    replica does not list yet, an unknown address or a peer that is no IP matches nothing (the boot's curl
+    retries); an IPv4-mapped peer (a dual-stack socket) counts as its IPv4 address."""
+    peer = transport.get_extra_info("peername") if transport is not None else None
+    if cluster is None or not cluster.private_ip or not peer:
+        return False
+    try:
+        ip = ipaddress.ip_address(str(peer[0]))
+    except ValueError:
+        return False
+    plain = str(getattr(ip, "ipv4_mapped", None) or ip)
+    return hmac.compare_digest(plain.encode(), cluster.private_ip.encode())
 
 
 @dataclass(frozen=True, slots=True)

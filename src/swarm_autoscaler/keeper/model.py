@@ -86,6 +86,7 @@ class Cluster:
     dashboard_url: str = ""
     reason: str = ""
     profile: str = DEFAULT_PROFILE  # what it is made of (`config.profiles`), fixed at creation
+    private_ip: str = ""  # its primary's: the only address its one-time credentials token works from
 
     @property
     def live(self) -> bool:

@@ -86,6 +86,7 @@ class Keeper:
     replica_count: int = 1  # live replicas at the last count
     max_workers: int | None = None  # each cluster's maximum, which the keeper enforces (`trim`)
     profiles: tuple[str, ...] = (DEFAULT_PROFILE,)  # the profiles a create may name (`config.profiles`)
+    bind_primaries: bool = False  # a one-time token works only from its primary's private IP (`credentials`)
     checks: int = 0
     last_discovery: float | None = None  # when the last listing of every cluster succeeded (for /healthz)
     _known: dict[str, Cluster] = field(default_factory=dict)

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import tempfile
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from swarm_autoscaler.daemon.loop import Daemon
 from swarm_autoscaler.errors import ConfigurationError
 from swarm_autoscaler_lab.localcloud.machines import MachineEmulator, MemoryJoiner
 from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
+from swarm_autoscaler_lab.localcloud.metadata import MetadataService
 from swarm_autoscaler_lab.localcloud.moto_server import (
     LOCAL_ACCESS_KEY,
     LOCAL_SECRET_KEY,
@@ -77,6 +79,10 @@ class LocalCloudOptions:
     # whose tests turn it on for their own machines). The emulator's shortcut (it joins for the machine and
     # runs an in-process worker) is for the in-memory swarm only.
     real_boot: bool = False
+    # The VPC's first two octets (`provision_network`). "127.N" (`loopback_prefix()`) carves it from
+    # loopback: each machine's PrivateIpAddress is then an address its boot can bind and its dockerd node
+    # advertises, so a join ticket's source check (`daemon.join`) and swarm's Status.Addr run as on EC2.
+    vpc_prefix: str = "10.0"
 
     @property
     def boot_delay(self) -> float:
@@ -106,6 +112,7 @@ class LocalCloud:
         # A started `registry.LocalRegistry` (the e2e fixtures set it): the real boot then pulls the team
         # worker image from it, with authentication, instead of loading a tarball into each node.
         self.registry: Any = None
+        self.metadata: MetadataService | None = None  # with real_swarm: `localcloud.metadata`
         self._tmp = tempfile.TemporaryDirectory(prefix="swarm-autoscaler-local-")
         self._stack = contextlib.AsyncExitStack()
 
@@ -139,7 +146,9 @@ class LocalCloud:
     async def _start(self) -> None:
         self.moto.start()
         self._stack.callback(self.moto.stop)
-        self.network = await asyncio.to_thread(provision_network, self.moto.endpoint, instance_profile=False)
+        self.network = await asyncio.to_thread(
+            provision_network, self.moto.endpoint, instance_profile=False, prefix=self.options.vpc_prefix
+        )
         # The scheduler serves HTTP (/metrics) even without a dashboard, on 8787 by default: a free port
         # instead, so two local clouds (or any dask on this machine) never collide or warn.
         self.scheduler = await Scheduler(
@@ -183,6 +192,8 @@ class LocalCloud:
 
         swarm = LocalSwarm(Path(self._tmp.name) / "swarm")
         self._stack.push_async_callback(swarm.close)
+        self.metadata = await MetadataService().start()  # each real boot's instance metadata service
+        self._stack.push_async_callback(self.metadata.close)
         await swarm.start_manager("ip-10-0-255-1")
         self._swarm = swarm
         orchestrator = SwarmOrchestrator(swarm.manager_url, cluster_name=self.options.cluster_name)
@@ -244,7 +255,7 @@ class LocalCloud:
             image=image,
             cli_env=self.registry.cli_env() if self.registry is not None else None,
         )
-        self.emulator.user_data_boot = UserDataBoot(swarm, preload=preload)
+        self.emulator.user_data_boot = UserDataBoot(swarm, preload=preload, metadata=self.metadata)
 
     def _push_worker_image(self) -> str:
         from swarm_autoscaler_lab.localcloud.image import WORKER_IMAGE, worker_image_key
@@ -294,6 +305,20 @@ class LocalCloud:
             env["AUTOSCALER_MAX_START_TIME"] = "240s"
         return env
 
+    def join_ticket_env(self, port: int) -> dict[str, str]:
+        """Settings that turn join tickets on for a daemon of this cloud serving HTTP on 127.0.0.1:`port`
+        (every loopback source reaches it). Needs a loopback VPC (`LocalCloudOptions.vpc_prefix`)."""
+        if not self.options.vpc_prefix.startswith("127."):
+            raise ConfigurationError(
+                "join tickets on the local cloud need a loopback VPC (LocalCloudOptions.vpc_prefix='127.N'): "
+                "a machine's boot must send from its PrivateIpAddress"
+            )
+        return {
+            "AUTOSCALER_HTTP_HOST": "127.0.0.1",
+            "AUTOSCALER_HTTP_PORT": str(port),
+            "AUTOSCALER_EC2_JOIN_URL": f"http://127.0.0.1:{port}/v1/join",
+        }
+
     def write_env_file(self, extra: Mapping[str, str] | None = None) -> Path:
         path = Path(self._tmp.name) / "daemon.env"
         lines = [f"{k}={quote_env(v)}" for k, v in {**self.env(), **(extra or {})}.items()]
@@ -323,6 +348,11 @@ class LocalCloud:
         await self._stack.aclose()
         with contextlib.suppress(OSError):
             self._tmp.cleanup()
+
+
+def loopback_prefix() -> str:
+    """A random loopback VPC prefix, `127.N` with N in 1..254 (127.0 holds the swarm's managers)."""
+    return f"127.{random.SystemRandom().randint(1, 254)}"
 
 
 def quote_env(value: str) -> str:

@@ -428,6 +428,11 @@ class MachineEmulator:
 def join_line(instance_id: str, text: str) -> tuple[str, str, bool] | None:
     """(token, manager address, joins paused) from the user data's join line; None for a warm-pool
     machine's first boot (no join line, the pool's stop line)."""
+    if '"$join_token"' in text:  # a join ticket (adapters.join_tickets): only a real boot can use it
+        raise RuntimeError(
+            f"instance {instance_id}: its user data joins with a join ticket, which needs the real boot "
+            "(real dockerd nodes and a loopback VPC: LocalCloudOptions.vpc_prefix)"
+        )
     match = JOIN_RE.search(text)
     if match is None:
         if POOL_STOP_LINE in text:

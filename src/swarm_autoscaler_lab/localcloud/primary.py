@@ -131,7 +131,9 @@ class LocalPrimary:
         """As the default boot script's curl: the cluster's TLS files, once, with the one-time token."""
         if not self.boot.credentials_url:
             return
-        body = await tls_files.fetch(self.boot.credentials_url, self.boot.credentials_token)
+        body = await tls_files.fetch(
+            self.boot.credentials_url, self.boot.credentials_token, source=self.boot.private_ip
+        )
         folder = self.options.workdir / f"{self.boot.cluster_id}-tls"
         self.tls_paths = tls_files.write_files(folder, body["files"])
         self._security = tls_files.primary_security(self.tls_paths)

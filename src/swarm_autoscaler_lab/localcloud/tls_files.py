@@ -29,12 +29,15 @@ def write_files(folder: Path, files: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-async def fetch(url: str, bearer: str) -> dict[str, Any]:
-    """GET `url` with `bearer`; the JSON body. Raises `aiohttp.ClientResponseError` on an error status."""
+async def fetch(url: str, bearer: str, source: str | None = None) -> dict[str, Any]:
+    """GET `url` with `bearer`, from the local address `source` when given (a primary's fetch comes from
+    its private IP, as the boot script's `curl --interface`); the JSON body. Raises
+    `aiohttp.ClientResponseError` on an error status."""
     headers = {"Authorization": f"Bearer {bearer}"}
     timeout = aiohttp.ClientTimeout(total=10)
+    connector = aiohttp.TCPConnector(local_addr=(source, 0)) if source else None
     async with (
-        aiohttp.ClientSession(timeout=timeout) as session,
+        aiohttp.ClientSession(timeout=timeout, connector=connector) as session,
         session.get(url, headers=headers) as response,
     ):
         response.raise_for_status()

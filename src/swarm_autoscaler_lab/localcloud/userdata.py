@@ -25,7 +25,9 @@ What stands in for a real machine (and what does not run here):
 - `UserDataBoot(machine_mounts=True)`: the node's dockerd itself sees the node's folder at
   `/etc/swarm-autoscaler` and has its own `/var/run/docker.sock` (`dockerd.MACHINE_MOUNTS`), so user
   data written for a real machine (the keeper's default primary boot script) runs unchanged.
-  `machine_addresses=True`: the node advertises the instance's private IP (from its hostname).
+  A machine whose private IP (in its hostname) is a loopback one advertises it (`machine_addresses=True`:
+  it must); with `metadata`, its boot reads that IP from a stand-in for the instance metadata service
+  (`localcloud.metadata`), and a join ticket's `curl --interface` sends from it.
 - `service_env`: the shim adds these variables to every `docker service create` and `docker run` of the
   user data: what every container of an EC2 machine reaches without being told (the keeper's e2e test
   gives the instance metadata service's address, moto's, where EC2 has 169.254.169.254).
@@ -62,6 +64,7 @@ from pathlib import Path
 from swarm_autoscaler.errors import EndpointError
 from swarm_autoscaler_lab.localcloud.dockerd import LocalNode, LocalSwarm, _cli_env, _docker_cli
 from swarm_autoscaler_lab.localcloud.image import IMAGE, ROOT
+from swarm_autoscaler_lab.localcloud.metadata import MetadataService
 
 ETC = Path("/etc/swarm-autoscaler")
 ETC_DOCKER = Path("/etc/docker")
@@ -264,10 +267,13 @@ class UserDataBoot:
         machine_mounts: bool = False,
         service_env: Mapping[str, str] | None = None,
         fake_gpus: int = 0,
+        metadata: MetadataService | None = None,
     ) -> None:
-        """`machine_addresses`: each node advertises its machine's private IP, read from its hostname
-        (a VPC carved from 127.0.0.0/8, as the keeper's local cloud's), instead of the swarm's next
-        loopback address. `machine_mounts`: the node's dockerd sees the machine's own
+        """A node advertises its machine's private IP, read from its hostname, whenever that is a
+        loopback one (a VPC carved from 127.0.0.0/8, as the local clouds' are), else the swarm's next
+        loopback address; `machine_addresses`: it must (a machine without one does not boot).
+        `metadata`: each boot reads its private IP from this stand-in for the instance metadata service
+        (`AWS_EC2_METADATA_SERVICE_ENDPOINT` in the boot's environment: `localcloud.metadata`). `machine_mounts`: the node's dockerd sees the machine's own
         `/etc/swarm-autoscaler` and `/var/run/docker.sock` (`dockerd.MACHINE_MOUNTS`). `service_env`:
         see `run_user_data`. `fake_gpus`: every machine has that many fake GPUs (module doc); only a GPU
         type's user data asks for them."""
@@ -278,19 +284,24 @@ class UserDataBoot:
         self.machine_mounts = machine_mounts
         self.service_env = dict(service_env or {})
         self.fake_gpus = fake_gpus
+        self.metadata = metadata
 
     async def boot(self, hostname: str, raw: str | bytes) -> UserDataRun:
         node = self.swarm.nodes.get(hostname)
         preload: Sequence[Path] = ()
         if node is None:
-            address = address_of(hostname) if self.machine_addresses else None
+            address = address_of(hostname)
             if self.machine_addresses and address is None:
                 raise EndpointError(f"dockerd {hostname}", "no loopback private IP in the hostname")
             node = await self.swarm.add_node(hostname, address=address, machine_mounts=self.machine_mounts)
             preload = self.preload
+        env = {}
+        if self.metadata is not None:
+            env["AWS_EC2_METADATA_SERVICE_ENDPOINT"] = self.metadata.endpoint(hostname)
         return await run_user_data(
             node,
             raw,
+            env=env,
             preload=preload,
             timeout=self.timeout,
             service_env=self.service_env,

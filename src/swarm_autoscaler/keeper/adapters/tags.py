@@ -110,6 +110,7 @@ def to_cluster(raw: Mapping[str, Any], ports: tuple[int, int]) -> Cluster:
         dashboard_url=tags.get(DASHBOARD_URL_TAG) or (f"http://{ip}:{ports[1]}" if ip else ""),
         reason=reason,
         profile=tags.get(PROFILE_TAG) or DEFAULT_PROFILE,
+        private_ip=ip,
     )
 
 

@@ -1,0 +1,93 @@
+"""A real dockerd node joins through a join ticket: the daemon (in-process, `AUTOSCALER_EC2_JOIN_URL`
+set) launches a machine whose user data carries a ticket and no join token; the machine's boot reads its
+private IP from its metadata service, posts the ticket from that address to the daemon's join endpoint,
+and joins the swarm with the token it answered; its worker (the worker service's task) runs work; the
+fleet goes back to zero. Then the ticket, read from user data as a read-only principal would, is
+replayed from the machine's own address (its node joined) and from another: both get nothing.
+
+What stands in for AWS: moto for EC2 with a VPC carved from loopback (the session's cloud,
+`LocalCloudOptions.vpc_prefix`), so the machine's PrivateIpAddress is the loopback address its dockerd
+node advertises and its boot's `curl --interface` sends from; the instance metadata service is
+`localcloud.metadata` (each machine's own prefix, its private IP from its hostname); the source/
+destination check of a VPC is the kernel refusing to send from an address that is not local (any
+loopback address is local here, so the attacker's choice of source is the test's).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import socket
+import time
+
+import aiohttp
+import pytest
+from distributed import Client
+from tests.e2e.helpers import REAL_BOOT, ec2_client, hostname_of, owned_instances, start, wait_for
+
+from swarm_autoscaler.adapters.join_tickets import JOIN_NONCE_TAG
+from swarm_autoscaler.core.model import GIB
+from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
+
+pytestmark = [*REAL_BOOT, pytest.mark.timeout(900)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _post(url: str, source: str, body: dict[str, str]) -> int:
+    """POST from `source` (the TCP source address, as the boot's curl --interface); the HTTP status."""
+    connector = aiohttp.TCPConnector(local_addr=(source, 0), force_close=True)
+    async with aiohttp.ClientSession(connector=connector) as session, session.post(url, json=body) as reply:
+        return reply.status
+
+
+async def test_a_machine_joins_through_its_ticket_and_the_ticket_is_worthless_after(
+    cloud: LocalCloud,
+) -> None:
+    lc = cloud
+    assert lc.scheduler is not None and lc.metadata is not None and lc.orchestrator is not None
+    assert lc.options.vpc_prefix.startswith("127."), "the e2e cloud's VPC is carved from loopback"
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/v1/join"
+    before = set(owned_instances(lc, ("pending", "running", "shutting-down", "terminated")))
+    async with lc.daemon(lc.join_ticket_env(port)) as daemon:
+        running = await start(daemon)
+        try:
+            async with Client(lc.scheduler_address, asynchronous=True) as client:
+                future = client.submit(
+                    time.sleep,
+                    1.0,
+                    key="ticket-boot",
+                    pure=False,
+                    resources={"CPU": 2, "RAM": GIB, "instance-type:m5.large": 1},
+                )
+                await wait_for(lambda: bool(lc.scheduler.workers), 300, "a worker on a node joined by ticket")
+                await future
+            [(iid, inst)] = [(i, v) for i, v in owned_instances(lc).items() if i not in before]
+            ip, host = inst["PrivateIpAddress"], hostname_of(inst)
+            # its dockerd node advertises the machine's PrivateIpAddress, which its boot read from its
+            # metadata service (and sent its ticket from: the only way it could have joined). Swarm's
+            # Status.Addr is 127.0.0.1 for every local node (the kernel's source for a loopback peer).
+            [node] = [n for name, n in lc.local_swarm.nodes.items() if name.split(".")[0] == host]
+            assert node.address == ip, (node.address, ip)
+            assert any(asked.split(".")[0] == host for asked in lc.metadata.asked)
+            # what a read-only principal reads: no token in user data or tags, a ticket
+            attr = ec2_client(lc).describe_instance_attribute(InstanceId=iid, Attribute="userData")
+            user_data = base64.b64decode(attr["UserData"]["Value"]).decode()
+            tags = {t["Key"]: t["Value"] for t in inst.get("Tags", ())}
+            assert "SWMTKN" not in user_data and not [v for v in tags.values() if "SWMTKN" in v]
+            assert JOIN_NONCE_TAG in tags
+            found = re.search(r'"ticket": "([0-9a-f]{64})"', user_data)
+            assert found is not None
+            ticket = {"ticket": found.group(1)}
+            assert await _post(url, ip, ticket) == 403  # the node joined: a second use gets nothing
+            other = ip.rsplit(".", 1)[0] + (".250" if not ip.endswith(".250") else ".251")
+            assert await _post(url, other, ticket) == 403  # another address gets nothing
+            await wait_for(lambda: not owned_instances(lc), 180, "the fleet back at its minimum (0)")
+            await wait_for(lambda: not lc.scheduler.workers, 60, "every dask worker gone")
+        finally:
+            await running.halt()
