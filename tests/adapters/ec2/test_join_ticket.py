@@ -21,6 +21,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from structlog.testing import capture_logs
 from tests.adapters.ec2.ec2_helpers import MANAGER, TOKEN, CloudFactory
 
 from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, DEPLOYMENT_TAG, OWNER_TAG, OWNER_VALUE, Ec2Cloud
@@ -290,10 +291,14 @@ async def test_a_warm_pool_start_carries_a_fresh_ticket(endpoint: Endpoint, faul
 async def test_malformed_requests_get_their_4xx(
     endpoint: Endpoint, faults: FaultInjector, body: bytes, content_type: str, status: int
 ) -> None:
-    """Malformed input is refused before anything is read from EC2 (nothing reaches moto)."""
+    """Malformed input is refused before anything is read from EC2 (nothing reaches moto), with one
+    log line that says why and never carries the body."""
     faults.record()
-    assert (await endpoint.post("127.0.0.1", body, content_type))[0] == status
+    with capture_logs() as logs:
+        assert (await endpoint.post("127.0.0.1", body, content_type))[0] == status
     assert faults.recorded() == []
+    [line] = [e for e in logs if e["event"] == "join refused"]
+    assert line["status"] == status and body.decode(errors="replace")[:40] not in json.dumps(line)
 
 
 async def test_one_address_is_limited(endpoint: Endpoint, monkeypatch: pytest.MonkeyPatch) -> None:
