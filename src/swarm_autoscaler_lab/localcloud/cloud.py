@@ -351,8 +351,9 @@ class LocalCloud:
 
 
 def loopback_prefix() -> str:
-    """A random loopback VPC prefix, `127.N` with N in 1..254 (127.0 holds the swarm's managers)."""
-    return f"127.{random.SystemRandom().randint(1, 254)}"
+    """A random loopback VPC prefix, `127.N` with N in 100..199: not 127.0 (the swarm's managers), not the
+    127.20x of the keeper tests' fixed networks."""
+    return f"127.{random.SystemRandom().randint(100, 199)}"
 
 
 def quote_env(value: str) -> str:
