@@ -132,3 +132,5 @@ async def test_primaries_from_before_deployment_ids_stay_their_keeper_s(
     hosts = await make_hosts(name, SECOND)
     await hosts.claim()
     assert [c.primary_id for c in await hosts.list_clusters()] == [old["Instances"][0]["InstanceId"]]
+    await hosts.terminate("kc-00000000000000aa")  # and ends it as its own (nothing left in the shared moto)
+    assert await _state(raw_ec2, old["Instances"][0]["InstanceId"]) in ("shutting-down", "terminated")

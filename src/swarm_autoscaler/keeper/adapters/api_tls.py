@@ -125,6 +125,11 @@ def issue(ca_pem: str, ca_key_pem: str, hosts: Sequence[str]) -> ApiPki:
         .add_extension(x509.SubjectAlternativeName([_san(h) for h in hosts]), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        # key identifiers: clients with strict X.509 checks (Python 3.13's default) require them
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     return ApiPki(ca_pem, ca_key_pem, _pem(cert), _key_pem(key), tuple(hosts))
@@ -141,6 +146,7 @@ def make_api_pki(keeper_name: str, hosts: Sequence[str]) -> ApiPki:
         .add_extension(
             x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
         )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     return issue(_pem(ca), _key_pem(ca_key), hosts)
