@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from distributed import Client
+from distributed import Client, Event
 from structlog.testing import capture_logs
 from tests.e2e.helpers import REAL_BOOT, owned_instances, wait_for
 
@@ -42,7 +42,9 @@ pytestmark = [*REAL_BOOT, pytest.mark.timeout(900)]
 STACK = "autoscaler"
 SERVICE = f"{STACK}_autoscaler"
 TASKS = 2  # pinned tasks, one m5.large each: the burst needs exactly this many machines
-TASK_S = 40.0  # long enough to span the rolling update
+# The burst's tasks wait on a dask Event the test sets once the rolling update is done (and checked to be
+# still under way then), so they span it however long it takes, and not a second more.
+TASK_TIMEOUT_S = 300.0
 # The node the operator adds for the scheduler (docker/scheduler-stack.yml): not one of the daemon's machines
 SCHEDULER_NODE = "dask-scheduler-host"
 
@@ -193,8 +195,9 @@ async def test_the_stack_deploys_scales_a_burst_rolls_and_logs_json(
     before = set(owned_instances(lc, ("pending", "running", "shutting-down", "terminated")))
     async with Client(lc.scheduler_address, asynchronous=True) as client:
         pinned = {"CPU": 1.5, "RAM": GIB, "instance-type:m5.large": 1}
+        go = Event(f"stack-go-{time.time_ns()}", client=client)
         futures = [
-            client.submit(time.sleep, TASK_S, key=f"stack-{i}", resources=pinned, pure=False)
+            client.submit(go.wait, TASK_TIMEOUT_S, key=f"stack-{i}", resources=pinned, pure=False)
             for i in range(TASKS)
         ]
         await wait_for(lambda: len(owned_instances(lc)) >= TASKS, 60, f"{TASKS} instances launched")
@@ -203,7 +206,9 @@ async def test_the_stack_deploys_scales_a_burst_rolls_and_logs_json(
         await manager.docker("service", "update", "--force", "--detach=false", SERVICE, timeout=240)
         new = set(_containers(manager, "health=healthy"))
         assert len(new) == 2 and not new & old
-        await asyncio.wait_for(client.gather(futures), 300)
+        assert not any(f.done() for f in futures), "the burst ended before the rolling update did"
+        await go.set()
+        assert await asyncio.wait_for(client.gather(futures), 300) == [True] * TASKS
     launched = set(owned_instances(lc, ("pending", "running", "shutting-down", "terminated"))) - before
     assert len(launched) == TASKS, f"a double launch: {len(launched)} instances for {TASKS} pinned tasks"
     # ...and back down to the minimum (zero here).
