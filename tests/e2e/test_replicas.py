@@ -127,6 +127,13 @@ async def test_two_replicas_one_acts_and_the_other_takes_over_after_kill_9(
             assert len(launched) == 3, f"launched {sorted(launched)} (the takeover launched again?)"
             await wait_for(lambda: not owned_instances(lc), 60, "the survivor scaling back down to 0")
             assert ACTION_LINE.search(standby.text().split(LEADER, 1)[1]), "the survivor never acted"
+        except BaseException:  # what each replica said, for the failure's report (their logs are files)
+            for r in replicas:
+                print(
+                    f"--- replica {r.name}, last lines:\n" + "\n".join(r.text().splitlines()[-40:]),
+                    flush=True,
+                )
+            raise
         finally:
             for r in replicas:
                 r.stop()
