@@ -3,7 +3,8 @@ built from settings (`open_keeper`), primaries booted into clusters with real da
 and each cluster's own autoscaler. No dockerd: each primary's swarm is in memory.
 
 A cluster's life: requested -> `running` -> work submitted to its scheduler -> its workers scale up and
-down -> heartbeats stop -> primary and workers terminated. And a keeper restarted with stale heartbeats
+down (launched through the keeper's launch route: the local EC2 refuses RunInstances signed with the
+primaries' key, as their IAM policy does) -> heartbeats stop -> primary and workers terminated. And a keeper restarted with stale heartbeats
 while a cluster is busy keeps it."""
 
 from __future__ import annotations
@@ -113,18 +114,22 @@ async def test_a_restarted_keeper_with_stale_heartbeats_keeps_a_cluster_whose_sc
                 security = await api.security(path, tmp_path / "client")
             finally:
                 await api.close()
-        # The keeper is down. Work arrives directly at the scheduler, and no client heartbeats.
+        # The keeper is down. Work arrives directly at the scheduler, and no client heartbeats. No
+        # worker comes meanwhile: the keeper launches its clusters' workers (the primaries' role cannot),
+        # so the cluster's autoscaler's launches fail, and are tried again, until it is back.
         async with Client(body["scheduler_url"], asynchronous=True, security=security) as client:  # type: ignore[no-untyped-call]
             long_task = client.submit(sleep_task, 3 * IDLE, resources={"CPU": 1.0}, pure=False)
-            await wait_for(lambda: bool(workers_of(kc, cid)), 60, "a worker launched for the work")
             await asyncio.sleep(IDLE + 1.0)
             stale = time.time() - heartbeat_tag(kc, cid)
             assert stale > IDLE, f"the stored heartbeat is only {stale:.1f}s old"
+            assert not workers_of(kc, cid)
 
-            async with kc.keeper(idle_timeout_s=IDLE) as (url, restarted):
+            port = int(url.rsplit(":", 1)[1])  # the keeper's public URL: its clusters know it
+            async with kc.keeper(idle_timeout_s=IDLE, http_port=port) as (url, restarted):
                 api = KeeperApi(url, kc.token)
                 try:
                     await wait_for(lambda: restarted.checks >= 3, 30, "the restarted keeper checked it")
+                    await wait_for(lambda: bool(workers_of(kc, cid)), 60, "a worker launched by the keeper")
                     # Its scheduler's work counts as use: kept, and the stored heartbeat is fresh again.
                     status, now = await api.call("GET", path)
                     assert status == 200 and now["state"] == "running", now

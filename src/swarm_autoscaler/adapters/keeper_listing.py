@@ -19,31 +19,62 @@ keeper listing may be), with one warning line when the keeper is lost and one wh
 when EC2 is unreachable as well is it an `EndpointError`: the tick acts on nothing. Launches since the
 listing are covered as with EC2's own eventual consistency (`daemon.loop.InFlightCloud`).
 
-The listing also names the cluster's primary (its instance ARN, `primary_arn`): every machine launched
-afterwards carries it (`ec2.PRIMARY_TAG`), as the primaries' IAM policy requires of a launch and of
-every later action on a worker (`${ec2:SourceInstanceARN}`: docs/security.md). Until a listing named it
-(the keeper unreachable since the autoscaler started, or no listing of the cluster yet), a launch is not
-sent: it fails with that reason, as IAM would refuse it, and the next tick tries again.
+**Launches go through the keeper**, never to EC2: the primaries' IAM role has no `ec2:RunInstances`
+(a user's code on the primary holds that role: docs/security.md, "Tenant credentials: the decision").
+Each RunInstances `Ec2Cloud.launch` would send (one subnet, one capacity, up to n machines) becomes a
+`POST /v1/primaries/<cluster id>/launches` (the listing URL's sibling, the same bearer) whose JSON body
+carries what the autoscaler chooses: type, count, market, subnet, user data (with the join), node labels,
+warm pool or not, an idempotency token (`keeper.launches`). The keeper enforces the cluster's scope,
+maximum, budget and types and launches with its own AMI, network and tags. Its answers are read as EC2's
+would be: the instances (then the hostname tag, on the worker the policy lets this primary retag);
+EC2's refusal forwarded with its code (a capacity or quota code backs off as before); a refusal of the
+keeper's own (over the maximum or the budget, a type or subnet it does not offer: 402, 403, 409, 429)
+backs the (type, capacity) off in every subnet for the usual back-off and ends this launch (one warning
+line), which the planner treats as a capacity refusal; a keeper that cannot be reached or answers
+otherwise is a failed launch (`LaunchResult.error`), and the next tick tries again.
+
+The listing also names the cluster's primary (its instance ARN, `primary_arn`), which the keeper puts on
+every worker (`ec2.PRIMARY_TAG`): the primaries' policy lets a primary act only on workers naming it.
+Until a listing named it, a launch is not sent (the keeper would refuse it too).
 """
 
 from __future__ import annotations
 
+import json
 import ssl
+import uuid
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 import aiohttp
 import structlog
+from botocore.exceptions import ClientError
 
-from swarm_autoscaler.adapters.ec2 import Ec2Cloud
-from swarm_autoscaler.adapters.ec2_support import to_instance
+from swarm_autoscaler.adapters.ec2 import Ec2Cloud, _Run
+from swarm_autoscaler.adapters.ec2_support import LABEL_TAG_PREFIX, to_instance
+from swarm_autoscaler.core.backoff import ON_DEMAND, SPOT
 from swarm_autoscaler.core.model import Instance
 from swarm_autoscaler.core.ports import LaunchResult
 from swarm_autoscaler.errors import EndpointError
 
 SETTING = "AUTOSCALER_EC2_LISTING_URL"
+KEEPER_REFUSALS = frozenset({402, 403, 409, 429})  # the cluster's budget, types, state or maximum
 log = structlog.get_logger("swarm_autoscaler.adapters.keeper_listing")
+
+
+class KeeperRefusedError(Exception):
+    """The keeper refused a launch for the cluster's own limits (`status`: 402, 403, 409 or 429)."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"{status}: {detail}")
+        self.status = status
+        self.detail = detail
+
+
+def _keeper_error(code: str, message: str) -> ClientError:
+    """A failed launch as botocore raises EC2's, so `Ec2Cloud.launch` reads it with EC2's rules."""
+    return ClientError({"Error": {"Code": code, "Message": message}}, "RunInstances")
 
 
 class KeeperListedCloud(Ec2Cloud):
@@ -82,6 +113,84 @@ class KeeperListedCloud(Ec2Cloud):
             why = "the keeper's listing has not named this cluster's primary yet (its ARN tags every worker)"
             return LaunchResult(error=why)
         return await super().launch(type_name, count, labels, pool)
+
+    @property
+    def launch_url(self) -> str:
+        """The keeper's launch route for this cluster: the listing URL's sibling."""
+        base = self.listing_url.rstrip("/")
+        return base.removesuffix("/instances") + "/launches"
+
+    async def _launch_in(
+        self, run: _Run, subnet: str, ask: int, params: dict[str, Any], capacity: str
+    ) -> int | None:
+        try:
+            return await super()._launch_in(run, subnet, ask, params, capacity)
+        except KeeperRefusedError as exc:
+            log.warning(
+                "the keeper refused a launch: the type waits out its back-off",
+                type=run.type_name, capacity=capacity, status=exc.status, why=exc.detail,
+            )  # fmt: skip
+            self._refuse(run, self._subnets, capacity)
+            return None
+
+    async def _run_instances(
+        self, type_name: str, subnet: str, count: int, params: dict[str, Any], capacity: str = ON_DEMAND
+    ) -> list[Instance]:
+        """One launch through the keeper (see the module docstring), in place of RunInstances."""
+        instance_tags = next(
+            s["Tags"] for s in params["TagSpecifications"] if s["ResourceType"] == "instance"
+        )
+        labels = {
+            t["Key"][len(LABEL_TAG_PREFIX) :]: t["Value"]
+            for t in instance_tags
+            if t["Key"].startswith(LABEL_TAG_PREFIX)
+        }
+        body = {
+            "instance_type": type_name,
+            "count": count,
+            "market": "spot" if capacity == SPOT else "on-demand",
+            "subnet_id": subnet,
+            "user_data": params["UserData"],
+            "client_token": uuid.uuid4().hex,
+            "labels": labels,
+            "pool": params.get("InstanceInitiatedShutdownBehavior") == "stop",
+            "deployment": self.deployment,
+        }
+        self.stats.launch_calls += 1
+        answer = await self._post_launch(body)
+        raws = [dict(raw, LaunchTime=datetime.fromisoformat(raw["LaunchTime"])) for raw in answer]
+        instances = [i for i in (to_instance(raw) for raw in raws) if i]
+        self.stats.instances_launched += len(instances)
+        for instance in instances:
+            await self._tag_hostname(instance)
+        return instances
+
+    async def _post_launch(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        """The keeper's answer: its instances; `KeeperRefusedError` for its own refusal; a ClientError
+        (as botocore raises EC2's) for EC2's refusal it forwards or when the keeper cannot be used."""
+        http = self._session()
+        headers = {"Authorization": f"Bearer {self._listing_token}"}
+        url = self.launch_url
+        try:
+            async with http.post(url, json=body, headers=headers) as response:
+                status = response.status
+                text = await response.text()
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise _keeper_error("KeeperUnreachable", f"{url}: {exc!r}") from None
+        try:
+            answer = json.loads(text)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise _keeper_error("KeeperAnswer", f"{url} answered {status}: {text[:200]}")
+        if status == 200 and isinstance(answer.get("instances"), list):
+            return list(answer["instances"])
+        detail = str(answer.get("error", ""))[:300]
+        if status == 502 and answer.get("ec2_code"):
+            raise _keeper_error(str(answer["ec2_code"]), detail)
+        if status in KEEPER_REFUSALS:
+            raise KeeperRefusedError(status, detail)
+        raise _keeper_error("KeeperAnswer", f"{url} answered {status}: {detail}")
 
     async def list_instances(self) -> tuple[Instance, ...]:
         try:
@@ -129,19 +238,23 @@ class KeeperListedCloud(Ec2Cloud):
         found = (self._with_ownership(to_instance(raw)) for raw in owned)
         return tuple(sorted((i for i in found if i is not None), key=lambda i: (i.launched_at, i.id)))
 
-    async def _read(self) -> dict[str, Any]:
+    def _session(self) -> aiohttp.ClientSession:
         if self._http is None:
-            # https:// is verified (with the keeper's CA when given, else the system's): the listing
-            # token and the listing must not go to whoever answers in the keeper's place.
+            # https:// is verified (with the keeper's CA when given, else the system's): the cluster's
+            # token, the listing and the launches must not go to whoever answers in the keeper's place.
             try:
                 tls = ssl.create_default_context(cafile=self._listing_ca_file)
             except (OSError, ssl.SSLError) as exc:
                 raise EndpointError(self.listing_url, f"its CA file is unreadable ({exc})", SETTING) from None
             connector = aiohttp.TCPConnector(ssl=tls)
             self._http = aiohttp.ClientSession(timeout=self._listing_timeout, connector=connector)
+        return self._http
+
+    async def _read(self) -> dict[str, Any]:
+        http = self._session()
         headers = {"Authorization": f"Bearer {self._listing_token}"}
         try:
-            async with self._http.get(self.listing_url, headers=headers) as response:
+            async with http.get(self.listing_url, headers=headers) as response:
                 if response.status != 200:
                     text = (await response.text())[:200]
                     raise EndpointError(self.listing_url, f"answered {response.status}: {text}", SETTING)

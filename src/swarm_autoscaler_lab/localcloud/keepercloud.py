@@ -6,6 +6,11 @@ autoscaler (see `primary`).
 The VPC is carved from loopback (`127.N.0.0/16`, N drawn at random so that two local clouds on one
 machine do not share addresses): a primary's private IP is then an address its scheduler listens on,
 and the keeper reaches it at `tcp://<private ip>:8786` as it would on AWS.
+
+A keeper cluster's autoscaler (one whose boot script names the keeper's listing) signs its EC2 requests
+with a key of its own (`PRIMARY_ACCESS_KEY`, the primaries' role), and while a keeper runs here, EC2
+refuses RunInstances signed with it (`UnauthorizedOperation`, as the primaries' IAM policy does, which
+moto does not evaluate): its workers can only be launched through the keeper's launch route.
 """
 
 from __future__ import annotations
@@ -37,6 +42,16 @@ from swarm_autoscaler_lab.localcloud.moto_server import (
 from swarm_autoscaler_lab.localcloud.primaries import PrimaryEmulator
 from swarm_autoscaler_lab.localcloud.primary import PrimaryBoot, PrimaryOptions
 from swarm_autoscaler_lab.localcloud.redis_server import RedisServer, free_port
+
+PRIMARY_ACCESS_KEY = "AKIALOCALPRIMARYROLE1"  # what a keeper cluster's autoscaler signs with here
+
+
+def _primaries_launch_nothing(action: str, params: Mapping[str, str], access_key: str) -> str | None:
+    """The primaries' IAM policy, for the one action it no longer allows: RunInstances."""
+    if action == "RunInstances" and access_key == PRIMARY_ACCESS_KEY:
+        return "the primaries' role may not launch: the keeper launches their workers"
+    return None
+
 
 WORKER_TYPES: Mapping[str, Mapping[str, Any]] = {"m5.large": {}, "m5.xlarge": {}}
 PRIMARY_TYPE = "m5.large"
@@ -151,6 +166,8 @@ class KeeperCloud:
             env.update(timing)
         env.pop("AUTOSCALER_DOCKER_URL", None)
         env.pop("AUTOSCALER_REDIS_URL", None)  # one autoscaler per cluster: no leader election
+        if boot.user_env.get("AUTOSCALER_EC2_LISTING_URL"):  # a keeper's cluster: the primaries' role
+            env["AUTOSCALER_EC2_ACCESS_KEY_ID"] = PRIMARY_ACCESS_KEY
         return env
 
     def keeper_env(self, *, idle_timeout_s: float, http_port: int) -> dict[str, str]:
@@ -197,19 +214,23 @@ class KeeperCloud:
         idle_timeout_s: float,
         extra: Mapping[str, str] | None = None,
         boot_primaries: bool = True,
+        http_port: int | None = None,
     ) -> AsyncIterator[tuple[str, Keeper]]:
         """A keeper replica on this cloud, in this process, built from settings by `open_keeper` (as
         `swarm-autoscaler keeper` builds it) and running; yields its API's base URL and the keeper. Its
         primaries boot here (the primaries' emulator starts on first use) unless `boot_primaries` is
-        False (the caller boots them otherwise: from their real user data on dockerd nodes)."""
+        False (the caller boots them otherwise: from their real user data on dockerd nodes).
+        `http_port`: its API's port (a free one by default); a keeper restarted on the same port is the
+        same keeper to its clusters (their autoscalers' listing and launch URLs name it)."""
         from swarm_autoscaler.config.keeper import load_keeper_settings
         from swarm_autoscaler.keeper.app import open_keeper
 
-        port = free_port()
+        port = http_port or free_port()
         env = {**self.keeper_env(idle_timeout_s=idle_timeout_s, http_port=port), **(extra or {})}
         config = load_keeper_settings(self.write_env(f"keeper-{port}.env", env))
         if self.primaries is None and boot_primaries:
             self.boot_keeper_primaries(config.keeper.name)
+        self.moto.faults.gate(_primaries_launch_nothing)
         async with open_keeper(config) as keeper:
             stop = asyncio.Event()
             task = asyncio.create_task(keeper.run(stop), name=f"keeper:{port}")
@@ -218,6 +239,7 @@ class KeeperCloud:
             finally:
                 stop.set()
                 await task
+                self.moto.faults.gate(None)
 
     def write_env(self, name: str, env: Mapping[str, str]) -> Path:
         """`env` as an env file in this cloud's folder (for a settings loader or a subprocess)."""

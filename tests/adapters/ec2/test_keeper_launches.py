@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from structlog.testing import capture_logs
-from tests.adapters.ec2.ec2_helpers import ACCESS_KEY, SECRET_KEY, wire
+from tests.adapters.ec2.ec2_helpers import ACCESS_KEY, SECRET_KEY, join_command, wire
 from tests.keeper.fakes import FakeProbe
 
 from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, OWNER_TAG, OWNER_VALUE, PRIMARY_TAG
+from swarm_autoscaler.adapters.keeper_listing import KeeperListedCloud
 from swarm_autoscaler.keeper.adapters.ec2_primaries import Ec2Primaries
 from swarm_autoscaler.keeper.adapters.ec2_workers import Ec2Workers
 from swarm_autoscaler.keeper.adapters.tags import WORKER_KEEPER_TAG, WORKER_USER_TAG, WORKER_WALLET_TAG
@@ -35,7 +36,7 @@ from swarm_autoscaler.keeper.locks import InProcessLocks
 from swarm_autoscaler.keeper.metrics import KeeperMetrics
 from swarm_autoscaler.keeper.model import ClusterKey
 from swarm_autoscaler.keeper.service import Keeper
-from swarm_autoscaler_lab.localcloud import LocalNetwork, MotoServer
+from swarm_autoscaler_lab.localcloud import FaultInjector, LocalNetwork, MotoServer
 
 SECRET = "admin-secret-of-the-launch-test"
 ALICE, BOB = ClusterKey("alice", "w1"), ClusterKey("bob", "w2")
@@ -226,3 +227,44 @@ async def test_the_count_is_read_fresh_from_ec2_not_from_the_listing(
     status, answer = await post(setup, setup.alice, body(network))
     assert status == 429, answer
     assert len(await workers_of(raw_ec2, setup.alice)) == MAXIMUM
+
+
+async def test_a_cluster_s_autoscaler_launches_through_the_keeper_and_reads_its_refusals_as_ec2_s(
+    setup: Setup, network: LocalNetwork, moto_server: MotoServer, faults: FaultInjector, raw_ec2: Any
+) -> None:
+    """The daemon's EC2 adapter as a keeper cluster runs it (`KeeperListedCloud`, what `cluster_env`
+    configures) sends no RunInstances of its own: its launch is the keeper's route (real HTTP), spread over
+    the subnets as before. EC2's capacity refusal, forwarded by the keeper with its code, backs off that
+    subnet only; the keeper's refusal past the maximum ends the launch cleanly (no exception: what was
+    launched, and the type backed off everywhere, which the planner reads as a capacity refusal)."""
+    url = str(setup.client.make_url(f"/v1/primaries/{setup.alice}/instances"))
+    common: dict[str, Any] = {
+        "cluster_name": setup.alice, "region": network.region, "endpoint": moto_server.endpoint,
+        "access_key_id": ACCESS_KEY, "secret_access_key": SECRET_KEY,
+        "allowed_types": {"m5.large": (network.ami_id, "echo booting")}, "subnet_ids": network.subnet_ids,
+        "security_group_ids": [network.security_group_id], "join_command": join_command,
+        "capacity_backoff_jitter": 0.0, "retry_initial": 0.01, "retry_max": 0.05,
+    }  # fmt: skip
+    token = listing_token(SECRET, setup.alice)
+    async with KeeperListedCloud(listing_url=url, listing_token=token, **common) as cloud:
+        await cloud.list_instances()  # the listing names the primary
+        assert cloud.launch_url.endswith(f"/v1/primaries/{setup.alice}/launches")
+        faults.refuse("m5.large", subnet_id=network.subnet_ids[0])
+        result = await cloud.launch("m5.large", 2, {"role": "gpu"})
+        assert len(result.instances) == 2 and result.error is None
+        assert {i.labels["role"] for i in result.instances} == {"gpu"}
+        assert cloud.stats.api_calls.get("RunInstances", 0) == 0  # the primary's own client sent none
+        blocked = {(u.type_name, u.subnet_id) for u in cloud.unavailable(cloud.now())}
+        assert blocked == {("m5.large", network.subnet_ids[0])}  # EC2's refusal, read as EC2's
+        faults.allow()
+        found = {raw["InstanceId"]: tags(raw) for raw in await workers_of(raw_ec2, setup.alice)}
+        assert set(found) == {i.id for i in result.instances}
+        assert all(t[PRIMARY_TAG] == setup.arns[setup.alice] for t in found.values())
+        assert all("swarm-autoscaler/hostname" in t for t in found.values())  # its own retag, allowed
+
+        with capture_logs() as logs:
+            past = await cloud.launch("m5.large", 3, {})
+        assert len(await workers_of(raw_ec2, setup.alice)) <= MAXIMUM
+        assert len(past.instances) <= MAXIMUM - 2 and past.error is None and past.refused
+        assert any(line["event"].startswith("the keeper refused a launch") for line in logs)
+        assert cloud.stats.api_calls.get("RunInstances", 0) == 0
