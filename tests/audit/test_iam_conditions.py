@@ -22,9 +22,12 @@ from tests.audit.iam_eval import ALLOW, Request, decide
 from tests.audit.iam_requests import EC2, authorizations, tag_context
 
 from swarm_autoscaler.adapters.ec2 import PRIMARY_TAG, Ec2Cloud
+from swarm_autoscaler.adapters.ec2_support import to_instance
 from swarm_autoscaler.keeper.adapters.ec2_primaries import Ec2Primaries
+from swarm_autoscaler.keeper.adapters.ec2_workers import Ec2Workers
 from swarm_autoscaler.keeper.adapters.tags import instance_arn, worker_tags
 from swarm_autoscaler.keeper.model import ClusterKey
+from swarm_autoscaler.keeper.ports import WorkerLaunch
 from swarm_autoscaler_lab.localcloud import FaultInjector, LocalNetwork, MotoServer
 
 DOCKER = Path(__file__).resolve().parents[2] / "docker"
@@ -51,6 +54,12 @@ async def _tags_by_id(raw_ec2: Any) -> dict[str, dict[str, str]]:
         for res in page["Reservations"]:
             for raw in res["Instances"]:
                 found[raw["InstanceId"]] = {t["Key"]: t["Value"] for t in raw.get("Tags", ())}
+    return found
+
+
+async def _raw(raw_ec2: Any, instance_id: str) -> dict[str, Any]:
+    (res,) = (await raw_ec2.describe_instances(InstanceIds=[instance_id]))["Reservations"]
+    found: dict[str, Any] = res["Instances"][0]
     return found
 
 
@@ -100,8 +109,10 @@ async def test_every_request_the_daemon_sends_is_allowed_by_its_policy_only_for_
 async def test_every_request_the_keeper_and_a_primary_send_is_allowed_by_their_policies(
     moto_server: MotoServer, network: LocalNetwork, faults: FaultInjector, raw_ec2: Any
 ) -> None:
-    """The keeper launches, retags and ends a cluster (its primary and its workers); the cluster's own
-    autoscaler (on the primary, under the primary's role) launches, tags and ends a worker."""
+    """The keeper launches, retags and ends a cluster (its primary and its workers) and launches the
+    cluster's workers (on demand, spot, into the warm pool: the launch route's `Ec2Workers`); the
+    cluster's own autoscaler (on the primary, under the primary's role) tags and ends its worker, and its
+    launch of its own (how workers were launched before the route) is refused."""
     access = {"region": network.region, "endpoint": moto_server.endpoint, "access_key_id": ACCESS_KEY,
               "secret_access_key": SECRET_KEY, "retry_initial": 0.01, "retry_max": 0.05}  # fmt: skip
     keeper_name = f"keeper-iam-{id(faults)}"
@@ -123,11 +134,32 @@ async def test_every_request_the_keeper_and_a_primary_send_is_allowed_by_their_p
         )
         assert await _denied(faults, raw_ec2, keeper_policy) == []
 
-        # The cluster's own autoscaler on the primary: its workers carry the keeper's worker tags and
-        # its primary's ARN, which the keeper's listing names (what `KeeperListedCloud` reads).
+        # The keeper launches the cluster's workers: they carry its worker tags and the ARN of the
+        # cluster's primary, which its listing computed.
         await hosts.list_clusters()
         primary_arn = hosts.primary_arn(cluster.cluster_id)
         assert primary_arn == instance_arn(network.region, "123456789012", cluster.primary_id)
+        launcher = Ec2Workers(
+            hosts, keeper_name=keeper_name, amis={"m5.large": network.ami_id},
+            security_group_ids=[network.security_group_id], key_name=network.key_name,
+            custom_tags={"team": "science"},
+        )  # fmt: skip
+        faults.record()
+        made = []
+        for token, spot, pool in (("od", False, False), ("spot", True, False), ("pool", False, True)):
+            made += await launcher.launch(
+                WorkerLaunch(cluster.cluster_id, key, primary_arn, "m5.large", 1, spot, network.subnet_ids[0],
+                             "#!/bin/bash\n", token, (("role", "gpu"),), pool, "")
+            )  # fmt: skip
+        assert {c.action for c in faults.recorded()} == {"RunInstances"}
+        assert await _denied(faults, raw_ec2, keeper_policy) == []
+        # Under another keeper's name: every worker launch refused.
+        other_keeper = policy(
+            "keeper", KEEPER_NAME=keeper_name + "-other", PRIMARY_ROLE=network.instance_profile or "", QUEUE_NAME="*"
+        )  # fmt: skip
+        assert {r.action for r, _ in await _denied(faults, raw_ec2, other_keeper)} >= {"ec2:RunInstances"}
+
+        # The cluster's own autoscaler on the primary, with the primary's role.
         autoscaler = await Ec2Cloud(
             cluster_name=cluster.cluster_id, allowed_types={"m5.large": (network.ami_id, "#!/bin/bash\n")},
             subnet_ids=network.subnet_ids, security_group_ids=[network.security_group_id],
@@ -135,15 +167,26 @@ async def test_every_request_the_keeper_and_a_primary_send_is_allowed_by_their_p
         ).start()  # fmt: skip
         try:
             autoscaler.primary_arn = primary_arn
+            worker = made[0]["InstanceId"]
             faults.record()
-            (worker,) = (await autoscaler.launch("m5.large", 1, {})).instances
-            await autoscaler.terminate([worker.id])
-            assert {c.action for c in faults.recorded()} >= {"RunInstances", "TerminateInstances"}
+            await autoscaler._tag_hostname(to_instance(await _raw(raw_ec2, worker)))  # type: ignore[arg-type]
+            await autoscaler.terminate([worker])
+            assert {c.action for c in faults.recorded()} == {
+                "DescribeInstances",
+                "CreateTags",
+                "TerminateInstances",
+            }
             assert await _denied(faults, raw_ec2, primary_policy, primary_arn) == []
-            # The same requests signed on another cluster's primary: every launch, tag and end refused.
+            # The same requests signed on another cluster's primary: every tag and end refused.
             other = primary_arn.rsplit("/", 1)[0] + "/i-0another"
             refused = {r.action for r, _ in await _denied(faults, raw_ec2, primary_policy, other)}
-            assert refused == {"ec2:RunInstances", "ec2:CreateTags", "ec2:TerminateInstances"}
+            assert refused == {"ec2:CreateTags", "ec2:TerminateInstances"}
+            # Its own launch, tagged as launches were before the route (naming its own primary): refused,
+            # whatever it asks for; moto evaluates no IAM, so the launch is only recorded and evaluated.
+            faults.record()
+            await autoscaler.launch("m5.large", 1, {})
+            refused = {r.action for r, _ in await _denied(faults, raw_ec2, primary_policy, primary_arn)}
+            assert "ec2:RunInstances" in refused
         finally:
             await autoscaler.close()
 
@@ -152,7 +195,6 @@ async def test_every_request_the_keeper_and_a_primary_send_is_allowed_by_their_p
         assert {c.action for c in faults.recorded()} >= {"TerminateInstances"}
         assert await _denied(faults, raw_ec2, keeper_policy) == []
         assert {c.action for c in keeper_calls} >= {"RunInstances", "CreateTags"}
-        assert worker.id
     finally:
         await hosts.close()
 
@@ -249,6 +291,9 @@ def forged() -> dict[str, list[Request]]:
             on("CreateTags", FOREIGN, {"swarm-autoscaler/keeper/state": "running"}),
             launch({"managed-by": "swarm-autoscaler"}),
             launch({"managed-by": "swarm-autoscaler", "swarm-autoscaler/keeper": "k2"}),
+            launch({**WORKER_1, "swarm-autoscaler-keeper": "k2"}),  # another keeper's worker
+            launch({k: v for k, v in WORKER_1.items() if k != PRIMARY_TAG}),  # a worker naming no primary
+            launch({**WORKER_1, "swarm-autoscaler/cluster": "prod"}),  # the daemon's cluster name
             Request(
                 "iam:PassRole",
                 "arn:aws:iam::123456789012:role/admin",
@@ -268,6 +313,13 @@ def forged() -> dict[str, list[Request]]:
                     "swarm-autoscaler/cluster": "prod",
                     "swarm-autoscaler-keeper": "k1",
                 }
+            ),
+            launch(WORKER_1),  # its own worker, as it launched them before the keeper's launch route
+            Request("ec2:RunInstances", f"{EC2}subnet/subnet-1"),
+            Request(
+                "ec2:CreateTags",
+                f"{EC2}instance/*",
+                {"ec2:CreateAction": ["RunInstances"], **tag_context("aws:RequestTag", WORKER_1)},
             ),
             Request(
                 "iam:PassRole",
@@ -302,9 +354,9 @@ def test_the_legitimate_twins_of_the_forged_requests_are_allowed() -> None:
         ],
         "keeper": [on("TerminateInstances", PRIMARY), on("TerminateInstances", WORKER_1),
                    on("CreateTags", PRIMARY, {"swarm-autoscaler/keeper/state": "ending"}),
-                   launch({"managed-by": "swarm-autoscaler", "swarm-autoscaler/keeper": "k1"})],
+                   launch({"managed-by": "swarm-autoscaler", "swarm-autoscaler/keeper": "k1"}), launch(WORKER_1)],
         "primary": [on(a, WORKER_1) for a in ("TerminateInstances", "StopInstances", "StartInstances", "ModifyInstanceAttribute")]
-                   + [on("CreateTags", WORKER_1, {"swarm-autoscaler/hostname": "ip-10-0-0-1"}), launch(WORKER_1)],
+                   + [on("CreateTags", WORKER_1, {"swarm-autoscaler/hostname": "ip-10-0-0-1"})],
     }  # fmt: skip
     for role, requests in allowed.items():
         refused = [r for r in as_role(role, requests) if decide(granted(role), r) != ALLOW]

@@ -12,6 +12,11 @@ What stands in for what:
   primary's instance ARN as `ec2:SourceInstanceARN`, which AWS sets from the instance the credentials
   were issued to (a user cannot choose it). The test's own key (arranging and reading moto, and the
   keeper's) is not gated: the keeper's and daemon's policies are evaluated in `test_iam_conditions.py`.
+- Each cluster's autoscaler is the daemon's adapter as a keeper cluster runs it (`KeeperListedCloud`):
+  it launches through the keeper's launch route (a real aiohttp server; the keeper signs RunInstances
+  with its own key), since the primaries' role holds no RunInstances. What a user's code can still ask of
+  that route (past the maximum, over budget, another type, another cluster, oversize user data) is
+  refused there: `tests/adapters/ec2/test_keeper_launches.py`.
 """
 
 from __future__ import annotations
@@ -23,20 +28,32 @@ import botocore.session
 import pytest
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
+from aiohttp.test_utils import TestServer
 from botocore.exceptions import ClientError
 from tests.adapters.ec2.ec2_helpers import ACCESS_KEY, SECRET_KEY, join_command
 from tests.audit.iam_eval import ALLOW, Request, decide
 from tests.audit.iam_requests import authorizations
 from tests.audit.test_iam_conditions import SOURCE, policy
+from tests.keeper.fakes import FakeProbe
 
 from swarm_autoscaler.adapters.ec2 import PRIMARY_TAG, Ec2Cloud
+from swarm_autoscaler.adapters.keeper_listing import KeeperListedCloud
 from swarm_autoscaler.keeper.adapters.ec2_primaries import Ec2Primaries
+from swarm_autoscaler.keeper.adapters.ec2_workers import Ec2Workers
 from swarm_autoscaler.keeper.adapters.tags import worker_tags
+from swarm_autoscaler.keeper.api import build_keeper_app
+from swarm_autoscaler.keeper.credentials import listing_token
+from swarm_autoscaler.keeper.launches import Launches
+from swarm_autoscaler.keeper.lifecycle import KeeperTiming
+from swarm_autoscaler.keeper.locks import InProcessLocks
+from swarm_autoscaler.keeper.metrics import KeeperMetrics
 from swarm_autoscaler.keeper.model import ClusterKey
+from swarm_autoscaler.keeper.service import Keeper
 from swarm_autoscaler_lab.localcloud import FaultInjector, LocalNetwork, MotoServer
 
 ALICE_KEY, BOB_KEY = "AKIAPRIMARYALICE0001", "AKIAPRIMARYBOB000001"  # each primary's profile credentials
 ALICE, BOB = ClusterKey("alice", "w1"), ClusterKey("bob", "w2")
+SECRET = "the-keeper-s-api-token"
 
 
 class IamGate:
@@ -87,22 +104,29 @@ async def test_a_primary_cannot_touch_another_cluster_s_worker_and_moto_shows_no
         security_group_ids=[network.security_group_id], access_key_id=ACCESS_KEY, **access,
     ).start()  # fmt: skip
     clouds: list[Ec2Cloud] = []
+    keeper = Keeper(hosts, FakeProbe(), InProcessLocks(), KeeperTiming(), interval=60.0, clock=hosts.now)
+    launcher = Ec2Workers(hosts, keeper_name=keeper_name, amis={"m5.large": network.ami_id},
+                          security_group_ids=[network.security_group_id])  # fmt: skip
+    launches = Launches(keeper, launcher, {"m5.large": ("on-demand",)}, 4, tuple(network.subnet_ids))
+    server = TestServer(build_keeper_app(keeper, SECRET, KeeperMetrics(), launches=launches))
+    await server.start_server()
 
-    async def autoscaler(cluster_id: str, key: ClusterKey, access_key: str, arn: str) -> Ec2Cloud:
+    async def autoscaler(cluster_id: str, access_key: str) -> Ec2Cloud:
         """A cluster's own autoscaler on its primary, with that primary's credentials."""
-        cloud = await Ec2Cloud(
-            cluster_name=cluster_id, allowed_types={"m5.large": (network.ami_id, "#!/bin/bash\n")},
-            subnet_ids=network.subnet_ids, security_group_ids=[network.security_group_id],
-            custom_tags=worker_tags(keeper_name, key), join_command=join_command, access_key_id=access_key,
-            **access,
+        cloud = await KeeperListedCloud(
+            listing_url=str(server.make_url(f"/v1/primaries/{cluster_id}/instances")),
+            listing_token=listing_token(SECRET, cluster_id), cluster_name=cluster_id,
+            allowed_types={"m5.large": (network.ami_id, "#!/bin/bash\n")}, subnet_ids=network.subnet_ids,
+            security_group_ids=[network.security_group_id], join_command=join_command,
+            access_key_id=access_key, **access,
         ).start()  # fmt: skip
-        cloud.primary_arn = arn  # as `KeeperListedCloud` takes it from the keeper's listing
+        await cloud.list_instances()  # the keeper's listing names the primary
         clouds.append(cloud)
         return cloud
 
     try:
         alice, bob = await hosts.create(ALICE, 1_800_000_000.0), await hosts.create(BOB, 1_800_000_000.0)
-        await hosts.list_clusters()
+        await keeper.discover()
         alice_arn, bob_arn = hosts.primary_arn(alice.cluster_id), hosts.primary_arn(bob.cluster_id)
         assert alice_arn and bob_arn and alice_arn != bob_arn
         gate = IamGate(
@@ -110,12 +134,15 @@ async def test_a_primary_cannot_touch_another_cluster_s_worker_and_moto_shows_no
         )
         faults.gate(gate)
 
-        # The legitimate requests, through the gate: each autoscaler launches (and tags) its worker.
-        alices_cloud = await autoscaler(alice.cluster_id, ALICE, ALICE_KEY, alice_arn)
-        bobs_cloud = await autoscaler(bob.cluster_id, BOB, BOB_KEY, bob_arn)
+        # The legitimate requests, through the gate: each autoscaler launches its worker through the
+        # keeper (which signs the launch) and tags its hostname with its own role.
+        alices_cloud = await autoscaler(alice.cluster_id, ALICE_KEY)
+        bobs_cloud = await autoscaler(bob.cluster_id, BOB_KEY)
         (alices_worker,) = (await alices_cloud.launch("m5.large", 1, {})).instances
         (bobs_worker,) = (await bobs_cloud.launch("m5.large", 1, {})).instances
         assert gate.refused == []
+        assert alices_cloud.stats.api_calls.get("RunInstances", 0) == 0  # the keeper launched them
+        assert alices_cloud.stats.api_calls.get("CreateTags", 0) == 1  # the hostname, its own worker
         before_state, before_tags, raw = await _state(raw_ec2, bobs_worker.id)
         assert before_tags[PRIMARY_TAG] == bob_arn
         assert "IamInstanceProfile" not in raw  # no credentials on the worker for a task to read
@@ -138,6 +165,7 @@ async def test_a_primary_cannot_touch_another_cluster_s_worker_and_moto_shows_no
             ("modify_instance_attribute", {"InstanceId": bobs_worker.id, "DisableApiTermination": {"Value": True}}),
             ("create_tags", {"Resources": bob_id, "Tags": [{"Key": "swarm-autoscaler/hostname", "Value": "x"}]}),
             ("create_tags", {"Resources": bob_id, "Tags": [{"Key": PRIMARY_TAG, "Value": alice_arn}]}),
+            ("run_instances", launch({PRIMARY_TAG: alice_arn})),  # its own worker, as launches used to be
             ("run_instances", launch({})),  # no primary tag
             ("run_instances", launch({PRIMARY_TAG: bob_arn})),
             ("run_instances", launch({PRIMARY_TAG: alice_arn, "swarm-autoscaler/keeper": keeper_name,
@@ -170,4 +198,6 @@ async def test_a_primary_cannot_touch_another_cluster_s_worker_and_moto_shows_no
         faults.gate(None)
         for cloud in clouds:
             await cloud.close()
+        await server.close()
+        await keeper.stop()
         await hosts.close()
