@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from swarm_autoscaler.config.profiles import DEFAULT_PROFILE
@@ -60,13 +60,15 @@ class FakeHosts:
             return None
         return f"arn:aws:ec2:us-east-1:123456789012:instance/{cluster.primary_id}"
 
-    async def trim(self, maximum: int, cluster_ids: Iterable[str]) -> list[tuple[str, str, str]]:
+    async def trim(
+        self, maximum: int, cluster_ids: Iterable[str], types: Mapping[str, Collection[str]] | None = None
+    ) -> list[tuple[str, str, str]]:
         """As `Ec2Primaries.trim`, over `workers`; records what it ended in `trimmed`."""
         ended = []
         for cid in cluster_ids:
-            ended += [
-                (cid, iid, why) for iid, why in excess_workers(self.workers.get(cid, ()), maximum, None)
-            ]
+            offered = None if types is None else types.get(cid)
+            entries = self.workers.get(cid, ())
+            ended += [(cid, iid, why) for iid, why in excess_workers(entries, maximum, None, offered)]
         self.trimmed += ended
         return ended
 

@@ -81,3 +81,29 @@ async def test_a_failing_trim_is_logged_and_discovery_goes_on() -> None:
         ]
     finally:
         await keeper.stop()
+
+
+async def test_the_keeper_ends_a_worker_of_a_type_it_does_not_offer_the_cluster() -> None:
+    """Only the keeper launches workers (its launch route checks the type), but a cluster's primary may
+    stop its own worker, change its type (`ModifyInstanceAttribute`) and start it: the listing then shows
+    a type the keeper does not offer, and the replica holding the cluster ends it (`types_of`)."""
+    hosts, now = FakeHosts(), [1_000_000.0]
+    keeper = Keeper(hosts, FakeProbe(), SharedLocks(lambda: now[0]).for_replica("a"), TIMING, interval=0.05,
+                    clock=lambda: now[0], max_workers=5, types_of=lambda cluster: {"m5.large"})  # fmt: skip
+    cluster, _ = await keeper.get_or_create(ClusterKey("alice", "w1"))
+    hosts.workers[cluster.cluster_id] = [
+        {**_worker("i-1", "2026-12-05T10:00:01+00:00"), "InstanceType": "m5.large"},
+        {**_worker("i-2", "2026-12-05T10:00:02+00:00"), "InstanceType": "p4d.24xlarge"},
+    ]
+    try:
+        await _until(lambda: keeper.held == 1)
+        with capture_logs() as logs:
+            await keeper.discover()
+        assert hosts.trimmed == [
+            (cluster.cluster_id, "i-2", "type p4d.24xlarge is not one the keeper offers"),
+        ]
+        assert [line["event"] for line in logs if line["log_level"] == "warning"] == [
+            "worker ended by the keeper"
+        ]
+    finally:
+        await keeper.stop()

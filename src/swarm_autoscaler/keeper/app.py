@@ -220,6 +220,8 @@ async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
             profiles=tuple(profiles_of(keeper_settings)),
             bind_primaries=keeper_settings.bind_primary_tokens,
         )
+        launches = launches_of(config, keeper, hosts)
+        keeper.types_of = launches.types_of  # a worker of another type is ended at the next listing
         app = build_keeper_app(
             keeper,
             keeper_settings.token.get_secret_value(),
@@ -229,7 +231,7 @@ async def open_keeper(config: KeeperConfig) -> AsyncIterator[Keeper]:
             usage=usage,
             credentials=credentials,
             tokens=tokens,
-            launches=launches_of(config, keeper, hosts),
+            launches=launches,
         )
         if usage is not None:
             keeper.accountant = UsageAccountant(

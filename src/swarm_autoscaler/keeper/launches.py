@@ -115,6 +115,10 @@ class Launches:
     profile_types: Mapping[str, Mapping[str, Sequence[str]]] = field(default_factory=dict)
     profile_amis: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
+    def types_of(self, cluster: Cluster) -> frozenset[str]:
+        """The worker types the keeper offers `cluster` (its profile's, else the keeper's)."""
+        return frozenset(self.profile_types.get(cluster.profile, self.types))
+
     async def launch(self, cluster_id: str, body: LaunchBody) -> tuple[dict[str, Any], ...]:
         cluster = next((c for c in self.keeper.clusters if c.cluster_id == cluster_id), None)
         if cluster is None:

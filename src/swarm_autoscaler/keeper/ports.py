@@ -6,7 +6,7 @@ State lives in EC2 tags: a restarted keeper (or another replica) rebuilds every 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -38,10 +38,15 @@ class ClusterHosts(Protocol):
         that primary touch."""
         ...
 
-    async def trim(self, maximum: int, cluster_ids: Iterable[str]) -> list[tuple[str, str, str]]:
-        """Terminate, from the last listing, the workers of `cluster_ids` naming another cluster's primary
-        and the newest pending or running ones beyond `maximum` (never a primary); returns (cluster id,
-        instance id, reason) of each."""
+    async def trim(
+        self,
+        maximum: int,
+        cluster_ids: Iterable[str],
+        types: Mapping[str, Collection[str]] | None = None,
+    ) -> list[tuple[str, str, str]]:
+        """Terminate, from the last listing, the workers of `cluster_ids` naming another cluster's primary,
+        those of a type not in `types[cluster id]` (when given), and the newest pending or running ones
+        beyond `maximum` (never a primary); returns (cluster id, instance id, reason) of each."""
         ...
 
     async def find(self, key: ClusterKey) -> tuple[Cluster, ...]:

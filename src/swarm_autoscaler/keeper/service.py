@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +85,8 @@ class Keeper:
     replicas: Replicas | None = None  # the live replicas, for this one's share (None: it is alone)
     replica_count: int = 1  # live replicas at the last count
     max_workers: int | None = None  # each cluster's maximum, which the keeper enforces (`trim`)
+    # the worker types the keeper offers a cluster (`trim` ends workers of any other); None: not checked
+    types_of: Callable[[Cluster], Collection[str]] | None = None
     profiles: tuple[str, ...] = (DEFAULT_PROFILE,)  # the profiles a create may name (`config.profiles`)
     bind_primaries: bool = False  # a one-time token works only from its primary's private IP (`credentials`)
     checks: int = 0
@@ -313,14 +315,22 @@ class Keeper:
         await self.trim()
 
     async def trim(self) -> None:
-        """End, in the clusters this replica holds, the workers past the cluster's maximum and those naming
-        another cluster's primary, from the listing just made (a cluster's autoscaler never launches them:
+        """End, in the clusters this replica holds, the workers past the cluster's maximum, those naming
+        another cluster's primary and those of a type the keeper does not offer the cluster (`types_of`), from the listing just made (a cluster's autoscaler never launches them:
         a user's code on its primary, holding the primary's role, did). One line and one
         `worker-trimmed` action each; a failure is logged and the next listing tries again."""
         if self.max_workers is None or not self._held:
             return
+        held = sorted(self._held)
+        types = None
+        if self.types_of is not None:
+            types = {cid: self.types_of(self._known[cid]) for cid in held if cid in self._known}
         try:
-            ended = await self.hosts.trim(self.max_workers, sorted(self._held))
+            ended = await (
+                self.hosts.trim(self.max_workers, held)
+                if types is None
+                else self.hosts.trim(self.max_workers, held, types)
+            )
         except AutoscalerError as exc:
             log.warning("ending workers past their cluster's maximum failed", error=str(exc))
             return

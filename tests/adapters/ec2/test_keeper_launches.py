@@ -268,3 +268,23 @@ async def test_a_cluster_s_autoscaler_launches_through_the_keeper_and_reads_its_
         assert len(past.instances) <= MAXIMUM - 2 and past.error is None and past.refused
         assert any(line["event"].startswith("the keeper refused a launch") for line in logs)
         assert cloud.stats.api_calls.get("RunInstances", 0) == 0
+
+
+async def test_a_worker_whose_type_its_primary_changed_is_ended_at_the_next_listing(
+    setup: Setup, network: LocalNetwork, raw_ec2: Any
+) -> None:
+    """What the primaries' role still allows on its own workers (stop, modify, start) turns a launched
+    worker into a type the keeper does not offer; moto (which evaluates no IAM) takes the change. The
+    keeper's next listing ends that worker and keeps the other."""
+    status, answer = await post(setup, setup.alice, body(network, count=2))
+    assert status == 200, answer
+    kept, changed = sorted(raw["InstanceId"] for raw in answer["instances"])
+    await raw_ec2.stop_instances(InstanceIds=[changed])
+    await raw_ec2.modify_instance_attribute(InstanceId=changed, InstanceType={"Value": "t3.micro"})
+    await raw_ec2.start_instances(InstanceIds=[changed])
+    await setup.keeper.discover()
+    offered = {setup.alice: frozenset({"m5.large"})}
+    ended = await setup.hosts.trim(MAXIMUM, [setup.alice], offered)
+    assert ended == [(setup.alice, changed, "type t3.micro is not one the keeper offers")]
+    states = {raw["InstanceId"]: raw["State"]["Name"] for raw in await workers_of(raw_ec2, setup.alice)}
+    assert states[kept] == "running" and states[changed] in ("shutting-down", "terminated")

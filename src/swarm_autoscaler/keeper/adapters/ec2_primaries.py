@@ -28,7 +28,7 @@ terminations share the tag scheme and its caches (primary ids, each cluster's li
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -278,7 +278,12 @@ class Ec2Primaries(Ec2Transport):
     def primary_arn(self, cluster_id: str) -> str | None:
         return self._primary_arns.get(cluster_id)
 
-    async def trim(self, maximum: int, cluster_ids: Iterable[str]) -> list[tuple[str, str, str]]:
+    async def trim(
+        self,
+        maximum: int,
+        cluster_ids: Iterable[str],
+        types: Mapping[str, Collection[str]] | None = None,
+    ) -> list[tuple[str, str, str]]:
         """Terminate the workers of `cluster_ids` that `excess_workers` names both in the last listing and
         in a fresh read of that cluster made right before (the listing can be a whole interval old: the
         cluster's autoscaler may have ended some since, and a worker that is no longer past the maximum
@@ -289,11 +294,12 @@ class Ec2Primaries(Ec2Transport):
             arn = self._primary_arns.get(cid)
             if arn is None:  # a cluster without a listed primary is being ended anyway
                 continue
-            listed = {iid for iid, _ in excess_workers(self._listing.get(cid, ()), maximum, arn)}
+            offered = None if types is None else types.get(cid)
+            listed = {iid for iid, _ in excess_workers(self._listing.get(cid, ()), maximum, arn, offered)}
             if not listed:
                 continue
             _, workers = await self._machines(cid)
-            fresh = excess_workers([listing_entry(w) for w in workers], maximum, arn)
+            fresh = excess_workers([listing_entry(w) for w in workers], maximum, arn, offered)
             ended += [(cid, iid, why) for iid, why in fresh if iid in listed]
         for batch in chunks([iid for _, iid, _ in ended], TERMINATE_BATCH):
             await self._terminate_batch(batch)

@@ -18,7 +18,7 @@ worker whose primary is gone is still recognised as this keeper's.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, PRIMARY_TAG
@@ -190,14 +190,19 @@ RUNNING = frozenset({"pending", "running"})
 
 
 def excess_workers(
-    entries: Iterable[Mapping[str, Any]], maximum: int, primary_arn: str | None
+    entries: Iterable[Mapping[str, Any]],
+    maximum: int,
+    primary_arn: str | None,
+    types: Collection[str] | None = None,
 ) -> list[tuple[str, str]]:
     """(instance id, reason) of one cluster's workers (`listing_entry`s) the keeper ends: those naming
     another primary than the cluster's (`primary_arn`: launched by another cluster's primary under this
     cluster's id, which the primaries' IAM policy cannot tell), then, of the rest that are pending or
     running, the newest beyond `maximum` (the cluster's autoscaler never goes past it: a user's code on
     the primary did). A worker naming no primary (launched before workers named theirs) is counted, not
-    ended for that. The primary is never among `entries`."""
+    ended for that. With `types` (the worker types the keeper offers the cluster), a worker of another
+    type is ended too: only the keeper launches workers, so one of another type is a worker the cluster's
+    primary stopped and changed (`ModifyInstanceAttribute`). The primary is never among `entries`."""
     live = [e for e in entries if e["State"]["Name"] in RUNNING]
     out: list[tuple[str, str]] = []
     counted = []
@@ -205,6 +210,10 @@ def excess_workers(
         named = tags_of(entry).get(PRIMARY_TAG)
         if named and primary_arn and named != primary_arn:
             out.append((entry["InstanceId"], "names another cluster's primary"))
+        elif types is not None and entry.get("InstanceType") not in types:
+            out.append(
+                (entry["InstanceId"], f"type {entry.get('InstanceType')} is not one the keeper offers")
+            )
         else:
             counted.append(entry)
     counted.sort(key=lambda e: (str(e.get("LaunchTime", "")), e["InstanceId"]))
