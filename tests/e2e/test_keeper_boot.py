@@ -7,7 +7,10 @@ the default script, on a dockerd node of its own (`localcloud.userdata.UserDataB
 TLS files from the keeper with its one-time token, over HTTPS verified with the CA in its user data (the
 keeper's default: a certificate it makes for its public URL's host), runs `docker swarm init` (a swarm of its own, not the
 keeper's), and creates the TLS scheduler, the cluster's autoscaler and the worker global service as swarm
-services. A user's client, with the TLS files from `GET .../credentials`, submits work to the API's
+services. The cluster is created with a profile whose scheduler and worker image is a team's
+(docker/worker.Dockerfile: `distributed`, nothing of swarm-autoscaler): the scheduler runs the packing
+preload from the file the script mounts, and neither it nor a worker can import swarm_autoscaler.
+A user's client, with the TLS files from `GET .../credentials`, submits work to the API's
 `scheduler_url`; the cluster's autoscaler (the image's `swarm-autoscaler run`, a swarm task on the
 primary) launches worker machines, each boots from the user data that autoscaler rendered and joins the
 primary's swarm, where swarm starts the worker service's task; the work completes; heartbeats stop and
@@ -18,7 +21,8 @@ What stands in for AWS here (see docs/keeper.md, "What the end-to-end test stand
   instance's private IP (the VPC is carved from 127.0.0.0/8) and whose `/etc/swarm-autoscaler` and
   `/var/run/docker.sock` are its own (`dockerd.MACHINE_MOUNTS`); cloud-init itself does not run: the
   user data is decoded as cloud-init would and run by bash (`userdata`).
-- The AMI's images: no registry, so the image tarball is `docker load`ed into each new node first.
+- The AMI's images: no registry, so the image tarballs (the autoscaler's, the team's) are `docker
+  load`ed into each new node first.
 - The metadata service of each boot (its private IP, which its credentials fetch comes from: the keeper
   answers the one-time token only there): `localcloud.metadata`.
 - The instance profile: the autoscaler service's boto3 reads credentials from an instance metadata
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -50,7 +55,14 @@ from swarm_autoscaler_lab.demo.clusters import KeeperApi
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
 from swarm_autoscaler_lab.localcloud.dockerd import LocalNode, LocalSwarm, _cli_env, _docker_cli
 from swarm_autoscaler_lab.localcloud.dockerd_joiner import DockerdJoiner
-from swarm_autoscaler_lab.localcloud.image import IMAGE, ROOT, ensure_image, image_tarball
+from swarm_autoscaler_lab.localcloud.image import (
+    IMAGE,
+    ROOT,
+    WORKER_IMAGE,
+    ensure_image,
+    ensure_worker_image,
+    image_tarball,
+)
 from swarm_autoscaler_lab.localcloud.keepercloud import KeeperCloud, KeeperCloudOptions, primary_tags
 from swarm_autoscaler_lab.localcloud.machines import MachineEmulator
 from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
@@ -67,6 +79,7 @@ pytestmark = [
 
 KEEPER_STACK = "keeper"
 IDLE = 20.0  # the keeper's idle timeout, seconds
+TEAM_IMAGE = "localhost/team-dask-worker:local"  # the cluster profile's scheduler and worker image
 TASKS = 3
 
 
@@ -186,6 +199,7 @@ async def test_a_keeper_cluster_boots_from_the_default_script_computes_scales_an
     await asyncio.to_thread(ensure_image, swarm.manager)
     tarball = image_tarball()
     assert tarball.exists()
+    team = await asyncio.to_thread(_team_image, swarm, tmp_path)
     t = phase("image", t, phases)
 
     async with (
@@ -196,7 +210,7 @@ async def test_a_keeper_cluster_boots_from_the_default_script_computes_scales_an
         stack.push_async_callback(metadata.close)
         boot = UserDataBoot(
             swarm,
-            preload=[tarball],
+            preload=[tarball, team],
             machine_addresses=True,
             machine_mounts=True,
             service_env={"AWS_EC2_METADATA_SERVICE_ENDPOINT": kc.moto.endpoint},
@@ -208,7 +222,13 @@ async def test_a_keeper_cluster_boots_from_the_default_script_computes_scales_an
         ]
         tasks = [asyncio.create_task(e.run(0.5)) for e in emulators]
         try:
-            extra = {"AUTOSCALER_KEEPER_IMAGE": IMAGE, "AUTOSCALER_KEEPER_MAX_START_TIME": "300s"}
+            extra = {
+                "AUTOSCALER_KEEPER_IMAGE": IMAGE,
+                "AUTOSCALER_KEEPER_MAX_START_TIME": "300s",
+                "AUTOSCALER_KEEPER_PROFILES": json.dumps(
+                    {"team": {"worker_image": TEAM_IMAGE, "scheduler_image": TEAM_IMAGE}}
+                ),
+            }
             async with _deployed_keeper(kc, swarm, extra) as (url, ca):
                 t = phase("deploy the keeper (docker stack deploy, /healthz)", t, phases)
                 api = KeeperApi(url, kc.token, ca)
@@ -231,8 +251,8 @@ async def _life(
     kc: KeeperCloud, api: KeeperApi, swarm: LocalSwarm, tmp_path: Path, phases: dict[str, float], t: float
 ) -> None:
     path = "/v1/clusters/alice/w-boot"
-    status, body = await api.call("PUT", path)
-    assert status == 201, body
+    status, body = await api.call("PUT", path, {"profile": "team"})
+    assert status == 201 and body["profile"] == "team", body
     cid = body["id"]
     try:
         body = await wait_state(api, path, "running", 300)
@@ -250,6 +270,14 @@ async def _life(
         return set(services.split()) == {"dask-scheduler", "autoscaler", "dask-worker"}
 
     await wait_for(all_services, 120, "the scheduler, autoscaler and worker services on the primary")
+    for service, image in (
+        ("dask-scheduler", TEAM_IMAGE),
+        ("dask-worker", TEAM_IMAGE),
+        ("autoscaler", IMAGE),
+    ):
+        spec = "{{.Spec.TaskTemplate.ContainerSpec.Image}}"
+        ran = await primary_node.docker("service", "inspect", "--format", spec, service)
+        assert ran.strip().split("@")[0] == image, (service, ran)  # the profile's images, the keeper's own
     t = phase("primary boots from the default script (running)", t, phases)
 
     security = await api.security(path, tmp_path / "client")
@@ -268,7 +296,15 @@ async def _life(
                 assert time.monotonic() < deadline, "the work did not complete"
                 await asyncio.sleep(1.0)
             assert await gathered == [2 ** (10 + i) for i in range(TASKS)]
-            # the default script starts the scheduler with the packing preload (its plugin, by name)
+            # the default script starts the scheduler with the packing preload (its plugin, by name),
+            # from the file it mounts: the team's image has no swarm_autoscaler to import
+            # (lambdas: cloudpickle sends them by value; a function of this module would need it there)
+            assert not await client.run_on_scheduler(
+                lambda: importlib.util.find_spec("swarm_autoscaler") is not None
+            )
+            assert not any(
+                (await client.run(lambda: importlib.util.find_spec("swarm_autoscaler") is not None)).values()
+            )
             assert await client.run_on_scheduler(
                 lambda dask_scheduler: "dask-packing-queued" in dask_scheduler.plugins
             )
@@ -298,6 +334,17 @@ async def _life(
 
     # and each terminated machine's dockerd is stopped (its swarm with it)
     await wait_for(lambda: not nodes_left(), 60, "every cluster machine's dockerd stopped")
+
+
+def _team_image(swarm: LocalSwarm, tmp_path: Path) -> Path:
+    """The team's image (docker/worker.Dockerfile: distributed, no swarm_autoscaler) under the profile's
+    name, which names its registry (`localhost/`: a profile refuses a name Docker Hub would resolve), saved
+    for each new node to load (the AMI's images, as the autoscaler's)."""
+    ensure_worker_image(swarm.manager)
+    swarm.manager.docker_sync("tag", WORKER_IMAGE, TEAM_IMAGE)
+    saved = tmp_path / "team-image.tar"
+    swarm.manager.docker_sync("save", "-o", str(saved), TEAM_IMAGE, timeout=300)
+    return saved
 
 
 async def _wait_no_instances(kc: KeeperCloud) -> None:

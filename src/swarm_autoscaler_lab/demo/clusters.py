@@ -80,8 +80,9 @@ class KeeperApi:
             connector=aiohttp.TCPConnector(ssl=tls) if tls else None,
         )
 
-    async def call(self, method: str, path: str) -> tuple[int, Any]:
-        async with self._session.request(method, f"{self.base_url}{path}") as response:
+    async def call(self, method: str, path: str, json: Any = None) -> tuple[int, Any]:
+        """`json`: the request's body, when it has one (a create's `{"profile": ...}`)."""
+        async with self._session.request(method, f"{self.base_url}{path}", json=json) as response:
             body = await response.json() if response.content_type == "application/json" else None
             return response.status, body
 
