@@ -18,6 +18,7 @@ is recorded by a shim and the instance stopped through EC2. The warm pool's book
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import time
@@ -40,6 +41,7 @@ from tests.e2e.helpers import (
 from swarm_autoscaler.core.actions import Launch, Start, Stop
 from swarm_autoscaler.core.model import GIB
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
+from swarm_autoscaler_lab.localcloud.redis_server import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.swarm, pytest.mark.timeout(900)]
 
@@ -48,18 +50,22 @@ def _stopped(lc: LocalCloud) -> dict[str, dict[str, Any]]:
     return owned_instances(lc, ("stopped",))
 
 
-def _pool_env(lc: LocalCloud) -> dict[str, str]:
+def _pool_env(lc: LocalCloud, tickets: bool) -> dict[str, str]:
     assert lc.network is not None
     # One m5.large in the pool and at most one machine: the work can only be served by starting it.
     types = {"m5.large": {"ami_id": lc.network.ami_id, "warm_pool": 1}}
+    # With tickets: the start's rewritten user data fetches the join token with a fresh join ticket from
+    # the daemon's join endpoint, from the machine's private IP (adapters.join_tickets).
     return {
         "AUTOSCALER_EC2_ALLOWED_TYPES": json.dumps(types),
         "AUTOSCALER_EC2_MAX_INSTANCES": "1",
+        **(lc.join_ticket_env(free_port()) if tickets else {}),
     }
 
 
+@pytest.mark.parametrize("tickets", [False, True], ids=["join-token", "join-ticket"])
 async def test_a_pool_machine_boots_from_its_user_data_starts_into_the_worker_service_and_stops_back(
-    cloud: LocalCloud,
+    cloud: LocalCloud, tickets: bool
 ) -> None:
     lc = cloud
     assert lc.emulator is not None and lc.scheduler is not None and lc.orchestrator is not None
@@ -71,7 +77,7 @@ async def test_a_pool_machine_boots_from_its_user_data_starts_into_the_worker_se
     try:
         async with booting_from_user_data(lc):  # the image loaded, the worker service deployed
             t = phase("image and worker service", t, phases)
-            async with lc.daemon(_pool_env(lc)) as daemon:
+            async with lc.daemon(_pool_env(lc, tickets)) as daemon:
                 running = await start(daemon)
                 try:
                     # 1. the pool fills: the machine runs its first boot's user data on its own node and stops
@@ -110,6 +116,12 @@ async def test_a_pool_machine_boots_from_its_user_data_starts_into_the_worker_se
                         )
                         t = phase("task run", t, phases)
                     rec = running.record
+                    if tickets:  # what the started machine ran: a ticket, no join token
+                        attr = ec2_client(lc).describe_instance_attribute(
+                            InstanceId=pool_id, Attribute="userData"
+                        )
+                        stored = base64.b64decode(attr["UserData"]["Value"]).decode()
+                        assert '"ticket": "' in stored and "SWMTKN" not in stored
                     assert {iid for a in rec.of(Start) for iid in a.instance_ids} == {pool_id}
                     assert not [a for a in rec.of(Launch) if not a.pool], rec.of(Launch)
                     assert names == {host}, (names, host)
