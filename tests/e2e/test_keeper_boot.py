@@ -12,7 +12,8 @@ services. The cluster is created with a profile whose scheduler and worker image
 preload from the file the script mounts, and neither it nor a worker can import swarm_autoscaler.
 A user's client, with the TLS files from `GET .../credentials`, submits work to the API's
 `scheduler_url`; the cluster's autoscaler (the image's `swarm-autoscaler run`, a swarm task on the
-primary) launches worker machines, each boots from the user data that autoscaler rendered and joins the
+primary) has the keeper launch worker machines (`POST /v1/primaries/<id>/launches`: the primaries'
+role launches nothing), each boots from the user data that autoscaler rendered and joins the
 primary's swarm, where swarm starts the worker service's task; the work completes; heartbeats stop and
 the keeper's idle end terminates the primary and every worker. Each phase's duration is printed.
 
