@@ -7,11 +7,13 @@ EC2 tags or logs.
 
 Two holders may read them:
 
-- the cluster's primary, once, from its private IP (`by_primary`): its boot script carries a one-time token, `primary_token(secret,
+- the cluster's primary, once: its boot script carries a one-time token, `primary_token(secret,
   cluster id)` (an HMAC of the cluster id under the keeper's API token, so any replica can check it
   without storing it), and `GET /v1/primaries/{cluster_id}/credentials` with it answers once; a second
   use gets 410 Gone. User data is readable by whoever may call DescribeInstanceAttribute, so a token
-  already used is worth nothing to them;
+  already used is worth nothing to them; with `AUTOSCALER_KEEPER_BIND_PRIMARY_TOKENS` it works only
+  from the primary's private IP (`by_primary`), so one read before the primary boots is worth nothing
+  either;
 - the cluster's user, through the keeper's token-protected API (`GET /v1/clusters/{user}/{wallet}/
   credentials`): the client's certificate and the CA's.
 
