@@ -18,7 +18,7 @@ from tests.keeper.fakes import FakeHosts, FakeProbe, SharedLocks
 from swarm_autoscaler.keeper.adapters.redis_credentials import RedisCredentials
 from swarm_autoscaler.keeper.adapters.tls import make_credentials
 from swarm_autoscaler.keeper.api import build_keeper_app
-from swarm_autoscaler.keeper.credentials import InProcessCredentials, primary_token
+from swarm_autoscaler.keeper.credentials import InProcessCredentials, listing_token, primary_token
 from swarm_autoscaler.keeper.lifecycle import KeeperTiming
 from swarm_autoscaler.keeper.metrics import KeeperMetrics
 from swarm_autoscaler.keeper.model import ClusterState
@@ -52,8 +52,15 @@ async def test_the_primary_gets_its_files_once_with_its_one_time_token(api) -> N
     mine = {"Authorization": f"Bearer {primary_token(TOKEN, cluster['id'])}"}
     first = await api.get(url, headers=mine)
     assert first.status == 200 and first.headers["Cache-Control"] == "no-store"
-    files = (await first.json())["files"]
+    answer = await first.json()
+    files = answer["files"]
     assert set(files) == {"ca.pem", "scheduler.pem", "scheduler-key.pem", "worker.pem", "worker-key.pem"}
+    # the cluster token of its autoscaler (listing and launches) comes here, not in user data
+    assert answer["listing_token"] == listing_token(TOKEN, cluster["id"])
+    listing_url = f"/v1/primaries/{cluster['id']}/instances"
+    assert (await api.get(listing_url, headers=mine)).status == 401  # the one-time token lists nothing
+    listed = await api.get(listing_url, headers={"Authorization": f"Bearer {answer['listing_token']}"})
+    assert listed.status == 503  # accepted: the fake EC2 has no listing yet (the adapter tests list)
     again = await api.get(url, headers=mine)
     assert again.status == 410 and "already used" in (await again.json())["error"]
 

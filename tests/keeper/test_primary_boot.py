@@ -21,7 +21,7 @@ from swarm_autoscaler.config.keeper import DEFAULT_PRIMARY_BOOT, load_keeper_set
 from swarm_autoscaler.config.settings import load_settings
 from swarm_autoscaler.config.variables import variables
 from swarm_autoscaler.keeper.app import user_data_of
-from swarm_autoscaler.keeper.credentials import primary_token
+from swarm_autoscaler.keeper.credentials import listing_token, primary_token
 from swarm_autoscaler.keeper.model import ClusterKey
 
 TOKEN = "a-Keeper-token-0123456789"
@@ -61,6 +61,18 @@ def test_it_is_bash_and_fetches_its_files_once_with_its_own_token(script: str) -
     assert f'"https://10.0.0.5:8080/v1/primaries/{CID}/credentials"' in script
     assert TOKEN not in script
     assert 'echo "AUTOSCALER_DASK_SCHEDULER_URL=tls://$ADDR:8786"' in script
+
+
+def test_the_cluster_token_is_not_in_it_but_comes_with_the_fetch_as_a_secret(script: str) -> None:
+    """User data is readable by any `ec2:DescribeInstanceAttribute` principal: the reusable cluster token
+    (the listing and launch routes' bearer) is not in it; the autoscaler reads the swarm secret the boot
+    script makes from the one-time fetch's answer (tests/keeper/test_scheduler_preload_file.py runs
+    that step)."""
+    assert listing_token(TOKEN, CID) not in script
+    assert "AUTOSCALER_EC2_LISTING_TOKEN_FILE=/run/secrets/keeper-listing-token" in script
+    created = script.index('docker secret create keeper-listing-token "$D/listing-token"')
+    assert created < script.index("--secret keeper-listing-token") < script.index(f"{IMAGE} run")
+    assert 'rm -f "$D"/tls/*-key.pem "$D/listing-token"' in script
 
 
 def test_only_the_pinned_image_runs(script: str) -> None:

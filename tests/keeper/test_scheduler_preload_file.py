@@ -58,11 +58,15 @@ def test_the_copied_preload_runs_on_a_scheduler_without_swarm_autoscaler(tmp_pat
     d = tmp_path / "d"
     (d / "tls").mkdir(parents=True)
     made = make_credentials("kc-0123456789abcdef")
-    (d / "credentials.json").write_text(json.dumps({"files": made.for_primary()}))
+    # the keeper's answer to the one-time fetch: the TLS files and the cluster's listing token
+    answer = {"files": made.for_primary(), "listing_token": "the-cluster-token"}
+    (d / "credentials.json").write_text(json.dumps(answer))
     code = _copy_code(script).replace('"/d', f'"{d}')
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
     copied = d / "dask_packing.py"
     assert copied.is_file() and (d / "tls" / "scheduler.pem").read_text() == made.scheduler_cert
+    token = d / "listing-token"  # becomes the autoscaler's keeper-listing-token secret, owner-only meanwhile
+    assert token.read_text() == "the-cluster-token" and token.stat().st_mode & 0o777 == 0o600
 
     args = _scheduler_args(script, d / "tls")
     assert '--mount "type=bind,src=$D/dask_packing.py,dst=$P,readonly"' in script

@@ -79,6 +79,9 @@ PLACEHOLDERS = (
     "worker_image",
     "scheduler_image",
 )
+# Where a primary's autoscaler reads its listing token: the boot script makes this swarm secret from its
+# one-time credentials fetch's answer (the token is never in user data, which a read-only principal reads).
+LISTING_TOKEN_SECRET = "/run/secrets/keeper-listing-token"
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 TEMPLATE_LIMIT = USER_DATA_LIMIT - 4096  # room for the rendered values (the worker types' JSON above all)
 
@@ -93,7 +96,8 @@ set -euo pipefail
 umask 077
 D=/etc/swarm-autoscaler
 mkdir -p "$D/tls"
-# 1. This cluster's TLS files, once: the token below is spent on first use (a second use gets 410).
+# 1. This cluster's TLS files and its autoscaler's listing token, once: the token below is spent on first
+# use (a second use gets 410).
 # Over https, the keeper is verified with the CA below when the keeper names one (public data), else
 # with the AMI's trusted CAs.
 cat > "$D/keeper-ca.pem" <<'KEEPER_CA'
@@ -110,7 +114,8 @@ curl -fsS $KEEPER_CA --interface "$IP" --retry 30 --retry-delay 5 --retry-all-er
 # The same run copies the packing preload out of the image as a file (it needs only distributed), so
 # the scheduler's image needs nothing of swarm-autoscaler (docs/keeper.md, "The scheduler image").
 docker run --rm --network none --user 0 -v "$D:/d" --entrypoint python3 {{image}} -c \\
-  'import json,pathlib,shutil; f=json.load(open("/d/credentials.json"))["files"]; [pathlib.Path("/d/tls",n).write_text(t) for n,t in f.items()]
+  'import json,pathlib,shutil; a=json.load(open("/d/credentials.json")); [pathlib.Path("/d/tls",n).write_text(t) for n,t in a["files"].items()]
+t=pathlib.Path("/d/listing-token"); t.write_text(a["listing_token"]); t.chmod(0o600)
 import swarm_autoscaler.adapters.dask_packing as p; shutil.copy(p.__file__,"/d/dask_packing.py")'
 rm -f "$D/credentials.json"
 chmod 644 "$D/dask_packing.py"
@@ -120,7 +125,9 @@ chmod 644 "$D/dask_packing.py"
 docker swarm init --default-addr-pool 100.64.0.0/16 --default-addr-pool-mask-length 24
 ADDR=$(docker info --format '{{.Swarm.NodeAddr}}')
 for f in ca scheduler scheduler-key worker worker-key; do docker secret create "dask-$f" "$D/tls/$f.pem"; done
-rm -f "$D"/tls/*-key.pem
+# The autoscaler's token for the keeper's listing and launches (it came with the TLS files, not in user data)
+docker secret create keeper-listing-token "$D/listing-token"
+rm -f "$D"/tls/*-key.pem "$D/listing-token"
 S=/run/secrets
 TLS_SCHEDULER="--tls-ca-file $S/dask-ca --tls-cert $S/dask-scheduler --tls-key $S/dask-scheduler-key"
 TLS_WORKER="--tls-ca-file $S/dask-ca --tls-cert $S/dask-worker --tls-key $S/dask-worker-key"
@@ -156,7 +163,7 @@ if [ -n "$KEEPER_CA" ]; then
   echo "AUTOSCALER_EC2_LISTING_CA_FILE=/run/secrets/keeper-ca" >> "$D/cluster.env"
 fi
 docker service create --detach --name autoscaler --network host --constraint node.role==manager --user 0 \\
-  --secret dask-ca --secret dask-worker --secret dask-worker-key $CA_SECRET \\
+  --secret dask-ca --secret dask-worker --secret dask-worker-key --secret keeper-listing-token $CA_SECRET \\
   --mount type=bind,src=/var/run/docker.sock,dst=/var/run/docker.sock \\
   --env-file "$D/cluster.env" {{image}} run
 # 5. The dask worker, one per machine the autoscaler launched (its ownership label), as in
@@ -632,15 +639,16 @@ def cluster_env(
     config: KeeperConfig,
     cluster_id: str,
     worker_tags: Mapping[str, str] | None = None,
-    listing_token: str = "",
+    listing_token_file: str = "",
     worker_types: Mapping[str, AllowedType] | None = None,
 ) -> dict[str, str]:
     """The settings of cluster `cluster_id`'s own autoscaler, derived from the keeper's: its cluster name
     is the cluster id (its workers' ownership tag), its allowed types and fleet limit are the keeper's
     worker types and max instances per cluster, and it launches where the keeper does, with the keeper's
     custom tags and `worker_tags` on its workers, with no instance profile. No EC2 credentials. With the keeper's public URL and a
-    `listing_token`, it reads its instances from the keeper's listing (one paged DescribeInstances by
-    the keeper for every cluster) instead of calling DescribeInstances every tick. `worker_types`: its
+    `listing_token_file` (where the boot script writes the cluster's listing token, `LISTING_TOKEN_SECRET`:
+    the token itself is never in user data), it reads its instances from the keeper's listing (one paged
+    DescribeInstances by the keeper for every cluster) instead of calling DescribeInstances every tick. `worker_types`: its
     profile's (`profiles.Profile`), else the keeper's."""
     ec2, keeper = config.ec2, config.keeper
     tags = {**ec2.custom_tags, **(worker_tags or {})}
@@ -664,11 +672,11 @@ def cluster_env(
         f"{PREFIX}EC2_KEY_NAME": ec2.key_name,
         f"{PREFIX}EC2_CUSTOM_TAGS": json.dumps(tags, separators=(",", ":")) if tags else None,
     }
-    if keeper.public_url and listing_token:
+    if keeper.public_url and listing_token_file:
         optional[f"{PREFIX}EC2_LISTING_URL"] = (
             f"{keeper.public_url.rstrip('/')}/v1/primaries/{cluster_id}/instances"
         )
-        optional[f"{PREFIX}EC2_LISTING_TOKEN"] = listing_token
+        optional[f"{PREFIX}EC2_LISTING_TOKEN_FILE"] = listing_token_file
     env.update({name: value for name, value in optional.items() if value})
     return env
 

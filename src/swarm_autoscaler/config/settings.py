@@ -401,6 +401,13 @@ class Ec2Settings(Ec2AccessSettings):
         "cluster's listing only).",
         json_schema_extra={"example": "3f5c0e1d2b4a69788a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f"},
     )
+    listing_token_file: str | None = Field(
+        default=None,
+        description="A file holding `AUTOSCALER_EC2_LISTING_TOKEN` (a swarm secret; wins over it). The "
+        "keeper's boot script sets it: the primary gets its token in its one-time credentials fetch, so the "
+        "token is never in user data.",
+        json_schema_extra={"example": "/run/secrets/keeper-listing-token"},
+    )
     listing_ca_file: str | None = Field(
         default=None,
         description="PEM certificate of the CA an https:// `AUTOSCALER_EC2_LISTING_URL` is verified with (the "

@@ -213,7 +213,7 @@ def _ec2(settings: Settings, swarm: Orchestrator) -> Ec2Cloud:
         cloud = functools.partial(
             KeeperListedCloud,
             listing_url=settings.ec2.listing_url,
-            listing_token=_secret(settings.ec2.listing_token) or "",
+            listing_token=_listing_token(settings),
             listing_ca_file=settings.ec2.listing_ca_file,
         )
     return cloud(  # type: ignore[no-any-return]
@@ -401,6 +401,18 @@ async def _close(lock: Lock) -> None:
     closer = getattr(lock, "close", None)
     if closer is not None:
         await closer()
+
+
+def _listing_token(settings: Settings) -> str:
+    """The keeper listing's bearer: AUTOSCALER_EC2_LISTING_TOKEN_FILE's text (a swarm secret), else _TOKEN."""
+    path = settings.ec2.listing_token_file
+    if not path:
+        return _secret(settings.ec2.listing_token) or ""
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"AUTOSCALER_EC2_LISTING_TOKEN_FILE: cannot read {path} ({exc})") from exc
 
 
 def _secret(value: object) -> str | None:

@@ -23,7 +23,8 @@ usage only; another user's path is 403, the admin routes are 403). Tokens are co
                                                          the same bearer); the primaries cannot launch
     GET    /v1/primaries/{cluster_id}/credentials        the primary's TLS files, once: its bearer is the
                                                          one-time token of its boot script (not the API
-                                                         token); 410 Gone on a second use
+                                                         token), with its autoscaler's cluster token
+                                                         (never in user data); 410 Gone on a second use
     POST   /v1/users/{user_id}/token                     admin: a new token for the user, 201, shown
                                                          once (replaces the previous one)
     DELETE /v1/users/{user_id}/token                     admin: revoke it, 204; 404 without one
@@ -60,7 +61,14 @@ from aiohttp import web
 
 from swarm_autoscaler.errors import AutoscalerError
 from swarm_autoscaler.keeper.access import ADMIN, InProcessTokens, Principal, TokenStore, is_admin
-from swarm_autoscaler.keeper.credentials import LOST, Credentials, CredentialStore, by_primary, token_matches
+from swarm_autoscaler.keeper.credentials import (
+    LOST,
+    Credentials,
+    CredentialStore,
+    by_primary,
+    listing_token,
+    token_matches,
+)
 from swarm_autoscaler.keeper.inputs import BadInput, bearer, epoch_seconds, json_object, profile_of
 from swarm_autoscaler.keeper.launches import Launches, launches_route
 from swarm_autoscaler.keeper.limits import LimitRefusedError, Limits
@@ -276,7 +284,14 @@ class _Routes:
             return _error(410, "this one-time token was already used")
         made = await self.credentials.get_or_make(cid)
         return web.json_response(
-            {"cluster_id": cid, "files": made.for_primary()}, headers={"Cache-Control": "no-store"}
+            # the cluster autoscaler's listing and launch token rides here, over the keeper's TLS, never in
+            # user data (a read-only principal reads that)
+            {
+                "cluster_id": cid,
+                "files": made.for_primary(),
+                "listing_token": listing_token(self._token, cid),
+            },
+            headers={"Cache-Control": "no-store"},
         )
 
     async def _issued(self, store: CredentialStore, cid: str, cluster: Cluster) -> Credentials | None:

@@ -26,6 +26,7 @@ import structlog
 from aiohttp import web
 
 from swarm_autoscaler.adapters.ec2_pricing import read_prices
+from swarm_autoscaler.config import keeper as keeper_config
 from swarm_autoscaler.config.keeper import KeeperConfig, cluster_env, env_lines, keeper_ca, render_boot
 from swarm_autoscaler.config.profiles import DEFAULT_PROFILE, launched_types, profiles_of
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
@@ -44,12 +45,7 @@ from swarm_autoscaler.keeper.adapters.sealing import Sealer, key_from_text
 from swarm_autoscaler.keeper.adapters.tags import WORKER_DEPLOYMENT_TAG, worker_tags
 from swarm_autoscaler.keeper.adapters.tls import make_credentials
 from swarm_autoscaler.keeper.api import build_keeper_app
-from swarm_autoscaler.keeper.credentials import (
-    InProcessCredentials,
-    deployment_id,
-    listing_token,
-    primary_token,
-)
+from swarm_autoscaler.keeper.credentials import InProcessCredentials, deployment_id, primary_token
 from swarm_autoscaler.keeper.interruptions import read_interruptions
 from swarm_autoscaler.keeper.launches import Launches
 from swarm_autoscaler.keeper.lifecycle import KeeperTiming
@@ -100,7 +96,7 @@ def user_data_of(config: KeeperConfig, api_ca: str | None = None) -> UserData:
                     config,
                     cluster_id,
                     worker_tags(keeper.name, key, deployment_id(secret)),
-                    listing_token(secret, cluster_id),
+                    keeper_config.LISTING_TOKEN_SECRET,  # the token comes with the one-time fetch, not user data
                     chosen.worker_types,
                 )
             ),

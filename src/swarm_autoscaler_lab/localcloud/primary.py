@@ -136,6 +136,8 @@ class LocalPrimary:
         )
         folder = self.options.workdir / f"{self.boot.cluster_id}-tls"
         self.tls_paths = tls_files.write_files(folder, body["files"])
+        if body.get("listing_token"):  # as the boot script's keeper-listing-token secret (0600)
+            self.tls_paths.update(tls_files.write_files(folder, {"listing-token": body["listing_token"]}))
         self._security = tls_files.primary_security(self.tls_paths)
 
     async def _start_scheduler(self) -> None:
@@ -167,6 +169,8 @@ class LocalPrimary:
             env["AUTOSCALER_DASK_TLS_CA_FILE"] = self.tls_paths["ca.pem"]
             env["AUTOSCALER_DASK_TLS_CERT_FILE"] = self.tls_paths["worker.pem"]
             env["AUTOSCALER_DASK_TLS_KEY_FILE"] = self.tls_paths["worker-key.pem"]
+        if "listing-token" in self.tls_paths:  # the boot script's swarm secret is this file here
+            env["AUTOSCALER_EC2_LISTING_TOKEN_FILE"] = self.tls_paths["listing-token"]
         path = self.options.workdir / f"{self.boot.cluster_id}.env"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(f"{k}={quote_env(v)}\n" for k, v in env.items()))
