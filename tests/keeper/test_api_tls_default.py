@@ -35,6 +35,7 @@ from swarm_autoscaler.keeper.app import open_keeper, user_data_of
 from swarm_autoscaler.keeper.credentials import primary_token
 from swarm_autoscaler.keeper.model import ClusterKey
 from swarm_autoscaler_lab.localcloud import LocalNetwork, MotoServer, provision_network
+from swarm_autoscaler_lab.localcloud.loopback import claim_loopback_prefix
 from swarm_autoscaler_lab.localcloud.metadata import MetadataService, hostname_of
 from swarm_autoscaler_lab.localcloud.moto_server import LOCAL_ACCESS_KEY, LOCAL_SECRET_KEY
 from swarm_autoscaler_lab.localcloud.redis_server import RedisServer
@@ -55,7 +56,7 @@ def moto() -> Iterator[MotoServer]:
 
 @pytest.fixture(scope="module")
 def network(moto: MotoServer) -> LocalNetwork:
-    return provision_network(moto.endpoint, prefix="127.206")
+    return provision_network(moto.endpoint, prefix=claim_loopback_prefix())
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from tests.keeper.test_keeper_process import CLI, TOKEN, _healthy, _run_briefly,
 from tests.startup import startup_events
 
 from swarm_autoscaler_lab.localcloud import LocalNetwork, MotoServer, provision_network
+from swarm_autoscaler_lab.localcloud.loopback import claim_loopback_prefix
 from swarm_autoscaler_lab.localcloud.redis_server import RedisServer
 
 pytestmark = pytest.mark.timeout(120)
@@ -29,7 +30,7 @@ def moto() -> Iterator[MotoServer]:
 
 @pytest.fixture(scope="module")
 def network(moto: MotoServer) -> LocalNetwork:
-    return provision_network(moto.endpoint, prefix="127.207")
+    return provision_network(moto.endpoint, prefix=claim_loopback_prefix())
 
 
 @pytest.fixture(scope="module")

@@ -31,6 +31,7 @@ from tests.keeper.test_keeper_process import CLI, TOKEN, _healthy, free_port, ke
 from swarm_autoscaler.keeper.adapters.tags import DASHBOARD_URL_TAG
 from swarm_autoscaler_lab.localcloud import LocalNetwork, MotoServer, provision_network
 from swarm_autoscaler_lab.localcloud.ec2_faults import Ec2Call
+from swarm_autoscaler_lab.localcloud.loopback import claim_loopback_prefix
 from swarm_autoscaler_lab.localcloud.moto_server import LOCAL_ACCESS_KEY, LOCAL_SECRET_KEY
 from swarm_autoscaler_lab.localcloud.redis_server import RedisServer
 
@@ -54,7 +55,9 @@ def moto() -> Iterator[MotoServer]:
 
 @pytest.fixture(scope="module")
 def network(moto: MotoServer) -> LocalNetwork:
-    return provision_network(moto.endpoint, prefix="127.202")  # private IPs on loopback: probes stay local
+    return provision_network(
+        moto.endpoint, prefix=claim_loopback_prefix()
+    )  # private IPs on loopback: probes stay local
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import json
 import os
-import random
 import tempfile
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.ports import Orchestrator
 from swarm_autoscaler.daemon.loop import Daemon
 from swarm_autoscaler.errors import ConfigurationError
+from swarm_autoscaler_lab.localcloud.loopback import claim_loopback_prefix
 from swarm_autoscaler_lab.localcloud.machines import MachineEmulator, MemoryJoiner
 from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
 from swarm_autoscaler_lab.localcloud.metadata import MetadataService
@@ -351,9 +351,9 @@ class LocalCloud:
 
 
 def loopback_prefix() -> str:
-    """A random loopback VPC prefix, `127.N` with N in 100..199: not 127.0 (the swarm's managers), not the
-    127.20x of the keeper tests' fixed networks."""
-    return f"127.{random.SystemRandom().randint(100, 199)}"
+    """A loopback VPC prefix, `127.N`, that no other local cloud on this machine uses (`loopback`: held
+    until this process exits)."""
+    return claim_loopback_prefix()
 
 
 def quote_env(value: str) -> str:

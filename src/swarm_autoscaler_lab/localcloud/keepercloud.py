@@ -3,8 +3,8 @@ that the real keeper (built from settings, as `swarm-autoscaler keeper` builds i
 unchanged, and each primary it launches boots into a cluster with a real dask scheduler and its own
 autoscaler (see `primary`).
 
-The VPC is carved from loopback (`127.N.0.0/16`, N drawn at random so that two local clouds on one
-machine do not share addresses): a primary's private IP is then an address its scheduler listens on,
+The VPC is carved from loopback (`127.N.0.0/16`, N claimed so that no two local clouds on one
+machine share addresses: `loopback`): a primary's private IP is then an address its scheduler listens on,
 and the keeper reaches it at `tcp://<private ip>:8786` as it would on AWS.
 
 A keeper cluster's autoscaler (one whose boot script names the keeper's listing) signs its EC2 requests
@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import random
 import secrets
 import tempfile
 from collections.abc import AsyncIterator, Mapping
@@ -32,6 +31,7 @@ from swarm_autoscaler.adapters.ec2 import OWNER_TAG, OWNER_VALUE
 from swarm_autoscaler.keeper.adapters.tags import CLUSTER_ID_TAG, KEEPER_TAG
 from swarm_autoscaler.keeper.service import Keeper
 from swarm_autoscaler_lab.localcloud.cloud import daemon_timing, quote_env
+from swarm_autoscaler_lab.localcloud.loopback import claim_loopback_prefix, release_loopback_prefix
 from swarm_autoscaler_lab.localcloud.moto_server import (
     LOCAL_ACCESS_KEY,
     LOCAL_SECRET_KEY,
@@ -90,7 +90,7 @@ class KeeperCloud:
         self.redis: RedisServer | None = None
         self.network: LocalNetwork | None = None
         self.primaries: PrimaryEmulator | None = None
-        self.prefix = f"127.{random.SystemRandom().randint(1, 254)}"
+        self.prefix = claim_loopback_prefix()  # no other local cloud on this machine uses it
         self.token = secrets.token_urlsafe(24)
         # moto's backends are process-wide: a name of its own keeps this cloud's keepers away from the
         # primaries of another cloud in the same process (a test session runs several).
@@ -297,3 +297,4 @@ class KeeperCloud:
         await self._stack.aclose()
         with contextlib.suppress(OSError):
             self._tmp.cleanup()
+        release_loopback_prefix(self.prefix)

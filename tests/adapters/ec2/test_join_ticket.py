@@ -12,7 +12,6 @@ source, which is the attacker's power we grant). Swarm's token and node list: a 
 from __future__ import annotations
 
 import json
-import random
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -32,6 +31,7 @@ from swarm_autoscaler.daemon import join as join_module
 from swarm_autoscaler.daemon.join import JoinDesk, add_join_route
 from swarm_autoscaler.runtime.http import start_http
 from swarm_autoscaler_lab.localcloud import FaultInjector, LocalNetwork, MotoServer, provision_network
+from swarm_autoscaler_lab.localcloud.loopback import claim_loopback_prefix
 from swarm_autoscaler_lab.localcloud.moto_user_data import as_ec2_decodes
 
 TICKET_IN = re.compile(r'"ticket": "([0-9a-f]{64})"')
@@ -40,7 +40,7 @@ TICKET_IN = re.compile(r'"ticket": "([0-9a-f]{64})"')
 @pytest.fixture(scope="module")
 def loopback_vpc(moto_server: MotoServer) -> LocalNetwork:
     """A VPC whose subnets are loopback ranges: each machine's private IP is one this host can bind."""
-    return provision_network(moto_server.endpoint, prefix=f"127.{random.SystemRandom().randint(100, 250)}")
+    return provision_network(moto_server.endpoint, prefix=claim_loopback_prefix())
 
 
 @dataclass
