@@ -126,18 +126,24 @@ class Keeper:
         heartbeat. An unknown profile is `UnknownProfileError`, a live cluster of another profile than
         the one named `ProfileConflictError`; neither touches anything."""
         wanted = known_profile(profile, self.profiles) if profile is not None else None
-        async with self.locks.exclusive(key.lock_name, self.create_wait) as held:
-            if not held:
-                raise KeeperBusyError(f"cluster of {key.user_id}/{key.wallet_id} is being created; retry")
-            live = _live(await self.hosts.find(key))
-            if live is not None and wanted is not None and live.profile != wanted:
+        # A live cluster is read without the creation lock (most calls are a client's repeated get): only
+        # a creation needs it, and N concurrent gets would otherwise queue one DescribeInstances each
+        # behind it, past `create_wait` under load. Found live, it is what the locked path would return.
+        live = _live(await self.hosts.find(key))
+        if live is None:
+            async with self.locks.exclusive(key.lock_name, self.create_wait) as held:
+                if not held:
+                    raise KeeperBusyError(f"cluster of {key.user_id}/{key.wallet_id} is being created; retry")
+                live = _live(await self.hosts.find(key))  # again: another request may have created it
+                if live is None:
+                    cluster = await self._create(key, wanted or DEFAULT_PROFILE)
+        if live is not None:
+            if wanted is not None and live.profile != wanted:
                 raise ProfileConflictError(
                     f"the live cluster of {key.user_id}/{key.wallet_id} has profile {live.profile!r}, not "
                     f"{wanted!r}: end it (DELETE) before asking for another profile"
                 )
-            if live is not None:
-                return await self._touch(live), False
-            cluster = await self._create(key, wanted or DEFAULT_PROFILE)
+            return await self._touch(live), False
         self._emit("create")
         log.info(
             "cluster created",
