@@ -60,7 +60,7 @@ async def _life_of_one_cluster(kc: KeeperCloud, api: KeeperApi, tmp_path: Path) 
     assert tags_of(primary)[USER_TAG] == "alice" and tags_of(primary)[WALLET_TAG] == "none"
 
     body = await wait_state(api, path, "running", 60)
-    assert body["scheduler_url"] == f"tls://{primary['PrivateIpAddress']}:8786"
+    assert body["scheduler_url"] == f"tls://{primary['PrivateIpAddress']}:{kc.scheduler_port}"
     again, same = await api.call("PUT", path)
     assert again == 200 and same["id"] == cid
 

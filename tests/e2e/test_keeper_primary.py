@@ -79,8 +79,8 @@ async def _two_primaries(probe: HttpSchedulerProbe) -> None:
         one, two = emulator.by_cluster("kc-one"), emulator.by_cluster("kc-two")
         assert one is not None and two is not None
         # Each scheduler listens on its primary's private IP, on the ports the keeper expects.
-        assert one.scheduler_url == f"tcp://{first['PrivateIpAddress']}:8786"
-        assert two.dashboard_url == f"http://{second['PrivateIpAddress']}:8787"
+        assert one.scheduler_url == f"tcp://{first['PrivateIpAddress']}:{kc.scheduler_port}"
+        assert two.dashboard_url == f"http://{second['PrivateIpAddress']}:{kc.dashboard_port}"
         assert (await probe.probe(one.dashboard_url)).answered
         # The boot script's settings reached the cluster's autoscaler.
         assert one.daemon is not None and one.daemon.cluster_name == "kc-one"

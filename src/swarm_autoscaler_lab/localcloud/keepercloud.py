@@ -91,6 +91,11 @@ class KeeperCloud:
         self.network: LocalNetwork | None = None
         self.primaries: PrimaryEmulator | None = None
         self.prefix = claim_loopback_prefix()  # no other local cloud on this machine uses it
+        # Ports of its own for the emulated primaries' schedulers, not dask's 8786/8787: a scheduler
+        # elsewhere on this machine listening on every address (the README's stack in the dockerd lane,
+        # beside the fast lane) owns those ports on 127.N.0.4 too, and the keeper took it for its own
+        # primary's (a cluster "running" before its primary booted, in the fast lane of `make test`).
+        self.scheduler_port, self.dashboard_port = free_port(), free_port()
         self.token = secrets.token_urlsafe(24)
         # moto's backends are process-wide: a name of its own keeps this cloud's keepers away from the
         # primaries of another cloud in the same process (a test session runs several).
@@ -128,6 +133,8 @@ class KeeperCloud:
             workdir=Path(self._tmp.name),
             worker_boot_delay=self.options.boot_delay,
             emulator_interval=0.3 if self.options.fast else 0.5,
+            scheduler_port=self.scheduler_port,
+            dashboard_port=self.dashboard_port,
         )
         self.primaries = PrimaryEmulator(
             options, tag_filters, cluster_tag, self.daemon_env, boot_delay=self.options.boot_delay
@@ -227,6 +234,9 @@ class KeeperCloud:
 
         port = http_port or free_port()
         env = {**self.keeper_env(idle_timeout_s=idle_timeout_s, http_port=port), **(extra or {})}
+        if boot_primaries or self.primaries is not None:  # emulated primaries: this cloud's own ports
+            env.setdefault("AUTOSCALER_KEEPER_SCHEDULER_PORT", str(self.scheduler_port))
+            env.setdefault("AUTOSCALER_KEEPER_DASHBOARD_PORT", str(self.dashboard_port))
         config = load_keeper_settings(self.write_env(f"keeper-{port}.env", env))
         if self.primaries is None and boot_primaries:
             self.boot_keeper_primaries(config.keeper.name)
