@@ -138,3 +138,23 @@ async def test_gets_of_a_live_cluster_answer_while_its_creation_lock_is_held() -
     locks.held.discard(KEY.lock_name)
     await a.stop()
     await b.stop()
+
+
+async def test_a_get_whose_wait_for_the_creation_lock_ends_answers_the_cluster_created_meanwhile() -> None:
+    """A get that found no cluster and then waited out `create_wait` behind a creation answers the
+    cluster that creation made, not 503 (in-memory ports stand in for EC2 and redis; the lock is held
+    by hand while the cluster appears, as a slow creation through another replica would)."""
+    hosts, _, locks, clock = world()
+    a, b = replica("a", hosts, FakeProbe(), locks, clock), replica("b", hosts, FakeProbe(), locks, clock)
+    locks.held.add(KEY.lock_name)  # a's creation is under way
+    b.create_wait = 0.05
+    waiting = asyncio.create_task(b.get_or_create(KEY))
+    await asyncio.sleep(0)
+    locks.held.discard(KEY.lock_name)
+    cluster, created = await a.get_or_create(KEY)  # a creates it; b's wait is still going
+    locks.held.add(KEY.lock_name)  # and a slow request holds the lock again past b's wait
+    got, made = await waiting
+    assert created and not made and got.cluster_id == cluster.cluster_id
+    locks.held.discard(KEY.lock_name)
+    await a.stop()
+    await b.stop()

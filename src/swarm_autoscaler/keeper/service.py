@@ -132,9 +132,11 @@ class Keeper:
         live = _live(await self.hosts.find(key))
         if live is None:
             async with self.locks.exclusive(key.lock_name, self.create_wait) as held:
-                if not held:
+                # again, held or not: another request may have created it (waiters queued behind a
+                # slow creation each read under the lock, one after another, and the last ones time out)
+                live = _live(await self.hosts.find(key))
+                if live is None and not held:
                     raise KeeperBusyError(f"cluster of {key.user_id}/{key.wallet_id} is being created; retry")
-                live = _live(await self.hosts.find(key))  # again: another request may have created it
                 if live is None:
                     cluster = await self._create(key, wanted or DEFAULT_PROFILE)
         if live is not None:
