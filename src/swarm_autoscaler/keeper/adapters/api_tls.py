@@ -33,12 +33,13 @@ from urllib.parse import urlsplit
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from swarm_autoscaler.adapters.redis_lock import _password_of, open_client, redact_url, redis_call
 from swarm_autoscaler.keeper.adapters.redis_credentials import CredentialsUnreadableError
 from swarm_autoscaler.keeper.adapters.redis_leases import KEY_PREFIX
 from swarm_autoscaler.keeper.adapters.sealing import Sealer, SealError, is_sealed
+from swarm_autoscaler.keeper.adapters.tls import cert_builder, cert_pem, key_pem, name
 
 CA_DAYS = 3650
 LEAF_DAYS = 825
@@ -84,34 +85,11 @@ def api_hosts(public_url: str | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*([host] if host else []), *LOCAL_HOSTS]))
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> str:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    ).decode()
-
-
-def _pem(cert: x509.Certificate) -> str:
-    return cert.public_bytes(serialization.Encoding.PEM).decode()
-
-
 def _san(host: str) -> x509.GeneralName:
     try:
         return x509.IPAddress(ipaddress.ip_address(host))
     except ValueError:
         return x509.DNSName(host)
-
-
-def _builder(subject: str, issuer: x509.Name, key: Any, days: int) -> x509.CertificateBuilder:
-    now = datetime.datetime.now(datetime.UTC)
-    return (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-        .issuer_name(issuer)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))  # a primary's clock may lag a little
-        .not_valid_after(now + datetime.timedelta(days=days))
-    )
 
 
 def issue(ca_pem: str, ca_key_pem: str, hosts: Sequence[str]) -> ApiPki:
@@ -121,7 +99,7 @@ def issue(ca_pem: str, ca_key_pem: str, hosts: Sequence[str]) -> ApiPki:
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
-        _builder(f"swarm-autoscaler keeper {hosts[0]}", ca.subject, key, LEAF_DAYS)
+        cert_builder(name(f"swarm-autoscaler keeper {hosts[0]}"), ca.subject, key, LEAF_DAYS)
         .add_extension(x509.SubjectAlternativeName([_san(h) for h in hosts]), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
@@ -132,16 +110,16 @@ def issue(ca_pem: str, ca_key_pem: str, hosts: Sequence[str]) -> ApiPki:
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    return ApiPki(ca_pem, ca_key_pem, _pem(cert), _key_pem(key), tuple(hosts))
+    return ApiPki(ca_pem, ca_key_pem, cert_pem(cert), key_pem(key), tuple(hosts))
 
 
 def make_api_pki(keeper_name: str, hosts: Sequence[str]) -> ApiPki:
     """A new CA for this keeper's API and a server certificate for `hosts`."""
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    name = f"swarm-autoscaler keeper {keeper_name} API CA"
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    common = f"swarm-autoscaler keeper {keeper_name} API CA"
+    subject = name(common)
     ca = (
-        _builder(name, subject, ca_key, CA_DAYS)
+        cert_builder(subject, subject, ca_key, CA_DAYS)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
@@ -149,7 +127,7 @@ def make_api_pki(keeper_name: str, hosts: Sequence[str]) -> ApiPki:
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    return issue(_pem(ca), _key_pem(ca_key), hosts)
+    return issue(cert_pem(ca), key_pem(ca_key), hosts)
 
 
 def server_context_of(pki: ApiPki) -> ssl.SSLContext:

@@ -24,23 +24,27 @@ from swarm_autoscaler.keeper.credentials import Credentials
 VALID_DAYS = 400
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> str:
+def key_pem(key: ec.EllipticCurvePrivateKey) -> str:
+    """`key` as unencrypted PKCS#8 PEM."""
     return key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     ).decode()
 
 
-def _cert_pem(cert: x509.Certificate) -> str:
+def cert_pem(cert: x509.Certificate) -> str:
+    """`cert` as PEM."""
     return cert.public_bytes(serialization.Encoding.PEM).decode()
 
 
-def _name(common: str) -> x509.Name:
+def name(common: str) -> x509.Name:
+    """An X.509 name of just a common name."""
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
 
 
-def _builder(
-    subject: x509.Name, issuer: x509.Name, key: ec.EllipticCurvePrivateKey
+def cert_builder(
+    subject: x509.Name, issuer: x509.Name, key: ec.EllipticCurvePrivateKey, days: int = VALID_DAYS
 ) -> x509.CertificateBuilder:
+    """A certificate for `key`, valid from 5 minutes ago for `days` (the keeper's clusters' and its API's)."""
     now = datetime.datetime.now(datetime.UTC)
     return (
         x509.CertificateBuilder()
@@ -49,7 +53,7 @@ def _builder(
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))  # a primary's clock may lag a little
-        .not_valid_after(now + datetime.timedelta(days=VALID_DAYS))
+        .not_valid_after(now + datetime.timedelta(days=days))
     )
 
 
@@ -59,24 +63,24 @@ def _leaf(
     key = ec.generate_private_key(ec.SECP256R1())
     usages = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
     cert = (
-        _builder(_name(f"{cluster_id} {role}"), ca.subject, key)
+        cert_builder(name(f"{cluster_id} {role}"), ca.subject, key)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    return _cert_pem(cert), _key_pem(key)
+    return cert_pem(cert), key_pem(key)
 
 
 def make_credentials(cluster_id: str) -> Credentials:
     """A new CA for `cluster_id` and its scheduler, worker and client certificates."""
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    subject = _name(f"swarm-autoscaler cluster {cluster_id} CA")
+    subject = name(f"swarm-autoscaler cluster {cluster_id} CA")
     ca = (
-        _builder(subject, subject, ca_key)
+        cert_builder(subject, subject, ca_key)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
     scheduler = _leaf(cluster_id, "scheduler", ca, ca_key)
     worker = _leaf(cluster_id, "worker", ca, ca_key)
     client = _leaf(cluster_id, "client", ca, ca_key)
-    return Credentials(_cert_pem(ca), _key_pem(ca_key), *scheduler, *worker, *client)
+    return Credentials(cert_pem(ca), key_pem(ca_key), *scheduler, *worker, *client)
