@@ -83,6 +83,9 @@ def _config(
         "AUTOSCALER_KEEPER_PRIMARY_PRICE_PER_HOUR": "0.1",
         "AUTOSCALER_KEEPER_WORKER_TYPES": json.dumps({"t3.micro": {"ami_id": network.ami_id, "price_per_hour": 0.01}}),
         "AUTOSCALER_KEEPER_HTTP_PORT": port,
+        # not dask's 8786/8787 (see test_keeper_process.keeper_env): nothing but this test answers the probe
+        "AUTOSCALER_KEEPER_SCHEDULER_PORT": str(free_port()),
+        "AUTOSCALER_KEEPER_DASHBOARD_PORT": str(free_port()),
         "AUTOSCALER_KEEPER_SECRETS_KEY": SECRETS_KEY,
         "AUTOSCALER_HTTP_HOST": "127.0.0.1",
         "AUTOSCALER_EC2_ENDPOINT": moto.endpoint,

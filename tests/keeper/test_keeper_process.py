@@ -93,6 +93,11 @@ def keeper_env(moto: MotoServer, network: LocalNetwork, redis: RedisServer, port
             "AUTOSCALER_KEEPER_CHECK_INTERVAL": "0.5s",
             "AUTOSCALER_KEEPER_LOCK_TTL": "2s",
             "AUTOSCALER_KEEPER_HTTP_PORT": str(port),
+            # the primaries' scheduler ports, not dask's 8786/8787: a scheduler listening on every address
+            # beside this run (the README's stack in make test's dockerd lane) would answer the keeper's
+            # probe at a primary's loopback address, and its cluster would look running unbooted
+            "AUTOSCALER_KEEPER_SCHEDULER_PORT": str(free_port()),
+            "AUTOSCALER_KEEPER_DASHBOARD_PORT": str(free_port()),
             "AUTOSCALER_HTTP_HOST": "127.0.0.1",
             "AUTOSCALER_EC2_ENDPOINT": moto.endpoint,
             "AUTOSCALER_EC2_ACCESS_KEY_ID": LOCAL_ACCESS_KEY,
@@ -173,7 +178,9 @@ async def test_keeper_process_serves_the_api_launches_and_ends_a_cluster_and_sto
                 "w1",
             )
             assert created["state"] == "starting"
-            assert created["scheduler_url"] == f"tls://{primary['PrivateIpAddress']}:8786"
+            assert created["scheduler_url"] == (
+                f"tls://{primary['PrivateIpAddress']}:{env['AUTOSCALER_KEEPER_SCHEDULER_PORT']}"
+            )
 
             async with session.delete(f"{base}/v1/clusters/alice/w1", headers=auth) as response:
                 assert response.status == 202
