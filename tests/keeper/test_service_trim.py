@@ -66,7 +66,9 @@ async def test_a_failing_trim_is_logged_and_discovery_goes_on() -> None:
     keeper = Keeper(hosts, FakeProbe(), SharedLocks(lambda: now[0]).for_replica("a"), TIMING,
                     interval=0.05, clock=lambda: now[0], max_workers=1)  # fmt: skip
 
-    async def unreachable(maximum: int, cluster_ids: Iterable[str]) -> list[tuple[str, str, str]]:
+    async def unreachable(
+        maximum: int, cluster_ids: Iterable[str], types: object = None
+    ) -> list[tuple[str, str, str]]:
         raise EndpointError("fake EC2", "unreachable")
 
     hosts.trim = unreachable  # type: ignore[method-assign]  # the fake EC2 failing, not our code

@@ -135,9 +135,11 @@ class Keeper:
                 # again, held or not: another request may have created it (waiters queued behind a
                 # slow creation each read under the lock, one after another, and the last ones time out)
                 live = _live(await self.hosts.find(key))
-                if live is None and not held:
-                    raise KeeperBusyError(f"cluster of {key.user_id}/{key.wallet_id} is being created; retry")
                 if live is None:
+                    if not held:
+                        raise KeeperBusyError(
+                            f"cluster of {key.user_id}/{key.wallet_id} is being created; retry"
+                        )
                     cluster = await self._create(key, wanted or DEFAULT_PROFILE)
         if live is not None:
             if wanted is not None and live.profile != wanted:
@@ -324,9 +326,10 @@ class Keeper:
 
     async def trim(self) -> None:
         """End, in the clusters this replica holds, the workers past the cluster's maximum, those naming
-        another cluster's primary and those of a type the keeper does not offer the cluster (`types_of`), from the listing just made (a cluster's autoscaler never launches them:
-        a user's code on its primary, holding the primary's role, did). One line and one
-        `worker-trimmed` action each; a failure is logged and the next listing tries again."""
+        another cluster's primary and those of a type the keeper does not offer the cluster (`types_of`),
+        from the listing just made and a fresh read of the cluster (`ClusterHosts.trim`): a cluster's
+        autoscaler never makes them, a user's code on its primary did. One line and one `worker-trimmed`
+        action each; a failure is logged and the next listing tries again."""
         if self.max_workers is None or not self._held:
             return
         held = sorted(self._held)
@@ -334,11 +337,7 @@ class Keeper:
         if self.types_of is not None:
             types = {cid: self.types_of(self._known[cid]) for cid in held if cid in self._known}
         try:
-            ended = await (
-                self.hosts.trim(self.max_workers, held)
-                if types is None
-                else self.hosts.trim(self.max_workers, held, types)
-            )
+            ended = await self.hosts.trim(self.max_workers, held, types)
         except AutoscalerError as exc:
             log.warning("ending workers past their cluster's maximum failed", error=str(exc))
             return
