@@ -261,7 +261,7 @@ async def _life(
         _print_services(swarm, kc, cid)
     (primary,) = primaries_of(kc, cid)
     ip = primary["PrivateIpAddress"]
-    assert body["scheduler_url"] == f"tls://{ip}:8786"
+    assert body["scheduler_url"] == f"tls://{ip}:{kc.scheduler_port}"
     primary_node = _node_of(swarm, primary)
     assert primary_node is not None, sorted(swarm.nodes)
     assert primary_node.address == ip and address_of(primary_node.hostname) == ip

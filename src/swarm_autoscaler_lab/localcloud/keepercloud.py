@@ -91,10 +91,11 @@ class KeeperCloud:
         self.network: LocalNetwork | None = None
         self.primaries: PrimaryEmulator | None = None
         self.prefix = claim_loopback_prefix()  # no other local cloud on this machine uses it
-        # Ports of its own for the emulated primaries' schedulers, not dask's 8786/8787: a scheduler
-        # elsewhere on this machine listening on every address (the README's stack in the dockerd lane,
-        # beside the fast lane) owns those ports on 127.N.0.4 too, and the keeper took it for its own
-        # primary's (a cluster "running" before its primary booted, in the fast lane of `make test`).
+        # Ports of its own for the primaries' schedulers, not dask's 8786/8787, in every keeper's settings
+        # (`keeper_env`) and the primaries' emulator alike (a real boot takes them from the settings): a
+        # scheduler elsewhere on this machine listening on every address (the README's stack in the
+        # dockerd lane, beside the fast lane) owns those ports on 127.N.0.4 too, and the keeper took it
+        # for its own primary's (a cluster "running" before its primary booted).
         self.scheduler_port, self.dashboard_port = free_port(), free_port()
         self.token = secrets.token_urlsafe(24)
         # moto's backends are process-wide: a name of its own keeps this cloud's keepers away from the
@@ -207,6 +208,8 @@ class KeeperCloud:
             "AUTOSCALER_KEEPER_LOCK_TTL": "3s" if fast else "6s",
             "AUTOSCALER_KEEPER_USAGE_INTERVAL": "1s" if fast else "2s",
             "AUTOSCALER_KEEPER_HTTP_PORT": str(http_port),
+            "AUTOSCALER_KEEPER_SCHEDULER_PORT": str(self.scheduler_port),
+            "AUTOSCALER_KEEPER_DASHBOARD_PORT": str(self.dashboard_port),
             "AUTOSCALER_HTTP_HOST": "127.0.0.1",
             "AUTOSCALER_LOG_FORMAT": "console",
         }
@@ -234,9 +237,6 @@ class KeeperCloud:
 
         port = http_port or free_port()
         env = {**self.keeper_env(idle_timeout_s=idle_timeout_s, http_port=port), **(extra or {})}
-        if boot_primaries or self.primaries is not None:  # emulated primaries: this cloud's own ports
-            env.setdefault("AUTOSCALER_KEEPER_SCHEDULER_PORT", str(self.scheduler_port))
-            env.setdefault("AUTOSCALER_KEEPER_DASHBOARD_PORT", str(self.dashboard_port))
         config = load_keeper_settings(self.write_env(f"keeper-{port}.env", env))
         if self.primaries is None and boot_primaries:
             self.boot_keeper_primaries(config.keeper.name)
