@@ -432,15 +432,24 @@ class CloudHost:
 
     def partition(self, share: float, on: bool) -> int:
         """A network partition between the swarm's managers and its workers: `on`, the nodes of `share`
-        of the ready nodes (drawn by the seed) look down; their machines and dask workers run on. Off,
-        they are ready again. Returns how many nodes it took down (0 when lifted)."""
+        of the ready nodes of live machines (drawn by the seed) look down; their machines and dask workers
+        run on. A ready node whose machine is already gone from EC2's listing is not drawn: a boot under
+        way when the daemon ended its machine still joins and leaves moments later, and removing that
+        node is no disruption of a partitioned machine (seed 877425 drew one, and the guard counted its
+        removal). Off, they are ready again. Returns how many nodes it took down (0 when lifted)."""
         if not on:
             for host in self.partitioned:
                 if self.swarm.by_hostname(host) is not None:
                     self.swarm.set_status(host, NodeStatus.READY)
             self.partitioned = set()
             return 0
-        ready = sorted(n.hostname for n in self.swarm.nodes.values() if n.status == NodeStatus.READY)
+        assert self.emulator is not None
+        live = {machine.hostname for machine in self.emulator.machines.values()}
+        ready = sorted(
+            n.hostname
+            for n in self.swarm.nodes.values()
+            if n.status == NodeStatus.READY and n.hostname in live
+        )
         self._rng.shuffle(ready)
         taken = ready[: math.ceil(share * len(ready))]
         for host in taken:
