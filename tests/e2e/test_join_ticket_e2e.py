@@ -1,7 +1,9 @@
-"""A real dockerd node joins through a join ticket: the daemon (in-process, `AUTOSCALER_EC2_JOIN_URL`
-set) launches a machine whose user data carries a ticket and no join token; the machine's boot reads its
-private IP from its metadata service, posts the ticket from that address to the daemon's join endpoint,
-and joins the swarm with the token it answered; its worker (the worker service's task) runs work; the
+"""A real dockerd node joins through a join ticket: the daemon (in-process, `AUTOSCALER_EC2_JOIN_URL=auto`
+as the README deploys it, listening on its swarm manager's own address as the stack's host-mode port
+does) launches a machine whose user data carries a ticket and no join token, and names the join URL
+`auto` read from the real swarm (its manager's advertised address, `ManagerStatus.Addr`, at the HTTP
+port); the machine's boot reads its private IP from its metadata service, posts the ticket from that
+address to that URL, and joins the swarm with the token it answered; its worker (the worker service's task) runs work; the
 fleet goes back to zero. Then the ticket, read from user data as a read-only principal would, is
 replayed from the machine's own address (its node joined) and from another: both get nothing.
 
@@ -52,9 +54,9 @@ async def test_a_machine_joins_through_its_ticket_and_the_ticket_is_worthless_af
     assert lc.scheduler is not None and lc.metadata is not None and lc.orchestrator is not None
     assert lc.options.vpc_prefix.startswith("127."), "the e2e cloud's VPC is carved from loopback"
     port = _free_port()
-    url = f"http://127.0.0.1:{port}/v1/join"
+    url = f"http://{lc.join_host()}:{port}/v1/join"  # what `auto` derives from the swarm's manager
     before = set(owned_instances(lc, ("pending", "running", "shutting-down", "terminated")))
-    async with lc.daemon(lc.join_ticket_env(port)) as daemon:
+    async with lc.daemon(lc.join_ticket_env(port, auto=True)) as daemon:
         running = await start(daemon)
         try:
             async with Client(lc.scheduler_address, asynchronous=True) as client:
@@ -81,6 +83,7 @@ async def test_a_machine_joins_through_its_ticket_and_the_ticket_is_worthless_af
             tags = {t["Key"]: t["Value"] for t in inst.get("Tags", ())}
             assert "SWMTKN" not in user_data and not [v for v in tags.values() if "SWMTKN" in v]
             assert JOIN_NONCE_TAG in tags
+            assert url in user_data  # the join URL `auto` read from the real swarm
             found = re.search(r'"ticket": "([0-9a-f]{64})"', user_data)
             assert found is not None
             ticket = {"ticket": found.group(1)}

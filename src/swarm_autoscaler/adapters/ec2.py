@@ -178,7 +178,7 @@ class Ec2Cloud(Ec2Transport):
         retry_max: float = 20.0,
         timeout: float = 30.0,
         join_paused: bool = False,
-        join_urls: Sequence[str] = (),
+        join_urls: Sequence[str] | ec2_join.JoinUrls = (),
     ) -> None:
         super().__init__(
             region=region,
@@ -202,12 +202,12 @@ class Ec2Cloud(Ec2Transport):
         self._groups = list(security_group_ids)
         self._join_command = join_command
         self._join_paused = join_paused  # machines join paused (the dynamic mode: `Policy.join_paused`)
-        # Set: user data carries a join ticket for the daemon's join endpoint at these URLs, not the
-        # swarm join token (`ec2_join`, `join_tickets`).
+        # Set: user data carries a join ticket for the daemon's join endpoint at these URLs (or, `auto`,
+        # the managers'), not the swarm join token (`ec2_join`, `join_tickets`).
         self.join_urls = ec2_join.join_urls(join_urls)
         self._types = dict(allowed_types)  # name -> (ami id, boot script)
         for name, (_, script) in self._types.items():
-            check_user_data(name, script, self.join_urls)  # over EC2's 16 KiB: every launch would fail
+            check_user_data(name, script, self.join_urls.worst_case())  # over 16 KiB: every launch fails
         self._key_name = key_name
         self._profile = iam_instance_profile
         self._custom_tags = dict(custom_tags or {})
@@ -449,7 +449,7 @@ class Ec2Cloud(Ec2Transport):
         types, so each machine's worker publishes the resources the planner counts on)."""
         for name, script in scripts.items():
             if name in self._types:
-                check_user_data(name, script, self.join_urls)
+                check_user_data(name, script, self.join_urls.worst_case())
                 self._types[name] = (self._types[name][0], script)
 
     async def _prepare_launch(
@@ -464,7 +464,7 @@ class Ec2Cloud(Ec2Transport):
         tags = self._instance_tags(labels)
         if pool:
             tags[POOL_TAG] = PoolPhase.PREPARE.value
-        more = (SPOT in self._backoff.capacities.get(type_name, ())) + bool(self.join_urls)  # spot, nonce
+        more = (SPOT in self._backoff.capacities.get(type_name, ())) + self.join_urls.on  # spot, nonce
         if len(tags) + more > MAX_TAGS:
             return f"{len(tags)} tags (ownership, labels, custom) exceed EC2's limit of {MAX_TAGS}"
         if pool:

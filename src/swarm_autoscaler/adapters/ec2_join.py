@@ -6,6 +6,10 @@ as it always did. With them it carries a join ticket instead (`adapters.join_tic
 launch's instances get the ticket's nonce as the tag `JOIN_NONCE_TAG`: one nonce per RunInstances (all
 its instances share one user data) or per warm-pool start. What binds a ticket to one machine is the
 endpoint's check of the source address (`daemon.join`), not the nonce.
+
+`AUTOSCALER_EC2_JOIN_URL=auto` (`JoinUrls.managers`): the URLs are every manager's address as swarm
+advertises it to workers (`Orchestrator.manager_addresses`), at the daemon's HTTP port, read when a
+launch renders its user data (managers come and go), from the read its `join_command` made.
 """
 
 from __future__ import annotations
@@ -23,15 +27,65 @@ from swarm_autoscaler.adapters.boot_scripts import (
     render_user_data,
 )
 from swarm_autoscaler.adapters.ec2_support import to_endpoint_error, to_instance
-from swarm_autoscaler.adapters.join_tickets import JOIN_NONCE_TAG, new_nonce, ticket
+from swarm_autoscaler.adapters.join_tickets import JOIN_NONCE_TAG, JOIN_PATH, new_nonce, ticket
 from swarm_autoscaler.core.model import Instance
+from swarm_autoscaler.errors import ConfigurationError
+
+# What the start-up size check renders `auto` with: swarm's advice is at most 7 managers; a launch whose
+# user data is over EC2's limit after all is refused then, with its own message (`_prepare_launch`).
+_WORST_MANAGERS = 9
+_WORST_HOST = "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]"
+
+
+@dataclass(frozen=True, slots=True)
+class JoinUrls:
+    """Where machines post their join ticket: the `fixed` URLs, or, with `managers` set (`auto`), every
+    manager's address at `port`, read at each launch. Neither: no join tickets (`on` is False)."""
+
+    fixed: tuple[str, ...] = ()
+    managers: Callable[[], Awaitable[tuple[str, ...]]] | None = None
+    port: int = 0
+
+    @property
+    def on(self) -> bool:
+        return bool(self.fixed) or self.managers is not None
+
+    def worst_case(self) -> tuple[str, ...]:
+        """The URLs the start-up check of user data sizes renders with (`boot_scripts.check_user_data`)."""
+        if self.managers is None:
+            return self.fixed
+        return (f"http://{_WORST_HOST}:65535{JOIN_PATH}",) * _WORST_MANAGERS
+
+    async def resolve(self) -> tuple[str, ...]:
+        """The URLs for a launch now. `auto` with no manager address raises `ConfigurationError`, and
+        what `managers` raises (`EndpointError`)."""
+        if self.managers is None:
+            return self.fixed
+        urls = auto_join_urls(await self.managers(), self.port)
+        if not urls:
+            raise ConfigurationError(
+                "AUTOSCALER_EC2_JOIN_URL=auto: swarm names no reachable manager address (docker's "
+                "ManagerStatus.Addr) to give machines as a join URL; list the join URLs instead"
+            )
+        return urls
+
+
+def auto_join_urls(managers: Sequence[str], port: int) -> tuple[str, ...]:
+    """`http://<host>:<port>/v1/join` for each manager address `host:swarm port` (an IPv6 host keeps its
+    brackets), in order, without duplicates or unspecified addresses."""
+    urls = []
+    for address in managers:
+        host = address.rpartition(":")[0] if ":" in address else address
+        if host and host not in ("0.0.0.0", "[::]"):
+            urls.append(f"http://{host}:{port}{JOIN_PATH}")
+    return tuple(dict.fromkeys(urls))
 
 
 class JoinHost(Protocol):
     """What these calls need of `Ec2Cloud`."""
 
     endpoint: str
-    join_urls: tuple[str, ...]
+    join_urls: JoinUrls
     _join_command: Callable[[], Awaitable[tuple[str, str]]]
     _join_paused: bool
 
@@ -48,15 +102,16 @@ async def join_user_data(host: JoinHost, boot_script: str | None) -> tuple[str, 
     raises (`AutoscalerError`)."""
     token, manager = await host._join_command()
     paused = host._join_paused
-    if not host.join_urls:
+    if not host.join_urls.on:
         if boot_script is None:
             return render_start_user_data(token, manager, paused), {}
         return render_user_data(boot_script, token, manager, paused), {}
+    urls = await host.join_urls.resolve()  # after join_command: `auto` reads the managers it just read
     nonce = new_nonce()
     join_ticket = ticket(token, nonce)
     if boot_script is None:
-        return render_ticket_start_user_data(host.join_urls, join_ticket, paused), {JOIN_NONCE_TAG: nonce}
-    return render_ticket_user_data(boot_script, host.join_urls, join_ticket, paused), {JOIN_NONCE_TAG: nonce}
+        return render_ticket_start_user_data(urls, join_ticket, paused), {JOIN_NONCE_TAG: nonce}
+    return render_ticket_user_data(boot_script, urls, join_ticket, paused), {JOIN_NONCE_TAG: nonce}
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +144,8 @@ async def machines_at(host: JoinHost, address: str) -> tuple[JoiningMachine, ...
     return tuple(found)
 
 
-def join_urls(urls: Sequence[str]) -> tuple[str, ...]:
-    """The join URLs, without blanks and duplicates, in order."""
-    return tuple(dict.fromkeys(u.strip() for u in urls if u.strip()))
+def join_urls(urls: Sequence[str] | JoinUrls) -> JoinUrls:
+    """The join URLs: given as `JoinUrls`, or as fixed URLs (without blanks and duplicates, in order)."""
+    if isinstance(urls, JoinUrls):
+        return urls
+    return JoinUrls(tuple(dict.fromkeys(u.strip() for u in urls if u.strip())))

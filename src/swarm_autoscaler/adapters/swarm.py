@@ -16,6 +16,7 @@ into `EndpointError` or `NotFoundError`.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping
 from types import MappingProxyType, TracebackType
 from typing import Any
@@ -32,6 +33,9 @@ from swarm_autoscaler.errors import EndpointError, NotFoundError
 DEFAULT_PREFIX = "swarm-autoscaler."
 _TIME_MARKS = ("empty_since", "drained_since", "termination_started", "down_since", "cordoned_since")
 _TRUE = frozenset({"true", "1", "yes"})
+# How long `manager_addresses` answers from the managers `join_command` read: the two are asked one after
+# the other for one launch's user data, so one docker call serves both.
+MANAGERS_FRESH_S = 5.0
 
 Spec = dict[str, Any]
 
@@ -133,6 +137,7 @@ class SwarmOrchestrator:
         self._attempts = update_attempts
         self._docker: aiodocker.Docker | None = None
         self._endpoint = f"docker engine {docker_url}"
+        self._managers: tuple[float, list[Mapping[str, Any]]] = (-math.inf, [])  # (monotonic, statuses)
 
     # ------------------------------------------------------------------ session
 
@@ -220,9 +225,7 @@ class SwarmOrchestrator:
     async def join_command(self) -> tuple[str, str]:
         """(worker join token, manager address host:port), preferring the leader's address."""
         swarm = await self._call("inspect swarm", self._client().swarm.inspect())
-        managers = await self._call("list managers", self._client().nodes.list(filters={"role": "manager"}))
-        statuses = [m.get("ManagerStatus") or {} for m in managers]
-        statuses.sort(key=lambda s: (not s.get("Leader", False), s.get("Reachability") != "reachable"))
+        statuses = await self._read_managers()
         try:
             token = swarm["JoinTokens"]["Worker"]
             addr = next(s["Addr"] for s in statuses if s.get("Addr"))
@@ -231,6 +234,26 @@ class SwarmOrchestrator:
                 self._endpoint, f"no worker token or manager address in swarm ({exc!r})"
             ) from exc
         return str(token), str(addr)
+
+    async def manager_addresses(self) -> tuple[str, ...]:
+        """Every manager's `ManagerStatus.Addr` (its advertised address: what workers join, so what they
+        reach), the leader first, unreachable ones left out. From the managers `join_command` read when
+        that was under `MANAGERS_FRESH_S` ago (a launch asks both, one after the other), else read now.
+        Not `Status.Addr`: that is the source address swarm's dispatcher saw the node's connection come
+        from, not the one workers are told to reach (on a local dockerd swarm both read 127.0.0.11)."""
+        read_at, statuses = self._managers
+        if time.monotonic() - read_at >= MANAGERS_FRESH_S:
+            statuses = await self._read_managers()
+        found = (str(s["Addr"]) for s in statuses if s.get("Addr") and s.get("Reachability") != "unreachable")
+        return tuple(dict.fromkeys(found))
+
+    async def _read_managers(self) -> list[Mapping[str, Any]]:
+        """The managers' `ManagerStatus`, the leader first, then the reachable; remembered with the time."""
+        managers = await self._call("list managers", self._client().nodes.list(filters={"role": "manager"}))
+        statuses = [m.get("ManagerStatus") or {} for m in managers]
+        statuses.sort(key=lambda s: (not s.get("Leader", False), s.get("Reachability") != "reachable"))
+        self._managers = (time.monotonic(), statuses)
+        return statuses
 
     # ------------------------------------------------------------------ steps
 

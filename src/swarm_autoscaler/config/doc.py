@@ -38,6 +38,13 @@ def required_when(field: FieldInfo) -> str:
     return str(extra.get("required_when", "")) if isinstance(extra, dict) else ""
 
 
+def template_value(field: FieldInfo) -> str:
+    """The value `.env.template` sets for a field whose default is kept for compatibility but which the
+    README's deployment sets (`json_schema_extra`'s "template"), or "": written uncommented with it."""
+    extra = field.json_schema_extra
+    return str(extra.get("template", "")) if isinstance(extra, dict) else ""
+
+
 def _default(field: FieldInfo) -> str | None:
     """The default as it would be written in the environment; None when the field is required."""
     if field.is_required():
@@ -73,10 +80,15 @@ def env_template() -> str:
             lines.append("")
         default = _default(field)
         when = required_when(field)
+        preset = template_value(field)
         shown = f"required when {when}" if when else _shown_default(default)
+        if preset:
+            shown += f"; the README's deployment sets {preset}"
         text = f"{field.description} ({_kind(field)}{shown})"
         lines.extend(textwrap.wrap(text, width=105, initial_indent="# ", subsequent_indent="# "))
-        if default is None or when:
+        if preset:
+            lines.append(f"{name}={_quote(preset)}")
+        elif default is None or when:
             lines.append(f"{name}={_quote(_example(field))}")
         else:
             lines.append(f"# {name}={_quote(default)}")

@@ -15,7 +15,7 @@ import annotated_types
 from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 
-from swarm_autoscaler.config.doc import _default, _example, _title, required_when
+from swarm_autoscaler.config.doc import _default, _example, _title, required_when, template_value
 from swarm_autoscaler.config.types import DurationMark
 from swarm_autoscaler.config.variables import variables
 
@@ -144,7 +144,8 @@ def settings_reference() -> str:
         rows.append(f"| [`{name}`](#{anchor}) | {type_of(field)} | {shown} |")
         example = example_of(name, field)
         lines = [f"### `{name}`", "", field.description or "", "", f"- Type: {type_of(field)}"]
-        lines.append(f"- Default: {shown}")
+        preset = template_value(field)
+        lines.append(f"- Default: {shown}" + (f" (`.env.template` sets {_code(preset)})" if preset else ""))
         if example:
             lines.append(f"- Example: {_code(f'{name}={example}')}")
         sections.append("\n".join(lines) + "\n")

@@ -380,11 +380,14 @@ class Ec2Settings(Ec2AccessSettings):
     join_url: IdList = Field(
         default_factory=list,
         description="Where new machines reach this daemon's join endpoint, POST /v1/join on "
-        "AUTOSCALER_HTTP_PORT (JSON list or comma separated; each tried in turn, so name every manager that "
-        "may run a replica). Set: a machine's user data carries a one-use join ticket, not the swarm join "
-        "token, and the daemon answers the token only to one of its own machines booting, asking from its "
-        "private IP (docs/security.md). The port must be reached from the workers' subnets without NAT or "
-        "the swarm routing mesh (docs/deployment.md). Empty = the join token in user data, as before.",
+        "AUTOSCALER_HTTP_PORT: `auto` (every manager's address as swarm advertises it to workers, read at "
+        "each launch; the README's stack publishes the port in host mode on the managers), or URLs as a "
+        "JSON list or comma separated (each tried in turn, so name every manager that may run a replica). "
+        "Set: a machine's user data carries a one-use join ticket, not the swarm join token, and the daemon "
+        "answers the token only to one of its own machines booting, asking from its private IP "
+        "(docs/security.md). The port must be reached from the workers' subnets without NAT or the swarm "
+        "routing mesh (docs/deployment.md). Empty = the swarm join token in every machine's user data, as "
+        "before (the daemon warns at start).",
         json_schema_extra={"example": "http://10.0.0.10:8000/v1/join,http://10.0.1.10:8000/v1/join"},
     )
     listing_url: str = Field(
@@ -418,12 +421,23 @@ class Ec2Settings(Ec2AccessSettings):
     @field_validator("join_url")
     @classmethod
     def _join_urls(cls, value: list[str]) -> list[str]:
+        if "auto" in value:
+            if value != ["auto"]:
+                raise PydanticCustomError(
+                    "url", "`auto` alone, or URLs without it, got {value}", {"value": value}
+                )
+            return value
         bad = [u for u in value if not re.fullmatch(r"https?://[^\s/]+/\S*", u)]
         if bad:
             raise PydanticCustomError(
                 "url", "each must be an http:// or https:// URL, got {bad}", {"bad": bad}
             )
         return value
+
+    @property
+    def join_auto(self) -> bool:
+        """`AUTOSCALER_EC2_JOIN_URL=auto`: the join URLs are the managers' (`ec2_join.JoinUrls`)."""
+        return self.join_url == ["auto"]
 
     @field_validator("max_instances")
     @classmethod

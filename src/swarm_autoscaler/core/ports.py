@@ -167,6 +167,14 @@ class Orchestrator(Protocol):
         """(worker join token, manager address host:port) for new machines' user data."""
         ...
 
+    async def manager_addresses(self) -> tuple[str, ...]:
+        """Every manager's address, host:port, as swarm gives it to joining workers (docker's
+        `ManagerStatus.Addr`, the address a manager advertises), the leader first, managers known to be
+        unreachable left out: where machines reach the managers (`AUTOSCALER_EC2_JOIN_URL=auto`). Called
+        right after `join_command` when a launch renders its user data, so an adapter may answer from the
+        managers that call read (a few seconds old at most) instead of asking again."""
+        ...
+
 
 @runtime_checkable
 class Workload(Protocol):

@@ -34,7 +34,7 @@ from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.model import InstanceType, Policy
 from swarm_autoscaler.core.ports import Lock, Orchestrator, Workload
 from swarm_autoscaler.core.services import dynamic_policy
-from swarm_autoscaler.daemon.join import JoinDesk, add_join_route
+from swarm_autoscaler.daemon.join import JoinDesk, add_join_route, check_join_urls, join_desk, join_urls
 from swarm_autoscaler.daemon.loop import Daemon, InFlightCloud
 from swarm_autoscaler.daemon.metrics import Metrics, build_app
 from swarm_autoscaler.daemon.prices import Prices
@@ -70,7 +70,7 @@ async def open_daemon(
         ec2 = _ec2(settings, swarm)  # not connected yet: its clock reads the host's until EC2 answers
         metrics.ec2.follow(ec2.stats)
         clock = ec2.now
-        desk = _join_desk(settings, ec2, swarm)
+        desk = join_desk(settings, ec2, swarm)
         if serve_http and settings.http.port:
             await _serve_http(
                 stack, settings, metrics, lambda: built[0].last_success if built else None, clock, desk
@@ -97,6 +97,7 @@ async def open_daemon(
             else ""
         )
         await _checked(where, claim(ec2, swarm_id))
+        await _checked("AUTOSCALER_DOCKER_URL", check_join_urls(ec2))
         if desk is not None:
             desk.ready = True  # the deployment id is known: `ec2._owned` now tells our machines
         _log_clock(ec2)  # after every check: a failed start says one line and nothing else
@@ -182,25 +183,6 @@ async def _serve_http(
     stack.push_async_callback(runner.cleanup)
 
 
-def _join_desk(settings: Settings, ec2: Ec2Cloud, swarm: Orchestrator) -> JoinDesk | None:
-    """The join endpoint's checks (`daemon.join`), with `AUTOSCALER_EC2_JOIN_URL` set; refused at start
-    when nothing would serve them (`AUTOSCALER_HTTP_PORT=0`)."""
-    if not settings.ec2.join_url:
-        return None
-    if not settings.http.port:
-        raise ConfigurationError(
-            "AUTOSCALER_EC2_JOIN_URL is set but AUTOSCALER_HTTP_PORT is 0: machines would find no join "
-            "endpoint and fail their boot; set the port the join URLs name"
-        )
-    return JoinDesk(
-        machines_at=ec2.machines_at,
-        join_command=swarm.join_command,
-        list_nodes=swarm.list_nodes,
-        clock=ec2.now,
-        max_start_time=settings.timing.max_start_time,
-    )
-
-
 def _ec2(settings: Settings, swarm: Orchestrator) -> Ec2Cloud:
     """The EC2 adapter; a keeper cluster's (`AUTOSCALER_EC2_LISTING_URL` set) reads its instances from
     the keeper's listing (`adapters.keeper_listing`)."""
@@ -238,7 +220,7 @@ def _ec2(settings: Settings, swarm: Orchestrator) -> Ec2Cloud:
         join_command=swarm.join_command,
         # the dynamic mode's machines join paused; the planner sets each active once it takes it in
         join_paused=settings.mode == "dynamic",
-        join_urls=settings.ec2.join_url,
+        join_urls=join_urls(settings, swarm),
     )
 
 

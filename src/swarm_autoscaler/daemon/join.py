@@ -22,6 +22,12 @@ Refusals: a malformed request is 400 (body not a JSON object with one 64-hex-dig
 failed (the log line says which: one line, never the ticket); more than `PER_ADDRESS` requests from one
 address within `WINDOW_S`, or more than `CONCURRENT` lookups at once, is 429; EC2 or swarm failing, or a
 daemon not started yet, is 503. Each is one log line.
+
+The wiring `open_daemon` uses is here too: `join_desk` (refused without an HTTP port), `join_urls`
+(`AUTOSCALER_EC2_JOIN_URL=auto`: every manager's advertised address at `AUTOSCALER_HTTP_PORT`, read from
+swarm at each launch, `ec2_join.JoinUrls`) and `check_join_urls` (at start: `auto` that finds no manager
+address is refused in one line; join tickets off is one warning, since the token then sits in every
+machine's user data).
 """
 
 from __future__ import annotations
@@ -36,15 +42,18 @@ from dataclasses import dataclass, field
 import structlog
 from aiohttp import web
 
-from swarm_autoscaler.adapters.ec2_join import JoiningMachine
+from swarm_autoscaler.adapters.ec2 import Ec2Cloud
+from swarm_autoscaler.adapters.ec2_join import JoiningMachine, JoinUrls
 from swarm_autoscaler.adapters.hostnames import machine_hostname
-from swarm_autoscaler.adapters.join_tickets import TICKET, ticket_matches
+from swarm_autoscaler.adapters.join_tickets import JOIN_PATH, TICKET, ticket_matches
+from swarm_autoscaler.config.settings import Settings
 from swarm_autoscaler.core.model import Node
-from swarm_autoscaler.errors import AutoscalerError
+from swarm_autoscaler.core.ports import Orchestrator
+from swarm_autoscaler.errors import AutoscalerError, ConfigurationError
 
 log = structlog.get_logger("swarm_autoscaler.daemon.join")
 
-ROUTE = "/v1/join"
+ROUTE = JOIN_PATH
 MAX_BODY = 1024
 PER_ADDRESS = 12  # a boot asks at most 5 times (boot_scripts.JOIN_ATTEMPTS), a warm-pool start as many
 WINDOW_S = 60.0
@@ -107,6 +116,47 @@ class JoinDesk:
         if any((host and machine_hostname(n.hostname) == host) or n.address == address for n in nodes):
             return 403, _REFUSED, f"{inst.id} already has a swarm node"
         return 200, {"token": token, "manager": manager}, f"{inst.id} may join"
+
+
+def join_desk(settings: Settings, ec2: Ec2Cloud, swarm: Orchestrator) -> JoinDesk | None:
+    """The join endpoint's checks (`daemon.join`), with `AUTOSCALER_EC2_JOIN_URL` set; refused at start
+    when nothing would serve them (`AUTOSCALER_HTTP_PORT=0`)."""
+    if not settings.ec2.join_url:
+        return None
+    if not settings.http.port:
+        raise ConfigurationError(
+            "AUTOSCALER_EC2_JOIN_URL is set but AUTOSCALER_HTTP_PORT is 0: machines would find no join "
+            "endpoint and fail their boot; set the port the join URLs name"
+        )
+    return JoinDesk(
+        machines_at=ec2.machines_at,
+        join_command=swarm.join_command,
+        list_nodes=swarm.list_nodes,
+        clock=ec2.now,
+        max_start_time=settings.timing.max_start_time,
+    )
+
+
+async def check_join_urls(ec2: Ec2Cloud) -> None:
+    """With join tickets, the URLs machines get now, said once (`auto` that finds no manager address is
+    refused: `JoinUrls.resolve`); without, one warning: the join token is then in every user data."""
+    if not ec2.join_urls.on:
+        log.warning(
+            "join tickets are off (AUTOSCALER_EC2_JOIN_URL is empty): the swarm join token goes into every "
+            "machine's user data, readable by anyone allowed ec2:DescribeInstanceAttribute and by every "
+            "process on the machine through its metadata service; set AUTOSCALER_EC2_JOIN_URL=auto and "
+            "publish AUTOSCALER_HTTP_PORT to the workers' subnets (docs/deployment.md)"
+        )
+        return
+    urls = await ec2.join_urls.resolve()
+    log.info("join tickets on: machines fetch the join token at boot", join_urls=list(urls))
+
+
+def join_urls(settings: Settings, swarm: Orchestrator) -> JoinUrls:
+    """`AUTOSCALER_EC2_JOIN_URL`: `auto` reads every manager's address from swarm at each launch."""
+    if settings.ec2.join_auto:
+        return JoinUrls(managers=swarm.manager_addresses, port=settings.http.port)
+    return JoinUrls(tuple(settings.ec2.join_url))
 
 
 def add_join_route(app: web.Application, desk: JoinDesk) -> None:

@@ -305,19 +305,32 @@ class LocalCloud:
             env["AUTOSCALER_MAX_START_TIME"] = "240s"
         return env
 
-    def join_ticket_env(self, port: int) -> dict[str, str]:
+    def join_ticket_env(self, port: int, *, auto: bool = False) -> dict[str, str]:
         """Settings that turn join tickets on for a daemon of this cloud serving HTTP on 127.0.0.1:`port`
-        (every loopback source reaches it). Needs a loopback VPC (`LocalCloudOptions.vpc_prefix`)."""
+        (every loopback source reaches it). Needs a loopback VPC (`LocalCloudOptions.vpc_prefix`).
+        `auto`: `AUTOSCALER_EC2_JOIN_URL=auto`, the daemon listening on its swarm manager's own address
+        (`join_host`), where `auto` sends the machines, as the README's stack publishes the port on each
+        manager."""
         if not self.options.vpc_prefix.startswith("127."):
             raise ConfigurationError(
                 "join tickets on the local cloud need a loopback VPC (LocalCloudOptions.vpc_prefix='127.N'): "
                 "a machine's boot must send from its PrivateIpAddress"
             )
+        host = self.join_host() if auto else "127.0.0.1"
         return {
-            "AUTOSCALER_HTTP_HOST": "127.0.0.1",
+            "AUTOSCALER_HTTP_HOST": host,
             "AUTOSCALER_HTTP_PORT": str(port),
-            "AUTOSCALER_EC2_JOIN_URL": f"http://127.0.0.1:{port}/v1/join",
+            "AUTOSCALER_EC2_JOIN_URL": "auto" if auto else f"http://127.0.0.1:{port}/v1/join",
         }
+
+    def join_host(self) -> str:
+        """The swarm manager's own address (the real swarm's manager advertises it; the in-memory swarm's
+        `manager_address`): where `AUTOSCALER_EC2_JOIN_URL=auto` sends the machines."""
+        from swarm_autoscaler_lab.localcloud.dockerd import LocalSwarm
+
+        if isinstance(self._swarm, LocalSwarm):
+            return str(self._swarm.manager.address)
+        return str(self._swarm.manager_address).rpartition(":")[0]
 
     def write_env_file(self, extra: Mapping[str, str] | None = None) -> Path:
         path = Path(self._tmp.name) / "daemon.env"

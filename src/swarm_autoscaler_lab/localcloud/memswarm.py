@@ -16,7 +16,8 @@ from swarm_autoscaler.errors import NotFoundError
 
 
 class MemorySwarm:
-    """Nodes in a dict. `join_token` and `manager_address` are fixed strings a machine presents.
+    """Nodes in a dict. `join_token` and `manager_address` are fixed strings a machine presents;
+    `managers` every manager's advertised address (default: `manager_address` alone).
     `cluster_name` is the cluster it serves: a node carrying `OWNERSHIP_LABEL=<cluster_name>` is ours."""
 
     def __init__(
@@ -25,10 +26,12 @@ class MemorySwarm:
         manager_address: str = "127.0.0.1:2377",
         *,
         cluster_name: str = "",
+        managers: tuple[str, ...] = (),
     ) -> None:
         self.cluster_name = cluster_name
         self.join_token = join_token
         self.manager_address = manager_address
+        self.managers = managers or (manager_address,)
         self.nodes: dict[str, Node] = {}
         self._ids = itertools.count(1)
         self.calls: list[tuple[str, str]] = []
@@ -126,6 +129,9 @@ class MemorySwarm:
 
     async def join_command(self) -> tuple[str, str]:
         return self.join_token, self.manager_address
+
+    async def manager_addresses(self) -> tuple[str, ...]:
+        return self.managers
 
     def _get(self, node_id: str) -> Node:
         try:

@@ -618,6 +618,9 @@ class SimOrchestrator:
     async def join_command(self) -> tuple[str, str]:
         return "SWMTKN-simulated", "10.0.0.1:2377"
 
+    async def manager_addresses(self) -> tuple[str, ...]:
+        return ("10.0.0.1:2377",)
+
 
 class SimWorkload:
     """The daemon's dask adapter onto the world's scheduler."""

@@ -255,3 +255,31 @@ async def test_unreachable_engine_raises_endpoint_error(tmp_path: Path) -> None:
             await orch.list_nodes()
         with pytest.raises(EndpointError):
             await orch.join_command()
+
+
+class ManagerReadsCounting(SwarmOrchestrator):
+    """The adapter, counting its reads of the managers."""
+
+    reads = 0
+
+    async def _read_managers(self) -> list[Mapping[str, Any]]:
+        self.reads += 1
+        return await super()._read_managers()
+
+
+async def test_manager_addresses_are_the_advertised_ones_read_with_the_join_command(
+    local_swarm: LocalSwarm,
+) -> None:
+    """What `AUTOSCALER_EC2_JOIN_URL=auto` names: each manager's `ManagerStatus.Addr`, the address it
+    advertises (the one `join_command` hands workers), from the read that `join_command` made just
+    before (one managers list for a launch's user data); a later ask reads again."""
+    async with ManagerReadsCounting(local_swarm.manager_url) as orch:
+        _, manager = await orch.join_command()
+        addresses = await orch.manager_addresses()
+        assert orch.reads == 1
+        orch._managers = (orch._managers[0] - 60.0, orch._managers[1])  # that read, a minute old
+        assert await orch.manager_addresses() == addresses
+        assert orch.reads == 2
+        seen = (await node_named(orch, MANAGER)).address  # what `auto` does not use, for comparison
+    print(f"manager {MANAGER}: ManagerStatus.Addr {manager}, Status.Addr {seen}")
+    assert addresses == (local_swarm.manager_addr,) == (manager,)

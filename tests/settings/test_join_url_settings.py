@@ -1,0 +1,41 @@
+"""`AUTOSCALER_EC2_JOIN_URL`: `auto`, URLs (JSON list or comma separated) or empty, read from the
+environment as the daemon reads it (`load_settings`); `auto` mixed with URLs is one problem line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from swarm_autoscaler.config.settings import InvalidSettingsError, load_settings
+
+SetEnv = Callable[..., None]
+URLS = ["http://10.0.0.10:8000/v1/join", "http://10.0.1.10:8000/v1/join"]
+
+
+@pytest.mark.parametrize(
+    ("value", "urls", "auto"),
+    [
+        (None, [], False),  # the default: join tickets off, for deployments from before
+        ("", [], False),
+        ("auto", ["auto"], True),
+        (" auto ", ["auto"], True),
+        (",".join(URLS), URLS, False),
+        ('["http://10.0.0.10:8000/v1/join", "http://10.0.1.10:8000/v1/join"]', URLS, False),
+    ],
+)
+def test_join_url_takes_auto_a_list_or_nothing(
+    set_env: SetEnv, value: str | None, urls: list[str], auto: bool
+) -> None:
+    set_env(AUTOSCALER_EC2_JOIN_URL=value)
+    settings = load_settings()
+    assert (settings.ec2.join_url, settings.ec2.join_auto) == (urls, auto)
+
+
+@pytest.mark.parametrize("value", ["auto,http://10.0.0.10:8000/v1/join", "automatic", "10.0.0.10:8000"])
+def test_auto_beside_urls_or_a_non_url_is_one_problem(set_env: SetEnv, value: str) -> None:
+    set_env(AUTOSCALER_EC2_JOIN_URL=value)
+    with pytest.raises(InvalidSettingsError) as caught:
+        load_settings()
+    [problem] = caught.value.problems
+    assert problem.startswith("AUTOSCALER_EC2_JOIN_URL"), problem
