@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from swarm_autoscaler.config.settings import HttpSettings
+
 ROOT = Path(__file__).resolve().parents[1]
 STACK = ROOT / "docker" / "stack.yml"
 
@@ -29,6 +31,27 @@ def test_stack_file_runs_on_a_manager_with_the_socket_and_env_file_and_publishes
     # replicas on one manager must not clash: no port published in host mode (nor at all)
     assert "ports" not in service
     assert service["deploy"]["update_config"]["order"] == "stop-first"
+
+
+def test_join_stack_file_publishes_the_http_port_in_host_mode_one_replica_per_manager() -> None:
+    """docker/stack.join.yml, given after docker/stack.yml as the README deploys it: the daemon's HTTP
+    port (its default, or AUTOSCALER_HTTP_PORT at deploy time) on the managers themselves, not through
+    swarm's routing mesh (which would replace the joining machine's source address), so at most one
+    replica per manager; the base file alone stays as deployments from before run it."""
+    join: dict[str, Any] = yaml.safe_load((ROOT / "docker" / "stack.join.yml").read_text())
+    service = join["services"]["autoscaler"]
+    (port,) = service["ports"]
+    assert port == {
+        "target": "${AUTOSCALER_HTTP_PORT:-8000}",
+        "published": "${AUTOSCALER_HTTP_PORT:-8000}",
+        "protocol": "tcp",
+        "mode": "host",
+    }
+    assert HttpSettings.model_fields["port"].default == 8000
+    assert service["deploy"]["placement"] == {"max_replicas_per_node": 1}
+    assert set(service) == {"ports", "deploy"}  # the rest comes from docker/stack.yml
+    readme = (ROOT / "README.md").read_text()
+    assert "-c docker/stack.yml -c docker/stack.join.yml autoscaler" in readme
 
 
 def test_local_stack_file_gives_each_replica_its_own_loopback_address() -> None:

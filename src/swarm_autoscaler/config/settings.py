@@ -381,14 +381,17 @@ class Ec2Settings(Ec2AccessSettings):
         default_factory=list,
         description="Where new machines reach this daemon's join endpoint, POST /v1/join on "
         "AUTOSCALER_HTTP_PORT: `auto` (every manager's address as swarm advertises it to workers, read at "
-        "each launch; the README's stack publishes the port in host mode on the managers), or URLs as a "
+        "each launch; docker/stack.join.yml publishes the port in host mode on the managers), or URLs as a "
         "JSON list or comma separated (each tried in turn, so name every manager that may run a replica). "
         "Set: a machine's user data carries a one-use join ticket, not the swarm join token, and the daemon "
         "answers the token only to one of its own machines booting, asking from its private IP "
         "(docs/security.md). The port must be reached from the workers' subnets without NAT or the swarm "
         "routing mesh (docs/deployment.md). Empty = the swarm join token in every machine's user data, as "
         "before (the daemon warns at start).",
-        json_schema_extra={"example": "http://10.0.0.10:8000/v1/join,http://10.0.1.10:8000/v1/join"},
+        json_schema_extra={
+            "example": "http://10.0.0.10:8000/v1/join,http://10.0.1.10:8000/v1/join",
+            "template": "auto",  # .env.template sets it: the README's deployment (docker/stack.join.yml)
+        },
     )
     listing_url: str = Field(
         default="",
