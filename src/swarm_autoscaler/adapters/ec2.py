@@ -2,7 +2,9 @@
 
 Ownership: every instance launched carries `managed-by=swarm-autoscaler` and
 `swarm-autoscaler/cluster=<cluster>`; only instances with both are listed, and terminating any other
-id is refused. Node labels travel as tags named `swarm-autoscaler/label/<key>`.
+id is refused. Node labels travel as tags named `swarm-autoscaler/label/<key>`. A copy of one of our
+machines (same tags, another launch: the console's "launch more like this") is not ours: each launch
+writes its ClientToken in a tag, checked against the instance's own (`ec2_launch_token`).
 
 Retries (`ec2_transport`, shared with the keeper's adapter): botocore's own retries are off; tenacity
 retries (exponential back-off with jitter) only throttling, 5xx other than capacity refusals, and
@@ -51,6 +53,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from swarm_autoscaler.adapters import ec2_join, ec2_pool
 from swarm_autoscaler.adapters.ec2_launch import metadata_options, quota_advice, refusal_kind, rotated, share
+from swarm_autoscaler.adapters.ec2_launch_token import LAUNCH_TOKEN_TAG, with_launch_token
 from swarm_autoscaler.adapters.ec2_support import (
     CAPACITY_TAG,
     GONE_CODES,
@@ -225,7 +228,7 @@ class Ec2Cloud(Ec2Transport):
     def _validate(self) -> None:
         if not self._cluster:
             raise ConfigurationError("cluster_name must not be empty: it is the ownership tag")
-        reserved = (OWNER_TAG, CLUSTER_TAG, DEPLOYMENT_TAG, PRIMARY_TAG, NAME_TAG)
+        reserved = (OWNER_TAG, CLUSTER_TAG, DEPLOYMENT_TAG, PRIMARY_TAG, NAME_TAG, LAUNCH_TOKEN_TAG)
         bad = [k for k in self._custom_tags if k in reserved or k.startswith(_RESERVED_PREFIXES)]
         if bad:
             raise ConfigurationError(f"custom EC2 tags {bad} use reserved keys; rename them")
@@ -247,14 +250,16 @@ class Ec2Cloud(Ec2Transport):
         ]
 
     def _owned(self, raw: Mapping[str, Any]) -> bool:
-        """Ours: our ownership tags, and no other deployment's id (a machine launched before deployment
-        ids, without one, is this cluster name's)."""
+        """Ours: our ownership tags, no other deployment's id (a machine launched before deployment
+        ids, without one, is this cluster name's), and not a copy of one of ours (`ec2_launch_token`: a
+        launch-token tag that is not the machine's own ClientToken; logged once)."""
         tags = {t["Key"]: t["Value"] for t in raw.get("Tags", ())}
         theirs = tags.get(DEPLOYMENT_TAG, self.deployment)
         return (
             tags.get(OWNER_TAG) == OWNER_VALUE
             and tags.get(CLUSTER_TAG) == self._cluster
             and theirs == self.deployment
+            and not self.launch_tokens.foreign(raw)
         )
 
     async def list_instances(self) -> tuple[Instance, ...]:
@@ -464,7 +469,8 @@ class Ec2Cloud(Ec2Transport):
         tags = self._instance_tags(labels)
         if pool:
             tags[POOL_TAG] = PoolPhase.PREPARE.value
-        more = (SPOT in self._backoff.capacities.get(type_name, ())) + self.join_urls.on  # spot, nonce
+        # the launch token, spot, the join ticket's nonce
+        more = 1 + (SPOT in self._backoff.capacities.get(type_name, ())) + self.join_urls.on
         if len(tags) + more > MAX_TAGS:
             return f"{len(tags)} tags (ownership, labels, custom) exceed EC2's limit of {MAX_TAGS}"
         if pool:
@@ -519,7 +525,8 @@ class Ec2Cloud(Ec2Transport):
     ) -> list[Instance]:
         # at least one, as many as the zone has up to `count`: EC2 fills what it can (the shortfall moves
         # on to the next subnet); all-or-nothing would give none when a zone has 3 of 5
-        call = dict(params, MinCount=1, MaxCount=count, ClientToken=uuid.uuid4().hex)
+        # the ClientToken also goes in a tag: a copy of the machine is then told from it (`ec2_launch_token`)
+        call = with_launch_token(dict(params, MinCount=1, MaxCount=count), uuid.uuid4().hex)
         if subnet:
             call["SubnetId"] = subnet
         if capacity == SPOT:
@@ -532,6 +539,7 @@ class Ec2Cloud(Ec2Transport):
             }
         self.stats.launch_calls += 1
         result = await self._call("run_instances", **call)
+        self.launch_tokens.answered(result.get("Instances", ()))
         instances = [i for i in (to_instance(raw) for raw in result.get("Instances", ())) if i]
         self.stats.instances_launched += len(instances)
         for instance in instances:

@@ -25,6 +25,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from swarm_autoscaler import __version__
 from swarm_autoscaler.adapters.ec2_clock import Ec2Clock
+from swarm_autoscaler.adapters.ec2_launch_token import LaunchTokens
 from swarm_autoscaler.adapters.ec2_support import THROTTLING_CODES, chunks, is_transient, to_endpoint_error
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
 
@@ -145,6 +146,8 @@ class Ec2Transport(ClientLifetime):
         self._retry = (retry_attempts, retry_initial, retry_max)
         self._timeout = timeout
         self.stats = Ec2Stats()
+        # Copies of our machines (same tags, another launch) are not ours: `ec2_launch_token`.
+        self.launch_tokens = LaunchTokens()
         if not 5 <= self._page_size <= 1000:
             raise ConfigurationError(f"page_size must be within 5..1000 (EC2 limits), got {self._page_size}")
         if self._retry[0] < 1:

@@ -159,6 +159,7 @@ class KeeperListedCloud(Ec2Cloud):
         self.stats.launch_calls += 1
         answer = await self._post_launch(body)
         raws = [dict(raw, LaunchTime=datetime.fromisoformat(raw["LaunchTime"])) for raw in answer]
+        self.launch_tokens.answered(raws)  # the keeper forwards EC2's ClientToken (`ec2_launch_token`)
         instances = [i for i in (to_instance(raw) for raw in raws) if i]
         self.stats.instances_launched += len(instances)
         for instance in instances:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs
@@ -52,3 +53,17 @@ def tags_in(params: Mapping[str, str], resource: str) -> dict[str, str]:
             if key is not None:
                 out[key] = params[f"TagSpecification.{n}.Tag.{m}.Value"]
     return out
+
+
+async def launch_more_like_this(raw_ec2: Any, instance_id: str) -> str:
+    """What the console's "launch more like this" sends (moto has no console): a RunInstances of the
+    original's image, type and subnet with every one of its tags, under a ClientToken of its own (the
+    console makes one per launch). Returns the copy's id."""
+    found = await raw_ec2.describe_instances(InstanceIds=[instance_id])
+    raw = found["Reservations"][0]["Instances"][0]
+    made = await raw_ec2.run_instances(
+        ImageId=raw["ImageId"], InstanceType=raw["InstanceType"], MinCount=1, MaxCount=1,
+        SubnetId=raw["SubnetId"], ClientToken=uuid.uuid4().hex,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": raw["Tags"]}],
+    )  # fmt: skip
+    return str(made["Instances"][0]["InstanceId"])

@@ -16,6 +16,7 @@ from tests.fakes import SteppedClock
 
 from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, OWNER_TAG, OWNER_VALUE
 from swarm_autoscaler.adapters.ec2_launch import quota_name, refusal_kind
+from swarm_autoscaler.adapters.ec2_launch_token import LAUNCH_TOKEN_TAG
 from swarm_autoscaler.adapters.ec2_support import HOSTNAME_TAG
 from swarm_autoscaler_lab.localcloud import FaultInjector, LocalNetwork
 
@@ -45,6 +46,9 @@ async def test_every_launch_asks_at_least_one_with_its_tags_and_imdsv2_required(
         instance_tags = tags_in(params, "instance")
         assert instance_tags[OWNER_TAG] == OWNER_VALUE and CLUSTER_TAG in instance_tags
         assert instance_tags["swarm-autoscaler/label/pool"] == "cpu"
+        # the launch's idempotency token, also in the instance's tags (a copy of it is then not ours)
+        assert instance_tags[LAUNCH_TOKEN_TAG] == params["ClientToken"] != ""
+        assert LAUNCH_TOKEN_TAG not in tags_in(params, "volume")
         assert tags_in(params, "volume")[OWNER_TAG] == OWNER_VALUE
         assert params["MetadataOptions.HttpTokens"] == "required"
         assert params["MetadataOptions.HttpEndpoint"] == "enabled"

@@ -2,7 +2,10 @@
 DescribeInstances, RunInstances, CreateTags and TerminateInstances): two keepers given the same
 AUTOSCALER_KEEPER_NAME by hand in one account and region (each its own token, so its own deployment id,
 `credentials.deployment_id`) never touch each other's primaries or workers, and the second one to start
-is refused with one line (`Ec2Primaries.claim`, which `open_keeper` calls at start)."""
+is refused with one line (`Ec2Primaries.claim`, which `open_keeper` calls at start). A copy of a primary
+or of a worker (the console's "launch more like this", which copies every tag) is not the keeper's:
+moto returns each instance's own `ClientToken` in DescribeInstances as EC2 does, and the copy is a
+RunInstances of the test's own (moto has no console) with the original's tags under a token of its own."""
 
 from __future__ import annotations
 
@@ -11,11 +14,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from tests.adapters.ec2.ec2_helpers import ACCESS_KEY, SECRET_KEY
+from structlog.testing import capture_logs
+from tests.adapters.ec2.ec2_helpers import ACCESS_KEY, SECRET_KEY, launch_more_like_this
 
 from swarm_autoscaler.adapters.ec2 import owner_tags
+from swarm_autoscaler.adapters.ec2_launch_token import LAUNCH_TOKEN_TAG
 from swarm_autoscaler.errors import ConfigurationError
 from swarm_autoscaler.keeper.adapters.ec2_primaries import Ec2Primaries
+from swarm_autoscaler.keeper.adapters.ec2_workers import Ec2Workers
 from swarm_autoscaler.keeper.adapters.tags import (
     CLUSTER_ID_TAG,
     DEPLOYMENT_TAG,
@@ -26,6 +32,7 @@ from swarm_autoscaler.keeper.adapters.tags import (
 )
 from swarm_autoscaler.keeper.credentials import deployment_id
 from swarm_autoscaler.keeper.model import ClusterKey, ClusterState
+from swarm_autoscaler.keeper.ports import WorkerLaunch
 from swarm_autoscaler_lab.localcloud import LocalNetwork, MotoServer
 
 names = itertools.count(1)
@@ -134,3 +141,48 @@ async def test_primaries_from_before_deployment_ids_stay_their_keeper_s(
     assert [c.primary_id for c in await hosts.list_clusters()] == [old["Instances"][0]["InstanceId"]]
     await hosts.terminate("kc-00000000000000aa")  # and ends it as its own (nothing left in the shared moto)
     assert await _state(raw_ec2, old["Instances"][0]["InstanceId"]) in ("shutting-down", "terminated")
+
+
+async def test_a_console_copy_of_a_primary_or_a_worker_is_never_the_keeper_s(
+    make_hosts: Factory, raw_ec2: Any, network: LocalNetwork
+) -> None:
+    """The keeper's launches (the primary, with `<cluster id>-<attempt>`; a worker through the launch
+    route's `Ec2Workers`, with `<cluster id>-<autoscaler's token>`) write their ClientToken in a tag. A
+    copy of either carries every tag but not the token: the keeper lists, finds, counts, bills, trims and
+    ends nothing of it, the cluster's primary ARN stays the original's, each copy is logged once, and the
+    cluster's listing carries each worker's token for its autoscaler to check again."""
+    name = f"copies-{next(names)}"
+    hosts = await make_hosts(name, FIRST)
+    cluster = await hosts.create(ALICE, hosts.now())
+    cid, primary = cluster.cluster_id, cluster.primary_id
+    await hosts.list_clusters()
+    arn = hosts.primary_arn(cid)
+    assert arn is not None and arn.endswith(primary)
+    launcher = Ec2Workers(hosts, keeper_name=name, amis={"t3.micro": network.ami_id})
+    (entry,) = await launcher.launch(
+        WorkerLaunch(cid, ALICE, arn, "t3.micro", 1, False, network.subnet_ids[0], "#!/bin/bash\n", "t1",
+                     deployment=FIRST)
+    )  # fmt: skip
+    worker = entry["InstanceId"]
+    assert entry["ClientToken"] == f"{cid}-t1" == (await _tags(raw_ec2, worker))[LAUNCH_TOKEN_TAG]
+    assert (await _tags(raw_ec2, primary))[LAUNCH_TOKEN_TAG] == f"{cid}-0"
+
+    copies = [await launch_more_like_this(raw_ec2, primary), await launch_more_like_this(raw_ec2, worker)]
+    with capture_logs() as logs:
+        for _ in range(2):
+            (listed,) = await hosts.list_clusters()
+            assert listed.primary_id == primary and hosts.primary_arn(cid) == arn
+        assert [c.primary_id for c in await hosts.find(ALICE)] == [primary]
+        assert {m.instance_id for m in await hosts.machines()} == {primary, worker}
+        assert await launcher.live_workers(cid) == frozenset({worker})
+        listing = hosts.listing(cid)
+        assert listing is not None and [w["InstanceId"] for w in listing[1]] == [worker]
+        assert listing[1][0]["ClientToken"] == f"{cid}-t1"
+        assert [iid for _, iid, _ in await hosts.trim(0, [cid])] == [worker]  # past a maximum of 0: ours only
+        await hosts.terminate(cid)
+    for copy in copies:
+        told = [e for e in logs if e.get("instance_id") == copy]
+        assert len(told) == 1 and "ClientToken" in told[0]["why"], logs
+        assert await _state(raw_ec2, copy) in ("pending", "running")
+    assert await _state(raw_ec2, primary) in ("shutting-down", "terminated")
+    await raw_ec2.terminate_instances(InstanceIds=copies)  # the shared moto: leave nothing running

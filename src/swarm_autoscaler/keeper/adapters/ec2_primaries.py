@@ -35,6 +35,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, DEFAULT_HOP_LIMIT, NAME_TAG, OWNER_TAG, OWNER_VALUE
 from swarm_autoscaler.adapters.ec2_launch import metadata_options
+from swarm_autoscaler.adapters.ec2_launch_token import with_launch_token
 from swarm_autoscaler.adapters.ec2_support import (
     GONE_CODES,
     UNKNOWN_TYPE_CODES,
@@ -173,12 +174,15 @@ class Ec2Primaries(Ec2Transport):
 
     # ----------------------------------------------------------------------------------- reading
 
-    def _ours(self, tags: Mapping[str, str]) -> bool:
-        """A primary of this keeper: its name, and this deployment's id or none (launched before ids)."""
+    def _ours(self, raw: Mapping[str, Any]) -> bool:
+        """A primary of this keeper: its name, this deployment's id or none (launched before ids), and
+        not a copy of one (`ec2_launch_token`: the console's "launch more like this" copies every tag)."""
+        tags = tags_of(raw)
         return (
             tags.get(OWNER_TAG) == OWNER_VALUE
             and tags.get(KEEPER_TAG) == self._name
             and tags.get(DEPLOYMENT_TAG, self.deployment) == self.deployment
+            and not self.launch_tokens.foreign(raw)
         )
 
     async def claim(self) -> None:
@@ -220,7 +224,7 @@ class Ec2Primaries(Ec2Transport):
         except (ClientError, BotoCoreError) as exc:
             raise to_endpoint_error(self.endpoint, "DescribeInstances", exc) from None
         raws = [raw for res in reservations for raw in res.get("Instances", ())]
-        return [raw for raw in raws if self._ours(tags_of(raw)) and tags_of(raw).get(CLUSTER_ID_TAG)]
+        return [raw for raw in raws if self._ours(raw) and tags_of(raw).get(CLUSTER_ID_TAG)]
 
     async def list_clusters(self) -> tuple[Cluster, ...]:
         """Every cluster of ours whose primary is not terminated, and every cluster's workers, from
@@ -242,7 +246,7 @@ class Ec2Primaries(Ec2Transport):
             raise to_endpoint_error(self.endpoint, "DescribeInstances", exc) from None
         raws = [raw for res in reservations for raw in res.get("Instances", ())]
         live = [raw for raw in raws if raw["State"]["Name"] in LISTED_STATES]
-        primaries = [raw for raw in live if self._ours(tags_of(raw)) and tags_of(raw).get(CLUSTER_ID_TAG)]
+        primaries = [raw for raw in live if self._ours(raw) and tags_of(raw).get(CLUSTER_ID_TAG)]
         workers = [raw for raw in raws if self._worker(raw)]
         self._listing = group_listing(workers)
         self._primary_arns = primary_arns(reservations, self._name, self._region)
@@ -255,11 +259,13 @@ class Ec2Primaries(Ec2Transport):
         return tuple(sorted(clusters, key=order))
 
     def _worker(self, raw: Mapping[str, Any]) -> bool:
+        """A worker of this keeper's clusters (its keeper tag and deployment id), not a copy of one."""
         tags = tags_of(raw)
         return (
             tags.get(OWNER_TAG) == OWNER_VALUE
             and tags.get(WORKER_KEEPER_TAG) == self._name
             and tags.get(WORKER_DEPLOYMENT_TAG, self.deployment) == self.deployment
+            and not self.launch_tokens.foreign(raw)
         )
 
     def _owned(self, raw: Mapping[str, Any]) -> bool:
@@ -335,9 +341,7 @@ class Ec2Primaries(Ec2Transport):
                 raise to_endpoint_error(self.endpoint, "DescribeInstances", exc) from None
             for raw in (raw for res in reservations for raw in res.get("Instances", ())):
                 tags = tags_of(raw)
-                if not (self._ours(tags) if tag == KEEPER_TAG else self._worker(raw)) or not tags.get(
-                    cid_tag
-                ):
+                if not (self._ours(raw) if tag == KEEPER_TAG else self._worker(raw)) or not tags.get(cid_tag):
                     continue
                 out.append(
                     Machine(
@@ -392,7 +396,8 @@ class Ec2Primaries(Ec2Transport):
         params = self._launch_params(key, cid, now, user_data, profile)
         refusals: list[str] = []
         for attempt, subnet in enumerate(self._subnets):
-            call = dict(params, ClientToken=f"{cid}-{attempt}")
+            # the token, one per attempt, in a tag too: a copy of the primary is then not ours
+            call = with_launch_token(params, f"{cid}-{attempt}")
             if subnet:
                 call["SubnetId"] = subnet
             self.stats.launch_calls += 1
@@ -407,6 +412,7 @@ class Ec2Primaries(Ec2Transport):
                     self.endpoint, f"RunInstances {params['InstanceType']}", exc
                 ) from None
             self.stats.instances_launched += 1
+            self.launch_tokens.answered(result["Instances"])
             return self._cluster(result["Instances"][0])
         kind = params["InstanceType"]
         raise EndpointError(self.endpoint, f"no capacity for a {kind} primary: {'; '.join(refusals)}")
@@ -519,9 +525,7 @@ class Ec2Primaries(Ec2Transport):
         except (ClientError, BotoCoreError) as exc:
             raise to_endpoint_error(self.endpoint, "DescribeInstances", exc) from None
         raws = [raw for res in reservations for raw in res.get("Instances", ())]
-        primaries = [
-            r for r in raws if self._ours(tags_of(r)) and tags_of(r).get(CLUSTER_ID_TAG) == cluster_id
-        ]
+        primaries = [r for r in raws if self._ours(r) and tags_of(r).get(CLUSTER_ID_TAG) == cluster_id]
         # A worker is this keeper's by its worker tag (as in the listing), which is also what the keeper's
         # IAM policy lets it terminate: a machine with only the cluster id is not ours to end.
         workers = [r for r in raws if self._worker(r) and tags_of(r).get(CLUSTER_TAG) == cluster_id]

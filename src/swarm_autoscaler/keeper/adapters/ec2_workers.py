@@ -16,7 +16,8 @@ budget and types, then launches here with parameters the tenant does not choose:
   primary tags.
 
 The idempotency token is the cluster id and the autoscaler's token, so one cluster's token can never
-name another cluster's launch.
+name another cluster's launch; it is written in the instance's `swarm-autoscaler/launch-token` tag too,
+so a copy of a worker (same tags, its own launch) is not the cluster's (`ec2_launch_token`).
 
 `live_workers` reads the cluster's workers from EC2 now (one DescribeInstances), and adds the ids this
 process launched for the cluster in the last `RECENT_S` seconds that EC2 does not list yet (it is
@@ -32,6 +33,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, NAME_TAG, PRIMARY_TAG, owner_tags
 from swarm_autoscaler.adapters.ec2_launch import metadata_options
+from swarm_autoscaler.adapters.ec2_launch_token import with_launch_token
 from swarm_autoscaler.adapters.ec2_support import (
     CAPACITY_TAG,
     LABEL_TAG_PREFIX,
@@ -93,6 +95,7 @@ class Ec2Workers:
             for raw in raws
             if tags_of(raw).get(CLUSTER_TAG) == cluster_id
             and tags_of(raw).get(WORKER_KEEPER_TAG) == self._name
+            and not self._ec2.launch_tokens.foreign(raw)  # a copy of a worker is not the cluster's
         ]
         live = {raw["InstanceId"] for raw in mine if raw["State"]["Name"] in ("pending", "running")}
         seen = {raw["InstanceId"] for raw in mine}
@@ -112,6 +115,7 @@ class Ec2Workers:
         except BotoCoreError as exc:
             raise to_endpoint_error(self._ec2.endpoint, "RunInstances", exc) from None
         raws = list(result.get("Instances", ()))
+        self._ec2.launch_tokens.answered(raws)
         now = self._ec2.now()
         recent = self._recent.setdefault(launch.cluster_id, {})
         recent.update({raw["InstanceId"]: now for raw in raws})
@@ -138,7 +142,6 @@ class Ec2Workers:
             "MaxCount": launch.count,
             "UserData": launch.user_data,  # botocore base64-encodes it
             "MetadataOptions": metadata_options(WORKER_HOP_LIMIT),
-            "ClientToken": f"{cid}-{launch.client_token}",
             "TagSpecifications": [
                 {"ResourceType": "instance", "Tags": tag_list(tags)},
                 {"ResourceType": "volume", "Tags": tag_list(owner)},
@@ -157,4 +160,5 @@ class Ec2Workers:
                 "MarketType": "spot",
                 "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
             }
-        return call
+        # the idempotency token, also in a tag: a copy of the worker is then told from it (`ec2_launch_token`)
+        return with_launch_token(call, f"{cid}-{launch.client_token}")

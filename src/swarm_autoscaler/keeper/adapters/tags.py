@@ -22,6 +22,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, PRIMARY_TAG
+from swarm_autoscaler.adapters.ec2_launch_token import copied
 from swarm_autoscaler.config.profiles import DEFAULT_PROFILE
 from swarm_autoscaler.keeper.model import Cluster, ClusterKey, ClusterState
 
@@ -152,6 +153,8 @@ def listing_entry(raw: Mapping[str, Any]) -> dict[str, Any]:
         "SubnetId": raw.get("SubnetId", ""),
         "InstanceLifecycle": raw.get("InstanceLifecycle", ""),
         "Tags": list(raw.get("Tags", ())),
+        # the launch's token: a copy of the worker carries its launch-token tag but not this (`ec2_launch_token`)
+        "ClientToken": raw.get("ClientToken", ""),
     }
 
 
@@ -181,7 +184,9 @@ def primary_arns(reservations: Iterable[Mapping[str, Any]], keeper_name: str, re
         for raw in res.get("Instances", ()):
             tags = tags_of(raw)
             cid = tags.get(CLUSTER_ID_TAG)
-            if cid and tags.get(KEEPER_TAG) == keeper_name and raw["State"]["Name"] not in GONE:
+            live = raw["State"]["Name"] not in GONE
+            # a copy of a primary (the console's "launch more like this") never stands for its cluster
+            if cid and tags.get(KEEPER_TAG) == keeper_name and live and copied(raw) is None:
                 out[cid] = instance_arn(region, str(res.get("OwnerId", "")), raw["InstanceId"])
     return out
 
