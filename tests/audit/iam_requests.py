@@ -10,7 +10,11 @@ describe them:
 - `CreateTags` on existing instances: one per resource, with its current tags (`aws:ResourceTag/*`),
   the requested ones and their keys;
 - `TerminateInstances`, `StopInstances`, `StartInstances`, `ModifyInstanceAttribute`: one per instance,
-  with its current tags;
+  with its current tags; a `ModifyInstanceAttribute` also carries the attribute it sets as
+  `ec2:Attribute/<Name>` = the value (the Service Authorization Reference: "ec2:Attribute/${AttributeName}:
+  filters access by an attribute being set on a resource"), whether sent as `<Name>.Value` or as the
+  generic `Attribute=<name>&Value=...`; user data too, so a policy is shown to allow the warm pool's
+  rewrite even when AWS puts that key in the context;
 - `Describe*`: resource `*`, no condition key.
 
 `tags_of(instance_id)` gives an instance's tags at the time of the request (from moto).
@@ -87,6 +91,25 @@ def _run_instances(params: Mapping[str, str], role_of: Callable[[str], str]) -> 
     return out
 
 
+# ModifyInstanceAttribute's attributes of one value (`<Name>.Value` on the wire); block devices are a list.
+_ATTRIBUTES = (
+    "InstanceType", "UserData", "DisableApiTermination", "DisableApiStop", "InstanceInitiatedShutdownBehavior",
+    "SourceDestCheck", "EbsOptimized", "EnaSupport", "SriovNetSupport", "Kernel", "Ramdisk",
+)  # fmt: skip
+
+
+def attribute_context(params: Mapping[str, str]) -> dict[str, list[str]]:
+    """The `ec2:Attribute/<Name>` keys of one ModifyInstanceAttribute request (see the module docstring)."""
+    context = {f"ec2:Attribute/{n}": [params[f"{n}.Value"]] for n in _ATTRIBUTES if f"{n}.Value" in params}
+    devices = [v for k, v in params.items() if re.match(r"BlockDeviceMapping\.\d+\.DeviceName$", k)]
+    if devices:
+        context["ec2:Attribute/BlockDeviceMapping"] = devices
+    generic = params.get("Attribute")
+    if generic:
+        context[f"ec2:Attribute/{generic[:1].upper()}{generic[1:]}"] = [params.get("Value", "")]
+    return context
+
+
 def authorizations(
     action: str, params: Mapping[str, str], tags_of: TagsOf, role_of: Callable[[str], str] = lambda p: p
 ) -> list[Request]:
@@ -106,8 +129,13 @@ def authorizations(
         ]
     if action in ("TerminateInstances", "StopInstances", "StartInstances", "ModifyInstanceAttribute"):
         ids = _numbered(params, "InstanceId") or [params["InstanceId"]]
+        setting = attribute_context(params) if action == "ModifyInstanceAttribute" else {}
         return [
-            Request(f"ec2:{action}", f"{EC2}instance/{i}", tag_context("aws:ResourceTag", tags_of(i)))
+            Request(
+                f"ec2:{action}",
+                f"{EC2}instance/{i}",
+                {**tag_context("aws:ResourceTag", tags_of(i)), **setting},
+            )
             for i in ids
         ]
     if action.startswith("Describe"):

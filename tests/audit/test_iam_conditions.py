@@ -22,6 +22,7 @@ from tests.audit.iam_eval import ALLOW, Request, decide
 from tests.audit.iam_requests import EC2, authorizations, tag_context
 
 from swarm_autoscaler.adapters.ec2 import PRIMARY_TAG, Ec2Cloud
+from swarm_autoscaler.adapters.ec2_launch_token import LAUNCH_TOKEN_TAG
 from swarm_autoscaler.adapters.ec2_support import to_instance
 from swarm_autoscaler.keeper.adapters.ec2_primaries import Ec2Primaries
 from swarm_autoscaler.keeper.adapters.ec2_workers import Ec2Workers
@@ -235,6 +236,36 @@ def launch(tags: dict[str, str]) -> Request:
     return Request("ec2:RunInstances", f"{EC2}instance/*", tag_context("aws:RequestTag", tags))
 
 
+def modify(tags: dict[str, str], **wire: str) -> Request:
+    """A ModifyInstanceAttribute of instance i-0123 (holding `tags`), its form parameters as botocore
+    sends them (`InstanceType.Value=...`), translated by `iam_requests` as for the recorded requests."""
+    params = {"InstanceId": "i-0123", **{k.replace("__", "."): v for k, v in wire.items()}}
+    (request,) = authorizations("ModifyInstanceAttribute", params, lambda _: tags)
+    return request
+
+
+# A worker's attributes a user's code on its primary must not change: its type (past the keeper's
+# offered types and budget), its protection from the keeper's terminate or stop, its shutdown behaviour,
+# its source/destination check, whether its volumes outlive it, ... The warm pool changes only user data.
+RETYPES_AND_REWIRES = [
+    {"InstanceType__Value": "p5.48xlarge"},
+    {"Attribute": "instanceType", "Value": "p5.48xlarge"},  # the generic form of the same request
+    {"DisableApiTermination__Value": "true"},
+    {"DisableApiStop__Value": "true"},
+    {"InstanceInitiatedShutdownBehavior__Value": "stop"},
+    {"SourceDestCheck__Value": "false"},
+    {
+        "BlockDeviceMapping__1__DeviceName": "/dev/xvda",
+        "BlockDeviceMapping__1__Ebs__DeleteOnTermination": "false",
+    },
+    {"EbsOptimized__Value": "true"},
+    {"EnaSupport__Value": "false"},
+    {"SriovNetSupport__Value": "simple"},
+    {"Kernel__Value": "aki-1"},
+    {"Ramdisk__Value": "ari-1"},
+]
+
+
 def signed_on(source: str, requests: list[Request]) -> list[Request]:
     """`requests` as AWS sees them when signed with the credentials of instance `source`'s profile."""
     return [Request(r.action, r.resource, {**r.context, SOURCE: [source]}) for r in requests]
@@ -262,6 +293,7 @@ def forged() -> dict[str, list[Request]]:
                 {"ec2:CreateAction": ["RunInstances"], **tag_context("aws:RequestTag", {"x": "y"})},
             ),
             Request("ec2:DeleteTags", f"{EC2}instance/i-0123", tag_context("aws:ResourceTag", OURS)),
+            on("CreateTags", OURS, {LAUNCH_TOKEN_TAG: "a-token-of-its-choosing"}),  # set only at launch
             launch({}),
             launch({"managed-by": "swarm-autoscaler"}),
             launch({"managed-by": "swarm-autoscaler", "swarm-autoscaler/cluster": "staging"}),
@@ -289,6 +321,8 @@ def forged() -> dict[str, list[Request]]:
             on("CreateTags", PRIMARY, {"swarm-autoscaler/keeper/profile": "gpu"}),  # fixed at launch
             on("CreateTags", PRIMARY, {"swarm-autoscaler/keeper": "k2"}),
             on("CreateTags", FOREIGN, {"swarm-autoscaler/keeper/state": "running"}),
+            on("CreateTags", PRIMARY, {LAUNCH_TOKEN_TAG: "kc-1-0"}),  # the launch token: at launch only
+            on("CreateTags", WORKER_1, {LAUNCH_TOKEN_TAG: "kc-1-t1"}),
             launch({"managed-by": "swarm-autoscaler"}),
             launch({"managed-by": "swarm-autoscaler", "swarm-autoscaler/keeper": "k2"}),
             launch({**WORKER_1, "swarm-autoscaler-keeper": "k2"}),  # another keeper's worker
@@ -306,6 +340,8 @@ def forged() -> dict[str, list[Request]]:
             *[on(a, OURS) for a in anything],  # the daemon's workers
             *[on(a, FOREIGN) for a in anything],
             on("CreateTags", WORKER_2, {"swarm-autoscaler/cluster": "kc-1"}),  # take a neighbour's worker
+            on("CreateTags", WORKER_1, {LAUNCH_TOKEN_TAG: "kc-1-t1"}),  # its own worker's launch token
+            *[modify(WORKER_1, **change) for change in RETYPES_AND_REWIRES],  # its own worker, retyped
             launch({"managed-by": "swarm-autoscaler", "swarm-autoscaler/cluster": "kc-1"}),  # off the keeper
             launch(
                 {
@@ -349,14 +385,20 @@ def test_the_legitimate_twins_of_the_forged_requests_are_allowed() -> None:
         "daemon": [
             on("CreateTags", OURS, {"swarm-autoscaler/hostname": "ip-10-0-0-1"}),
             launch(OURS), *[on(a, OURS) for a in ("TerminateInstances", "StopInstances", "StartInstances")],
+            launch({**OURS, LAUNCH_TOKEN_TAG: "0123abcd"}),
+            Request("ec2:CreateTags", f"{EC2}instance/*", {"ec2:CreateAction": ["RunInstances"],
+                    **tag_context("aws:RequestTag", {**OURS, LAUNCH_TOKEN_TAG: "0123abcd"})}),
             Request("iam:PassRole", "arn:aws:iam::123456789012:role/workers", {"iam:PassedToService": ["ec2.amazonaws.com"]}),
             Request("sqs:ReceiveMessage", "arn:aws:sqs:us-east-1:123456789012:prod-interruptions"),
         ],
         "keeper": [on("TerminateInstances", PRIMARY), on("TerminateInstances", WORKER_1),
                    on("CreateTags", PRIMARY, {"swarm-autoscaler/keeper/state": "ending"}),
-                   launch({"managed-by": "swarm-autoscaler", "swarm-autoscaler/keeper": "k1"}), launch(WORKER_1)],
+                   launch({"managed-by": "swarm-autoscaler", "swarm-autoscaler/keeper": "k1"}), launch(WORKER_1),
+                   launch({**WORKER_1, LAUNCH_TOKEN_TAG: "kc-1-t1"})],
         "primary": [on(a, WORKER_1) for a in ("TerminateInstances", "StopInstances", "StartInstances", "ModifyInstanceAttribute")]
-                   + [on("CreateTags", WORKER_1, {"swarm-autoscaler/hostname": "ip-10-0-0-1"})],
+                   + [on("CreateTags", WORKER_1, {"swarm-autoscaler/hostname": "ip-10-0-0-1"}),
+                      modify(WORKER_1, UserData__Value="IyEvYmluL2Jhc2gK"),  # the warm pool's rewrite
+                      modify(WORKER_1, Attribute="userData", Value="IyEvYmluL2Jhc2gK")],
     }  # fmt: skip
     for role, requests in allowed.items():
         refused = [r for r in as_role(role, requests) if decide(granted(role), r) != ALLOW]

@@ -55,6 +55,12 @@ def allow(
         ({"Null": {"a": "true"}}, {}, ALLOW),
         ({"Null": {"a": "true"}}, {"a": ["x"]}, IMPLICIT),
         ({"Null": {"a": "false"}}, {"a": ["x"]}, ALLOW),
+        ({"Null": {"a": "false"}}, {}, IMPLICIT),  # the key absent: "false" (it is present) fails
+        (
+            {"Null": {"ec2:Attribute/InstanceType": "false"}},
+            {"EC2:attribute/instancetype": ["p5.48xlarge"]},
+            ALLOW,
+        ),
         ({"ForAllValues:StringLike": {"aws:TagKeys": "sa/*"}}, {"aws:TagKeys": ["sa/x", "sa/y"]}, ALLOW),
         ({"ForAllValues:StringLike": {"aws:TagKeys": "sa/*"}}, {"aws:TagKeys": ["sa/x", "Name"]}, IMPLICIT),
         ({"ForAllValues:StringLike": {"aws:TagKeys": "sa/*"}}, {}, ALLOW),  # vacuously true

@@ -22,6 +22,9 @@ What stands in for what:
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import botocore.session
@@ -37,6 +40,7 @@ from tests.audit.test_iam_conditions import SOURCE, policy
 from tests.keeper.fakes import FakeProbe
 
 from swarm_autoscaler.adapters.ec2 import PRIMARY_TAG, Ec2Cloud
+from swarm_autoscaler.adapters.ec2_launch_token import LAUNCH_TOKEN_TAG
 from swarm_autoscaler.adapters.keeper_listing import KeeperListedCloud
 from swarm_autoscaler.keeper.adapters.ec2_primaries import Ec2Primaries
 from swarm_autoscaler.keeper.adapters.ec2_workers import Ec2Workers
@@ -92,12 +96,22 @@ async def _state(raw_ec2: Any, instance_id: str) -> tuple[str, dict[str, str], d
     return raw["State"]["Name"], {t["Key"]: t["Value"] for t in raw.get("Tags", ())}, raw
 
 
-async def test_a_primary_cannot_touch_another_cluster_s_worker_and_moto_shows_nothing_changed(
-    moto_server: MotoServer, network: LocalNetwork, faults: FaultInjector, raw_ec2: Any
-) -> None:
+@dataclass
+class World:
+    """The keeper (its EC2 adapter, its service and its launch route over real HTTP) on the moto server,
+    and a factory of clusters' autoscalers, each with its primary's credentials."""
+
+    hosts: Ec2Primaries
+    keeper: Keeper
+    autoscaler: Callable[[str, str], Awaitable[Ec2Cloud]]
+
+
+@asynccontextmanager
+async def keeper_world(
+    moto_server: MotoServer, network: LocalNetwork, keeper_name: str
+) -> AsyncIterator[World]:
     access = {"region": network.region, "endpoint": moto_server.endpoint, "secret_access_key": SECRET_KEY,
               "retry_attempts": 1, "retry_initial": 0.01, "retry_max": 0.05}  # fmt: skip
-    keeper_name = f"keeper-attack-{id(faults)}"
     hosts = await Ec2Primaries(
         keeper_name=keeper_name, primary_type="m5.large", ami_id=network.ami_id,
         user_data=lambda key, cid, profile: "#!/bin/bash\n", subnet_ids=network.subnet_ids,
@@ -124,6 +138,33 @@ async def test_a_primary_cannot_touch_another_cluster_s_worker_and_moto_shows_no
         clouds.append(cloud)
         return cloud
 
+    try:
+        yield World(hosts, keeper, autoscaler)
+    finally:
+        for cloud in clouds:
+            await cloud.close()
+        await server.close()
+        await keeper.stop()
+        await hosts.close()
+
+
+async def test_a_primary_cannot_touch_another_cluster_s_worker_and_moto_shows_nothing_changed(
+    moto_server: MotoServer, network: LocalNetwork, faults: FaultInjector, raw_ec2: Any
+) -> None:
+    keeper_name = f"keeper-attack-{id(faults)}"
+    async with keeper_world(moto_server, network, keeper_name) as world:
+        await _attack_a_neighbour(world, moto_server, network, faults, raw_ec2, keeper_name)
+
+
+async def _attack_a_neighbour(
+    world: World,
+    moto_server: MotoServer,
+    network: LocalNetwork,
+    faults: FaultInjector,
+    raw_ec2: Any,
+    keeper_name: str,
+) -> None:
+    hosts, keeper, autoscaler = world.hosts, world.keeper, world.autoscaler
     try:
         alice, bob = await hosts.create(ALICE, 1_800_000_000.0), await hosts.create(BOB, 1_800_000_000.0)
         await keeper.discover()
@@ -196,8 +237,65 @@ async def test_a_primary_cannot_touch_another_cluster_s_worker_and_moto_shows_no
         print(json.dumps({"attacks_refused": len(attacks), "own_terminations_allowed": 2}))
     finally:
         faults.gate(None)
-        for cloud in clouds:
-            await cloud.close()
-        await server.close()
-        await keeper.stop()
-        await hosts.close()
+
+
+async def test_a_primary_cannot_retype_or_rewire_its_own_worker_and_its_warm_pool_still_starts(
+    moto_server: MotoServer, network: LocalNetwork, faults: FaultInjector, raw_ec2: Any
+) -> None:
+    """A user's code on their primary, with the primary's credentials, against their own stopped worker
+    (the primaries' role may modify it, for the warm pool's user data): turning it into another type
+    (past the keeper's offered types and budget, named or in the generic `Attribute=instanceType` form),
+    protecting it from the keeper's terminate, turning off its source/destination check, changing its
+    shutdown behaviour, and retagging its launch token are each EC2's `UnauthorizedOperation` (the
+    evaluator's verdict at the gate), and moto shows the worker unchanged. The cluster's own warm pool
+    passes the same gate: its autoscaler stops the worker, then starts it (ModifyInstanceAttribute of
+    user data, CreateTags, StartInstances), and moto holds the rewritten user data."""
+    keeper_name = f"keeper-retype-{id(faults)}"
+    async with keeper_world(moto_server, network, keeper_name) as world:
+        alice = await world.hosts.create(ALICE, 1_800_000_000.0)
+        await world.keeper.discover()
+        alice_arn = world.hosts.primary_arn(alice.cluster_id)
+        assert alice_arn
+        gate = IamGate(moto_server, policy("primary", KEEPER_NAME=keeper_name), {ALICE_KEY: alice_arn})
+        faults.gate(gate)
+        try:
+            cloud = await world.autoscaler(alice.cluster_id, ALICE_KEY)
+            (worker,) = (await cloud.launch("m5.large", 1, {}, pool=True)).instances
+            await cloud.stop_instances([worker.id])
+            before = await _state(raw_ec2, worker.id)
+            assert before[0] == "stopped" and gate.refused == []
+            user_data = await raw_ec2.describe_instance_attribute(InstanceId=worker.id, Attribute="userData")
+
+            attacks: list[dict[str, Any]] = [
+                {"InstanceType": {"Value": "p5.48xlarge"}},
+                {"Attribute": "instanceType", "Value": "p5.48xlarge"},
+                {"DisableApiTermination": {"Value": True}},
+                {"SourceDestCheck": {"Value": False}},
+                {"InstanceInitiatedShutdownBehavior": {"Value": "terminate"}},
+            ]
+            config = AioConfig(retries={"total_max_attempts": 1, "mode": "standard"})
+            async with get_session().create_client(
+                "ec2", region_name="us-east-1", endpoint_url=moto_server.endpoint, config=config,
+                aws_access_key_id=ALICE_KEY, aws_secret_access_key=SECRET_KEY,
+            ) as stolen:  # fmt: skip
+                for change in attacks:
+                    with pytest.raises(ClientError) as refused:
+                        await stolen.modify_instance_attribute(InstanceId=worker.id, **change)
+                    assert refused.value.response["Error"]["Code"] == "UnauthorizedOperation", change
+                retag = [{"Key": LAUNCH_TOKEN_TAG, "Value": "a-token-of-its-choosing"}]
+                with pytest.raises(ClientError) as refused:
+                    await stolen.create_tags(Resources=[worker.id], Tags=retag)
+                assert refused.value.response["Error"]["Code"] == "UnauthorizedOperation"
+            after = await _state(raw_ec2, worker.id)
+            assert after[:2] == before[:2] and after[2]["InstanceType"] == "m5.large"
+            assert len(gate.refused) == len(attacks) + 1
+
+            started = await cloud.start_instances([worker.id])
+            assert ([i.id for i in started.instances], started.error) == ([worker.id], None)
+            assert len(gate.refused) == len(attacks) + 1  # the warm pool's own requests all passed
+            rewritten = await raw_ec2.describe_instance_attribute(InstanceId=worker.id, Attribute="userData")
+            assert rewritten["UserData"] != user_data["UserData"]
+            await cloud.terminate([worker.id])
+            print(json.dumps({"own_worker_attacks_refused": len(attacks) + 1, "warm_pool_start_allowed": 1}))
+        finally:
+            faults.gate(None)
