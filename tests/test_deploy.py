@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from swarm_autoscaler.config.settings import HttpSettings
+from swarm_autoscaler.config.settings import Ec2Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 STACK = ROOT / "docker" / "stack.yml"
@@ -33,21 +33,22 @@ def test_stack_file_runs_on_a_manager_with_the_socket_and_env_file_and_publishes
     assert service["deploy"]["update_config"]["order"] == "stop-first"
 
 
-def test_join_stack_file_publishes_the_http_port_in_host_mode_one_replica_per_manager() -> None:
-    """docker/stack.join.yml, given after docker/stack.yml as the README deploys it: the daemon's HTTP
-    port (its default, or AUTOSCALER_HTTP_PORT at deploy time) on the managers themselves, not through
+def test_join_stack_file_publishes_the_join_port_in_host_mode_one_replica_per_manager() -> None:
+    """docker/stack.join.yml, given after docker/stack.yml as the README deploys it: the daemon's join
+    port (TLS; its default, or AUTOSCALER_EC2_JOIN_PORT at deploy time), and only it (health and metrics
+    are not published to the workers), on the managers themselves, not through
     swarm's routing mesh (which would replace the joining machine's source address), so at most one
     replica per manager; the base file alone stays as deployments from before run it."""
     join: dict[str, Any] = yaml.safe_load((ROOT / "docker" / "stack.join.yml").read_text())
     service = join["services"]["autoscaler"]
     (port,) = service["ports"]
     assert port == {
-        "target": "${AUTOSCALER_HTTP_PORT:-8000}",
-        "published": "${AUTOSCALER_HTTP_PORT:-8000}",
+        "target": "${AUTOSCALER_EC2_JOIN_PORT:-8443}",
+        "published": "${AUTOSCALER_EC2_JOIN_PORT:-8443}",
         "protocol": "tcp",
         "mode": "host",
     }
-    assert HttpSettings.model_fields["port"].default == 8000
+    assert Ec2Settings.model_fields["join_port"].default == 8443
     assert service["deploy"]["placement"] == {"max_replicas_per_node": 1}
     assert set(service) == {"ports", "deploy"}  # the rest comes from docker/stack.yml
     readme = (ROOT / "README.md").read_text()

@@ -1,21 +1,26 @@
-"""`open_daemon` wires the join endpoint with `AUTOSCALER_EC2_JOIN_URL`: refused at start without an HTTP
-port (every machine would fail its boot), served once the start-up checks passed, absent without it.
-`auto` names every manager's address at the HTTP port (refused in one line when swarm names none); off,
-the start warns that the join token goes into user data.
+"""`open_daemon` wires the join endpoint with `AUTOSCALER_EC2_JOIN_URL`: TLS on a listener of its own
+(`AUTOSCALER_EC2_JOIN_PORT`), served once the start-up checks passed with the key of swarm's join token,
+absent without it; refused at start when the join port is the HTTP port. `auto` names every manager's
+address at the join port (refused in one line when swarm names none); off, the start warns that the join
+token goes into user data.
 
 The real daemon is built by `open_daemon` (as `swarm-autoscaler run` does) on the in-memory local cloud
-(moto for EC2); the endpoint is asked over TCP from 127.0.0.1, which is no machine of the daemon's (its
-VPC is 10.0.0.0/16): a well-formed ticket gets the same 403 as any other refusal."""
+(moto for EC2, the in-memory swarm for swarm); the endpoint is asked over TCP from 127.0.0.1, which is no
+machine of the daemon's (its VPC is 10.0.0.0/16): a well-formed ticket gets the same 403 as any other
+refusal. The client checks the served key as a machine's boot does: its pin must be the join token's."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import ssl
 from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
 from structlog.testing import capture_logs
 
+from swarm_autoscaler.adapters.join_tls import join_pin, pin_of_certificate
 from swarm_autoscaler.errors import ConfigurationError
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud, LocalCloudOptions
 from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
@@ -35,44 +40,81 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def test_a_join_url_without_an_http_port_is_refused_at_start(lc: LocalCloud) -> None:
-    extra = {"AUTOSCALER_HTTP_PORT": "0", "AUTOSCALER_EC2_JOIN_URL": "http://10.0.0.10:8000/v1/join"}
-    with pytest.raises(
-        ConfigurationError, match="AUTOSCALER_EC2_JOIN_URL is set but AUTOSCALER_HTTP_PORT is 0"
+def _served_pin(port: int) -> str:
+    """The pin of the key the join listener presents (the certificate is self-signed: the boot's curl
+    --pinnedpubkey checks this, not a CA)."""
+    unverified = ssl.create_default_context()
+    unverified.check_hostname, unverified.verify_mode = False, ssl.CERT_NONE
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, unverified.wrap_socket(raw) as tls:
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return pin_of_certificate(der)
+
+
+async def _post(port: int, expected_pin: str) -> int:
+    """POST a well-formed ticket to the join endpoint at `port`, whose key must have `expected_pin`;
+    the status."""
+    assert await asyncio.to_thread(_served_pin, port) == expected_pin
+    url = f"https://127.0.0.1:{port}/v1/join"
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(url, json={"ticket": "ab" * 32}, ssl=False) as reply,
     ):
+        return reply.status
+
+
+async def test_the_join_port_must_differ_from_the_http_port(lc: LocalCloud) -> None:
+    port = str(_free_port())
+    extra = {
+        "AUTOSCALER_HTTP_PORT": port,
+        "AUTOSCALER_EC2_JOIN_PORT": port,
+        "AUTOSCALER_EC2_JOIN_URL": "auto",
+    }
+    with pytest.raises(ConfigurationError, match="AUTOSCALER_EC2_JOIN_PORT is AUTOSCALER_HTTP_PORT"):
         async with lc.daemon(extra):
             pass
 
 
-async def test_the_started_daemon_serves_the_join_endpoint_only_with_a_join_url(lc: LocalCloud) -> None:
-    for join_url, expected in ((True, 403), (False, 404)):
-        port = _free_port()
-        extra = {"AUTOSCALER_HTTP_PORT": str(port), "AUTOSCALER_HTTP_HOST": "127.0.0.1"}
-        if join_url:
-            extra["AUTOSCALER_EC2_JOIN_URL"] = f"http://127.0.0.1:{port}/v1/join"
-        async with lc.daemon(extra), aiohttp.ClientSession() as http:
-            reply = await http.post(f"http://127.0.0.1:{port}/v1/join", json={"ticket": "ab" * 32})
-            assert reply.status == expected, await reply.text()
+async def test_the_started_daemon_serves_the_join_endpoint_over_tls_only_with_a_join_url(
+    lc: LocalCloud,
+) -> None:
+    assert isinstance(lc.orchestrator, MemorySwarm)
+    pin = join_pin(lc.orchestrator.join_token)
+    http_port, join_port = _free_port(), _free_port()
+    extra = {
+        "AUTOSCALER_HTTP_PORT": str(http_port),
+        "AUTOSCALER_HTTP_HOST": "127.0.0.1",
+        "AUTOSCALER_EC2_JOIN_PORT": str(join_port),
+        "AUTOSCALER_EC2_JOIN_URL": f"https://127.0.0.1:{join_port}/v1/join",
+    }
+    async with lc.daemon(extra), aiohttp.ClientSession() as http:
+        assert await _post(join_port, pin) == 403
+        # the HTTP port serves health and metrics, not the join endpoint
+        reply = await http.post(f"http://127.0.0.1:{http_port}/v1/join", json={"ticket": "ab" * 32})
+        assert reply.status == 404
+    del extra["AUTOSCALER_EC2_JOIN_URL"]
+    async with lc.daemon(extra), aiohttp.ClientSession() as http:
+        with pytest.raises(aiohttp.ClientConnectorError):  # nothing listens at the join port
+            await http.post(f"https://127.0.0.1:{join_port}/v1/join", json={"ticket": "ab" * 32}, ssl=False)
 
 
-async def test_auto_without_an_http_port_is_refused_at_start(lc: LocalCloud) -> None:
-    extra = {"AUTOSCALER_HTTP_PORT": "0", "AUTOSCALER_EC2_JOIN_URL": "auto"}
-    with pytest.raises(ConfigurationError, match="AUTOSCALER_HTTP_PORT is 0"):
-        async with lc.daemon(extra):
-            pass
-
-
-async def test_auto_serves_the_join_endpoint_at_the_managers_address(lc: LocalCloud) -> None:
+async def test_auto_serves_the_join_endpoint_without_an_http_port(lc: LocalCloud) -> None:
     """`auto` on the in-memory swarm (our Orchestrator port's fake), whose one manager advertises
-    127.0.0.1: the start line names that manager's URL at the HTTP port, which the endpoint answers."""
+    127.0.0.1: the start line names that manager's https URL at the join port, which the endpoint
+    answers; health and metrics may be off (AUTOSCALER_HTTP_PORT=0): the join endpoint is its own."""
+    assert isinstance(lc.orchestrator, MemorySwarm)
     port = _free_port()
-    extra = {"AUTOSCALER_HTTP_PORT": str(port), "AUTOSCALER_HTTP_HOST": "127.0.0.1"}
+    extra = {
+        "AUTOSCALER_HTTP_PORT": "0",
+        "AUTOSCALER_HTTP_HOST": "127.0.0.1",
+        "AUTOSCALER_EC2_JOIN_PORT": str(port),
+    }
     with capture_logs() as logs:
-        async with lc.daemon({**extra, "AUTOSCALER_EC2_JOIN_URL": "auto"}), aiohttp.ClientSession() as http:
-            reply = await http.post(f"http://127.0.0.1:{port}/v1/join", json={"ticket": "ab" * 32})
-            assert reply.status == 403, await reply.text()
+        async with lc.daemon({**extra, "AUTOSCALER_EC2_JOIN_URL": "auto"}):
+            url = f"https://127.0.0.1:{port}/v1/join"
+            assert await _post(port, join_pin(lc.orchestrator.join_token)) == 403
     [on] = [e for e in logs if e["event"].startswith("join tickets on")]
-    assert on["join_urls"] == [f"http://127.0.0.1:{port}/v1/join"]
+    assert on["join_urls"] == [url]
     assert not [e for e in logs if e["event"].startswith("join tickets are off")]
 
 
@@ -81,7 +123,7 @@ async def test_auto_with_no_manager_address_is_refused_at_start_in_one_line(lc: 
     saved = lc.orchestrator.managers
     lc.orchestrator.managers = ("0.0.0.0:2377",)  # a swarm that names no address a worker can reach
     try:
-        extra = {"AUTOSCALER_HTTP_PORT": str(_free_port()), "AUTOSCALER_EC2_JOIN_URL": "auto"}
+        extra = {"AUTOSCALER_EC2_JOIN_PORT": str(_free_port()), "AUTOSCALER_EC2_JOIN_URL": "auto"}
         with pytest.raises(ConfigurationError) as caught:
             async with lc.daemon({**extra, "AUTOSCALER_HTTP_HOST": "127.0.0.1"}):
                 pass

@@ -1,9 +1,10 @@
 """A real dockerd node joins through a join ticket: the daemon (in-process, `AUTOSCALER_EC2_JOIN_URL=auto`
 as the README deploys it, listening on its swarm manager's own address as the stack's host-mode port
 does) launches a machine whose user data carries a ticket and no join token, and names the join URL
-`auto` read from the real swarm (its manager's advertised address, `ManagerStatus.Addr`, at the HTTP
-port); the machine's boot reads its private IP from its metadata service, posts the ticket from that
-address to that URL, and joins the swarm with the token it answered; its worker (the worker service's task) runs work; the
+`auto` read from the real swarm (its manager's advertised address, `ManagerStatus.Addr`, at the join
+port, TLS); the machine's boot reads its private IP from its metadata service, posts the ticket from that
+address to that URL with the real curl checking the endpoint's key against the pin in its user data, and
+joins the swarm with the token it answered; its worker (the worker service's task) runs work; the
 fleet goes back to zero. Then the ticket, read from user data as a read-only principal would, is
 replayed from the machine's own address (its node joined) and from another: both get nothing.
 
@@ -28,6 +29,7 @@ from distributed import Client
 from tests.e2e.helpers import REAL_BOOT, ec2_client, hostname_of, owned_instances, start, wait_for
 
 from swarm_autoscaler.adapters.join_tickets import JOIN_NONCE_TAG
+from swarm_autoscaler.adapters.join_tls import join_pin
 from swarm_autoscaler.core.model import GIB
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
 
@@ -41,8 +43,9 @@ def _free_port() -> int:
 
 
 async def _post(url: str, source: str, body: dict[str, str]) -> int:
-    """POST from `source` (the TCP source address, as the boot's curl --interface); the HTTP status."""
-    connector = aiohttp.TCPConnector(local_addr=(source, 0), force_close=True)
+    """POST from `source` (the TCP source address, as the boot's curl --interface); the HTTP status.
+    The endpoint's key is not checked: this is the attacker's client."""
+    connector = aiohttp.TCPConnector(local_addr=(source, 0), force_close=True, ssl=False)
     async with aiohttp.ClientSession(connector=connector) as session, session.post(url, json=body) as reply:
         return reply.status
 
@@ -54,7 +57,7 @@ async def test_a_machine_joins_through_its_ticket_and_the_ticket_is_worthless_af
     assert lc.scheduler is not None and lc.metadata is not None and lc.orchestrator is not None
     assert lc.options.vpc_prefix.startswith("127."), "the e2e cloud's VPC is carved from loopback"
     port = _free_port()
-    url = f"http://{lc.join_host()}:{port}/v1/join"  # what `auto` derives from the swarm's manager
+    url = f"https://{lc.join_host()}:{port}/v1/join"  # what `auto` derives from the swarm's manager
     before = set(owned_instances(lc, ("pending", "running", "shutting-down", "terminated")))
     async with lc.daemon(lc.join_ticket_env(port, auto=True)) as daemon:
         running = await start(daemon)
@@ -84,6 +87,8 @@ async def test_a_machine_joins_through_its_ticket_and_the_ticket_is_worthless_af
             assert "SWMTKN" not in user_data and not [v for v in tags.values() if "SWMTKN" in v]
             assert JOIN_NONCE_TAG in tags
             assert url in user_data  # the join URL `auto` read from the real swarm
+            token, _ = await lc.orchestrator.join_command()
+            assert f"--pinnedpubkey sha256//{join_pin(token)} " in user_data  # the endpoint's key, pinned
             found = re.search(r'"ticket": "([0-9a-f]{64})"', user_data)
             assert found is not None
             ticket = {"ticket": found.group(1)}

@@ -122,6 +122,7 @@ async def test_a_pool_machine_boots_from_its_user_data_starts_into_the_worker_se
                         )
                         stored = base64.b64decode(attr["UserData"]["Value"]).decode()
                         assert '"ticket": "' in stored and "SWMTKN" not in stored
+                        assert "-k --pinnedpubkey sha256//" in stored  # fetched over TLS, its key pinned
                     assert {iid for a in rec.of(Start) for iid in a.instance_ids} == {pool_id}
                     assert not [a for a in rec.of(Launch) if not a.pool], rec.of(Launch)
                     assert names == {host}, (names, host)

@@ -1,5 +1,6 @@
 """`AUTOSCALER_EC2_JOIN_URL`: `auto`, URLs (JSON list or comma separated) or empty, read from the
-environment as the daemon reads it (`load_settings`); `auto` mixed with URLs is one problem line."""
+environment as the daemon reads it (`load_settings`); `auto` mixed with URLs is one problem line, and so
+is an http:// URL (the join endpoint serves TLS only: the join token must not cross the VPC in clear)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from swarm_autoscaler.config.settings import InvalidSettingsError, load_settings
 
 SetEnv = Callable[..., None]
-URLS = ["http://10.0.0.10:8000/v1/join", "http://10.0.1.10:8000/v1/join"]
+URLS = ["https://10.0.0.10:8443/v1/join", "https://10.0.1.10:8443/v1/join"]
 
 
 @pytest.mark.parametrize(
@@ -21,7 +22,7 @@ URLS = ["http://10.0.0.10:8000/v1/join", "http://10.0.1.10:8000/v1/join"]
         ("auto", ["auto"], True),
         (" auto ", ["auto"], True),
         (",".join(URLS), URLS, False),
-        ('["http://10.0.0.10:8000/v1/join", "http://10.0.1.10:8000/v1/join"]', URLS, False),
+        ('["https://10.0.0.10:8443/v1/join", "https://10.0.1.10:8443/v1/join"]', URLS, False),
     ],
 )
 def test_join_url_takes_auto_a_list_or_nothing(
@@ -32,10 +33,26 @@ def test_join_url_takes_auto_a_list_or_nothing(
     assert (settings.ec2.join_url, settings.ec2.join_auto) == (urls, auto)
 
 
-@pytest.mark.parametrize("value", ["auto,http://10.0.0.10:8000/v1/join", "automatic", "10.0.0.10:8000"])
+@pytest.mark.parametrize(
+    "value",
+    ["auto,https://10.0.0.10:8443/v1/join", "automatic", "10.0.0.10:8443", "http://10.0.0.10:8000/v1/join"],
+)
 def test_auto_beside_urls_or_a_non_url_is_one_problem(set_env: SetEnv, value: str) -> None:
     set_env(AUTOSCALER_EC2_JOIN_URL=value)
     with pytest.raises(InvalidSettingsError) as caught:
         load_settings()
     [problem] = caught.value.problems
     assert problem.startswith("AUTOSCALER_EC2_JOIN_URL"), problem
+
+
+def test_an_http_join_url_is_refused_saying_why(set_env: SetEnv) -> None:
+    set_env(AUTOSCALER_EC2_JOIN_URL="http://10.0.0.10:8000/v1/join")
+    with pytest.raises(InvalidSettingsError) as caught:
+        load_settings()
+    [problem] = caught.value.problems
+    assert "https://" in problem and "must not cross the VPC in clear" in problem, problem
+
+
+def test_the_join_port_defaults_to_8443(set_env: SetEnv) -> None:
+    set_env(AUTOSCALER_EC2_JOIN_PORT=None)
+    assert load_settings().ec2.join_port == 8443

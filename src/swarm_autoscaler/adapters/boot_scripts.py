@@ -13,7 +13,8 @@ waiting `max_start_time` and relaunching the same failing type for ever.
 
 Join tickets (`AUTOSCALER_EC2_JOIN_URL` set: `render_ticket_user_data`, `render_ticket_start_user_data`):
 the join step first asks the daemon's join endpoint for the token with a ticket, from the machine's own
-private IP (`ticket_join`, `adapters.join_tickets`); a refused ticket fails that attempt like a failed
+private IP, over TLS checked against the pin of the endpoint's key (`ticket_join`, `adapters.join_tickets`,
+`adapters.join_tls`): an endpoint with another key gets nothing sent; a refused ticket fails that attempt like a failed
 join, so after `JOIN_ATTEMPTS` the boot fails and says so, as above. The token is never in user data.
 
 Warm pool: the first boot (`render_pool_user_data`) ends in a shutdown by design, so its failure cannot
@@ -51,6 +52,7 @@ _LEAVE = "docker swarm leave --force >/dev/null 2>&1 || true\n"  # a started poo
 _WORST_TOKEN = "SWMTKN-1-" + "x" * 100
 _WORST_MANAGER = "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535"
 _TICKET_FAILED = "the join ticket was refused or docker swarm join failed"
+_WORST_PIN = "A" * 43 + "="  # base64 of a SHA-256, as `join_tls.join_pin` returns
 
 
 def join_line(token: str, manager_address: str, paused: bool = False) -> str:
@@ -60,14 +62,17 @@ def join_line(token: str, manager_address: str, paused: bool = False) -> str:
     return f"docker swarm join {flag}--token {shlex.quote(token)} {shlex.quote(manager_address)}"
 
 
-def ticket_join(urls: Sequence[str], join_ticket: str, paused: bool = False) -> str:
+def ticket_join(urls: Sequence[str], join_ticket: str, paused: bool = False, *, pin: str) -> str:
     """The swarm join through the daemon's join endpoint (`adapters.join_tickets`): read this machine's
     private IP from the metadata service (IMDSv2; `AWS_EC2_METADATA_SERVICE_ENDPOINT` overrides
     169.254.169.254, as for the AWS SDKs), post the ticket from that address to each URL in turn until
-    one answers, then join with the token and manager address it answered. Any step failing fails this
+    one answers, then join with the token and manager address it answered. The post is TLS whose server
+    key must match `pin` (`join_tls.join_pin`; curl `--pinnedpubkey`, checked before anything is sent;
+    `-k` because the certificate is self-signed: the pin is the check). Any step failing fails this
     attempt (the caller retries it, bounded, then reports a failed boot)."""
     flag = "--availability pause " if paused else ""
     body = shlex.quote(json.dumps({"ticket": join_ticket}))
+    pinned = shlex.quote(f"sha256//{pin}")
     tries = " ".join(shlex.quote(url) for url in urls)
     return (
         'imds="${AWS_EC2_METADATA_SERVICE_ENDPOINT:-http://169.254.169.254}"; imds="${imds%/}"\n'
@@ -78,7 +83,7 @@ def ticket_join(urls: Sequence[str], join_ticket: str, paused: bool = False) -> 
         '    answer=""\n'
         f"    for url in {tries}; do\n"
         '        answer=$(curl -sf --max-time 20 --interface "$private_ip" -H "Content-Type: application/json" '
-        f'--data {body} "$url") && break\n'
+        f'-k --pinnedpubkey {pinned} --data {body} "$url") && break\n'
         "    done\n"
         '    [ -n "$answer" ] || return 1\n'
         '    join_token=$(printf \'%s\' "$answer" | sed -n \'s/.*"token": *"\\([A-Za-z0-9-]*\\)".*/\\1/p\')\n'
@@ -159,11 +164,12 @@ def render_user_data(boot_script: str, token: str, manager_address: str, paused:
 
 
 def render_ticket_user_data(
-    boot_script: str, urls: Sequence[str], join_ticket: str, paused: bool = False
+    boot_script: str, urls: Sequence[str], join_ticket: str, paused: bool = False, *, pin: str
 ) -> str:
-    """`render_user_data` with the join through the daemon's join endpoint (`ticket_join`): the user
-    data carries the ticket, never the swarm join token."""
-    return _launch(boot_script, _wait_and_join(ticket_join(urls, join_ticket, paused), failed=_TICKET_FAILED))
+    """`render_user_data` with the join through the daemon's join endpoint (`ticket_join`, its key
+    checked against `pin`): the user data carries the ticket and the pin, never the swarm join token."""
+    join = ticket_join(urls, join_ticket, paused, pin=pin)
+    return _launch(boot_script, _wait_and_join(join, failed=_TICKET_FAILED))
 
 
 def _launch(boot_script: str, join: str) -> str:
@@ -188,10 +194,12 @@ def render_start_user_data(token: str, manager_address: str, paused: bool = Fals
     return _start(_wait_and_join(join_line(token, manager_address, paused), first=_LEAVE))
 
 
-def render_ticket_start_user_data(urls: Sequence[str], join_ticket: str, paused: bool = False) -> str:
+def render_ticket_start_user_data(
+    urls: Sequence[str], join_ticket: str, paused: bool = False, *, pin: str
+) -> str:
     """`render_start_user_data` with the join through the daemon's join endpoint (a fresh ticket for
-    each start: `ticket_join`)."""
-    join = ticket_join(urls, join_ticket, paused)
+    each start, the endpoint's key checked against `pin`: `ticket_join`)."""
+    join = ticket_join(urls, join_ticket, paused, pin=pin)
     return _start(_wait_and_join(join, first=_LEAVE, failed=_TICKET_FAILED))
 
 
@@ -239,7 +247,7 @@ def check_user_data(type_name: str, boot_script: str, join_urls: Sequence[str] =
     ticket for `join_urls` when given) is over EC2's limit: every launch of it would fail, so the
     daemon says so at start-up."""
     launch = (
-        render_ticket_user_data(boot_script, join_urls, "f" * 64, paused=True)
+        render_ticket_user_data(boot_script, join_urls, "f" * 64, paused=True, pin=_WORST_PIN)
         if join_urls
         else render_user_data(boot_script, _WORST_TOKEN, _WORST_MANAGER, paused=True)
     )

@@ -8,8 +8,10 @@ its instances share one user data) or per warm-pool start. What binds a ticket t
 endpoint's check of the source address (`daemon.join`), not the nonce.
 
 `AUTOSCALER_EC2_JOIN_URL=auto` (`JoinUrls.managers`): the URLs are every manager's address as swarm
-advertises it to workers (`Orchestrator.manager_addresses`), at the daemon's HTTP port, read when a
-launch renders its user data (managers come and go), from the read its `join_command` made.
+advertises it to workers (`Orchestrator.manager_addresses`), at the daemon's join port
+(`AUTOSCALER_EC2_JOIN_PORT`, TLS), read when a launch renders its user data (managers come and go), from
+the read its `join_command` made. The user data also carries the pin of the join endpoint's key for the
+token read then (`join_tls.join_pin`), which the boot's fetch checks.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from swarm_autoscaler.adapters.boot_scripts import (
 )
 from swarm_autoscaler.adapters.ec2_support import to_endpoint_error, to_instance
 from swarm_autoscaler.adapters.join_tickets import JOIN_NONCE_TAG, JOIN_PATH, new_nonce, ticket
+from swarm_autoscaler.adapters.join_tls import join_pin
 from swarm_autoscaler.core.model import Instance
 from swarm_autoscaler.errors import ConfigurationError
 
@@ -54,7 +57,7 @@ class JoinUrls:
         """The URLs the start-up check of user data sizes renders with (`boot_scripts.check_user_data`)."""
         if self.managers is None:
             return self.fixed
-        return (f"http://{_WORST_HOST}:65535{JOIN_PATH}",) * _WORST_MANAGERS
+        return (f"https://{_WORST_HOST}:65535{JOIN_PATH}",) * _WORST_MANAGERS
 
     async def resolve(self) -> tuple[str, ...]:
         """The URLs for a launch now. `auto` with no manager address raises `ConfigurationError`, and
@@ -71,13 +74,13 @@ class JoinUrls:
 
 
 def auto_join_urls(managers: Sequence[str], port: int) -> tuple[str, ...]:
-    """`http://<host>:<port>/v1/join` for each manager address `host:swarm port` (an IPv6 host keeps its
+    """`https://<host>:<port>/v1/join` for each manager address `host:swarm port` (an IPv6 host keeps its
     brackets), in order, without duplicates or unspecified addresses."""
     urls = []
     for address in managers:
         host = address.rpartition(":")[0] if ":" in address else address
         if host and host not in ("0.0.0.0", "[::]"):
-            urls.append(f"http://{host}:{port}{JOIN_PATH}")
+            urls.append(f"https://{host}:{port}{JOIN_PATH}")
     return tuple(dict.fromkeys(urls))
 
 
@@ -108,10 +111,10 @@ async def join_user_data(host: JoinHost, boot_script: str | None) -> tuple[str, 
         return render_user_data(boot_script, token, manager, paused), {}
     urls = await host.join_urls.resolve()  # after join_command: `auto` reads the managers it just read
     nonce = new_nonce()
-    join_ticket = ticket(token, nonce)
+    join_ticket, pin = ticket(token, nonce), join_pin(token)
     if boot_script is None:
-        return render_ticket_start_user_data(urls, join_ticket, paused), {JOIN_NONCE_TAG: nonce}
-    return render_ticket_user_data(boot_script, urls, join_ticket, paused), {JOIN_NONCE_TAG: nonce}
+        return render_ticket_start_user_data(urls, join_ticket, paused, pin=pin), {JOIN_NONCE_TAG: nonce}
+    return render_ticket_user_data(boot_script, urls, join_ticket, paused, pin=pin), {JOIN_NONCE_TAG: nonce}
 
 
 @dataclass(frozen=True, slots=True)

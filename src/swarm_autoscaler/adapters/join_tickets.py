@@ -24,7 +24,7 @@ import re
 import secrets
 
 JOIN_NONCE_TAG = "swarm-autoscaler/join-nonce"
-JOIN_PATH = "/v1/join"  # the daemon's join endpoint (`daemon.join`) on AUTOSCALER_HTTP_PORT
+JOIN_PATH = "/v1/join"  # the daemon's join endpoint (`daemon.join`), TLS on AUTOSCALER_EC2_JOIN_PORT
 TICKET = re.compile(r"[0-9a-f]{64}")  # what `ticket` returns: hex SHA-256
 _NONCE = re.compile(r"[0-9a-f]{32}")
 

@@ -379,19 +379,29 @@ class Ec2Settings(Ec2AccessSettings):
     )
     join_url: IdList = Field(
         default_factory=list,
-        description="Where new machines reach this daemon's join endpoint, POST /v1/join on "
-        "AUTOSCALER_HTTP_PORT: `auto` (every manager's address as swarm advertises it to workers, read at "
-        "each launch; docker/stack.join.yml publishes the port in host mode on the managers), or URLs as a "
-        "JSON list or comma separated (each tried in turn, so name every manager that may run a replica). "
-        "Set: a machine's user data carries a one-use join ticket, not the swarm join token, and the daemon "
-        "answers the token only to one of its own machines booting, asking from its private IP "
-        "(docs/security.md). The port must be reached from the workers' subnets without NAT or the swarm "
-        "routing mesh (docs/deployment.md). Empty = the swarm join token in every machine's user data, as "
-        "before (the daemon warns at start).",
+        description="Where new machines reach this daemon's join endpoint, POST /v1/join over TLS on "
+        "AUTOSCALER_EC2_JOIN_PORT: `auto` (every manager's address as swarm advertises it to workers, read at "
+        "each launch; docker/stack.join.yml publishes the port in host mode on the managers), or https:// "
+        "URLs as a JSON list or comma separated (each tried in turn, so name every manager that may run a "
+        "replica; http:// is refused: the endpoint answers the swarm join token, which must not cross the "
+        "VPC in clear). Set: a machine's user data carries a one-use join ticket and the pin of the "
+        "endpoint's key, not the swarm join token, and the daemon answers the token only to one of its own "
+        "machines booting, asking from its private IP (docs/security.md). The port must be reached from the "
+        "workers' subnets without NAT or the swarm routing mesh (docs/deployment.md). Empty = the swarm join "
+        "token in every machine's user data, as before (the daemon warns at start).",
         json_schema_extra={
-            "example": "http://10.0.0.10:8000/v1/join,http://10.0.1.10:8000/v1/join",
+            "example": "https://10.0.0.10:8443/v1/join,https://10.0.1.10:8443/v1/join",
             "template": "auto",  # .env.template sets it: the README's deployment (docker/stack.join.yml)
         },
+    )
+    join_port: int = Field(
+        default=8443,
+        ge=1,
+        le=65535,
+        description="TCP port of the join endpoint (TLS, with a key derived from the swarm join token and "
+        "pinned in each machine's user data: docs/security.md), served on AUTOSCALER_HTTP_HOST when "
+        "AUTOSCALER_EC2_JOIN_URL is set; `auto` URLs name it. It serves nothing but POST /v1/join. Must "
+        "differ from AUTOSCALER_HTTP_PORT.",
     )
     listing_url: str = Field(
         default="",
@@ -430,10 +440,13 @@ class Ec2Settings(Ec2AccessSettings):
                     "url", "`auto` alone, or URLs without it, got {value}", {"value": value}
                 )
             return value
-        bad = [u for u in value if not re.fullmatch(r"https?://[^\s/]+/\S*", u)]
+        bad = [u for u in value if not re.fullmatch(r"https://[^\s/]+/\S*", u)]
         if bad:
             raise PydanticCustomError(
-                "url", "each must be an http:// or https:// URL, got {bad}", {"bad": bad}
+                "url",
+                "each must be an https:// URL (the join endpoint serves TLS only, on AUTOSCALER_EC2_JOIN_PORT: "
+                "the swarm join token must not cross the VPC in clear), or `auto`; got {bad}",
+                {"bad": bad},
             )
         return value
 

@@ -34,7 +34,13 @@ from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.core.model import InstanceType, Policy
 from swarm_autoscaler.core.ports import Lock, Orchestrator, Workload
 from swarm_autoscaler.core.services import dynamic_policy
-from swarm_autoscaler.daemon.join import JoinDesk, add_join_route, check_join_urls, join_desk, join_urls
+from swarm_autoscaler.daemon.join import (
+    check_join_urls,
+    join_desk,
+    join_urls,
+    refreshing,
+    serve_join,
+)
 from swarm_autoscaler.daemon.loop import Daemon, InFlightCloud
 from swarm_autoscaler.daemon.metrics import Metrics, build_app
 from swarm_autoscaler.daemon.prices import Prices
@@ -73,7 +79,11 @@ async def open_daemon(
         desk = join_desk(settings, ec2, swarm)
         if serve_http and settings.http.port:
             await _serve_http(
-                stack, settings, metrics, lambda: built[0].last_success if built else None, clock, desk
+                stack, settings, metrics, lambda: built[0].last_success if built else None, clock
+            )
+        if serve_http and desk is not None:  # TLS, on a port of its own (`daemon.join`)
+            stack.push_async_callback(
+                (await serve_join(desk, settings.http.host, settings.ec2.join_port)).cleanup
             )
         # Unset, the endpoint is AWS's in the region: the region is then what points at it.
         where = "AUTOSCALER_EC2_ENDPOINT" if settings.ec2.endpoint else "AUTOSCALER_EC2_REGION"
@@ -99,6 +109,8 @@ async def open_daemon(
         await _checked(where, claim(ec2, swarm_id))
         await _checked("AUTOSCALER_DOCKER_URL", check_join_urls(ec2))
         if desk is not None:
+            await _checked("AUTOSCALER_DOCKER_URL", desk.refresh())  # the key of the join token now
+            await stack.enter_async_context(refreshing(desk))
             desk.ready = True  # the deployment id is known: `ec2._owned` now tells our machines
         _log_clock(ec2)  # after every check: a failed start says one line and nothing else
         prices.log()
@@ -160,14 +172,11 @@ async def _serve_http(
     metrics: Metrics,
     last_success: Callable[[], float | None],
     clock: Callable[[], float],
-    desk: JoinDesk | None = None,
 ) -> None:
     """Listen first: a port already in use is a setting to change, found before any endpoint is called.
-    With a join desk (`AUTOSCALER_EC2_JOIN_URL`), the join endpoint is served there too."""
+    (The join endpoint has a TLS listener of its own: `daemon.join.serve_join`.)"""
     host, port = settings.http.host, settings.http.port
     app = build_app(metrics, last_success, settings.timing.poll_interval, clock)
-    if desk is not None:
-        add_join_route(app, desk)
     try:
         runner = await start_http(app, host, port)
     except OSError as exc:

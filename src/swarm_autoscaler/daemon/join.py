@@ -14,8 +14,14 @@ The answer is `{"token": ..., "manager": "host:port"}` only when all of these ho
 Any replica answers: all it needs is in EC2 (address, nonce, launch time) and swarm (token, nodes),
 which every replica reads; the leader lock plays no part. The source address is what the TCP
 connection came from (never a header): inside a VPC, EC2's source/destination check keeps an instance
-from sending from another's address. So the daemon's HTTP port must be reached from the workers'
+from sending from another's address. So the daemon's join port must be reached from the workers'
 subnets directly (no NAT, no proxy, no swarm routing mesh: host-mode publishing), docs/deployment.md.
+
+TLS only, on a listener of its own (`AUTOSCALER_EC2_JOIN_PORT`, nothing else served there): the answer is
+the join token, which must not cross the VPC in clear. The key is derived from the worker join token
+(`adapters.join_tls`), so every replica serves the same one and the machine's user data pins it. Each
+replica reloads it when the token changes: read at every request and every `KEY_REFRESH_S` (a standby
+that serves no request still follows a rotation within that time; a boot in flight retries meanwhile).
 
 Refusals: a malformed request is 400 (body not a JSON object with one 64-hex-digit `ticket`), 413
 (over 1 KiB) or 415 (not `application/json`); any failed check is 403 with the same body whatever
@@ -23,20 +29,22 @@ failed (the log line says which: one line, never the ticket); more than `PER_ADD
 address within `WINDOW_S`, or more than `CONCURRENT` lookups at once, is 429; EC2 or swarm failing, or a
 daemon not started yet, is 503. Each is one log line.
 
-The wiring `open_daemon` uses is here too: `join_desk` (refused without an HTTP port), `join_urls`
-(`AUTOSCALER_EC2_JOIN_URL=auto`: every manager's advertised address at `AUTOSCALER_HTTP_PORT`, read from
-swarm at each launch, `ec2_join.JoinUrls`) and `check_join_urls` (at start: `auto` that finds no manager
-address is refused in one line; join tickets off is one warning, since the token then sits in every
-machine's user data).
+The wiring `open_daemon` uses is here too: `join_desk` (refused when the join port is the HTTP port),
+`serve_join` (the TLS listener), `keep_key` (the refresh), `join_urls` (`AUTOSCALER_EC2_JOIN_URL=auto`:
+every manager's advertised address at `AUTOSCALER_EC2_JOIN_PORT`, read from swarm at each launch,
+`ec2_join.JoinUrls`) and `check_join_urls` (at start: `auto` that finds no manager address is refused in
+one line; join tickets off is one warning, since the token then sits in every machine's user data).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import ipaddress
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import structlog
@@ -46,10 +54,12 @@ from swarm_autoscaler.adapters.ec2 import Ec2Cloud
 from swarm_autoscaler.adapters.ec2_join import JoiningMachine, JoinUrls
 from swarm_autoscaler.adapters.hostnames import machine_hostname
 from swarm_autoscaler.adapters.join_tickets import JOIN_PATH, TICKET, ticket_matches
+from swarm_autoscaler.adapters.join_tls import JoinTls
 from swarm_autoscaler.config.settings import Settings
 from swarm_autoscaler.core.model import Node
 from swarm_autoscaler.core.ports import Orchestrator
 from swarm_autoscaler.errors import AutoscalerError, ConfigurationError
+from swarm_autoscaler.runtime.http import start_http
 
 log = structlog.get_logger("swarm_autoscaler.daemon.join")
 
@@ -59,13 +69,15 @@ PER_ADDRESS = 12  # a boot asks at most 5 times (boot_scripts.JOIN_ATTEMPTS), a 
 WINDOW_S = 60.0
 CONCURRENT = 8  # fresh DescribeInstances at once: the endpoint never becomes a way to throttle EC2 for us
 MAX_ADDRESSES = 4096  # addresses remembered for the per-address limit (older ones are forgotten first)
+KEY_REFRESH_S = 5.0  # one swarm inspect: a rotated join token reaches the served key within this
 _REFUSED = {"error": "refused: not a machine of this daemon waiting to join"}
 
 
 @dataclass
 class JoinDesk:
     """The checks behind `POST /v1/join` (module doc). `ready` stays False until the daemon's start-up
-    checks passed (its deployment id is known): until then every request gets 503."""
+    checks passed (its deployment id is known): until then every request gets 503. `tls` is the
+    listener's context, holding the key of the last join token read (`refresh`)."""
 
     machines_at: Callable[[str], Awaitable[Sequence[JoiningMachine]]]
     join_command: Callable[[], Awaitable[tuple[str, str]]]
@@ -76,6 +88,17 @@ class JoinDesk:
     monotonic: Callable[[], float] = time.monotonic
     _seen: dict[str, list[float]] = field(default_factory=dict)
     _lookups: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(CONCURRENT))
+    tls: JoinTls = field(default_factory=JoinTls)
+
+    async def refresh(self) -> None:
+        """Serve the key of the join token swarm has now (`JoinTls.use`). Raises what `join_command`
+        raises (`AutoscalerError`)."""
+        token, _ = await self.join_command()
+        self._use(token)
+
+    def _use(self, token: str) -> None:
+        if self.tls.use(token):
+            log.info("join endpoint key loaded for the current swarm join token", pin=self.tls.pin)
 
     def limited(self, address: str) -> bool:
         """Count a request from `address`; True when it is over the per-address limit."""
@@ -106,6 +129,7 @@ class JoinDesk:
         machine = found[0]
         inst = machine.instance
         token, manager = await self.join_command()
+        self._use(token)
         if not ticket_matches(token, machine.nonce, given):
             return 403, _REFUSED, f"wrong ticket for {inst.id}"
         age = self.clock() - inst.launched_at
@@ -120,13 +144,13 @@ class JoinDesk:
 
 def join_desk(settings: Settings, ec2: Ec2Cloud, swarm: Orchestrator) -> JoinDesk | None:
     """The join endpoint's checks (`daemon.join`), with `AUTOSCALER_EC2_JOIN_URL` set; refused at start
-    when nothing would serve them (`AUTOSCALER_HTTP_PORT=0`)."""
+    when its port is the HTTP port (one listener cannot be both plain and TLS)."""
     if not settings.ec2.join_url:
         return None
-    if not settings.http.port:
+    if settings.ec2.join_port == settings.http.port:
         raise ConfigurationError(
-            "AUTOSCALER_EC2_JOIN_URL is set but AUTOSCALER_HTTP_PORT is 0: machines would find no join "
-            "endpoint and fail their boot; set the port the join URLs name"
+            f"AUTOSCALER_EC2_JOIN_PORT is AUTOSCALER_HTTP_PORT ({settings.http.port}): the join endpoint "
+            "serves TLS on a port of its own; choose another port for one of them"
         )
     return JoinDesk(
         machines_at=ec2.machines_at,
@@ -145,7 +169,7 @@ async def check_join_urls(ec2: Ec2Cloud) -> None:
             "join tickets are off (AUTOSCALER_EC2_JOIN_URL is empty): the swarm join token goes into every "
             "machine's user data, readable by anyone allowed ec2:DescribeInstanceAttribute and by every "
             "process on the machine through its metadata service; set AUTOSCALER_EC2_JOIN_URL=auto and "
-            "publish AUTOSCALER_HTTP_PORT to the workers' subnets (docs/deployment.md)"
+            "publish AUTOSCALER_EC2_JOIN_PORT to the workers' subnets (docs/deployment.md)"
         )
         return
     urls = await ec2.join_urls.resolve()
@@ -155,8 +179,51 @@ async def check_join_urls(ec2: Ec2Cloud) -> None:
 def join_urls(settings: Settings, swarm: Orchestrator) -> JoinUrls:
     """`AUTOSCALER_EC2_JOIN_URL`: `auto` reads every manager's address from swarm at each launch."""
     if settings.ec2.join_auto:
-        return JoinUrls(managers=swarm.manager_addresses, port=settings.http.port)
+        return JoinUrls(managers=swarm.manager_addresses, port=settings.ec2.join_port)
     return JoinUrls(tuple(settings.ec2.join_url))
+
+
+async def serve_join(desk: JoinDesk, host: str, port: int) -> web.AppRunner:
+    """Listen for `POST /v1/join` over TLS (`desk.tls`) on `host:port`, nothing else served there; the
+    caller stops it with `await runner.cleanup()`. A port that cannot be listened on is a
+    `ConfigurationError` naming the setting."""
+    app = web.Application()
+    add_join_route(app, desk)
+    try:
+        return await start_http(app, host, port, desk.tls.context)
+    except OSError as exc:
+        setting = (
+            "AUTOSCALER_EC2_JOIN_PORT"
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES)
+            else "AUTOSCALER_HTTP_HOST"
+        )
+        raise ConfigurationError(
+            f"{setting}: cannot listen for the join endpoint on {host}:{port} ({exc.strerror or exc}); "
+            "choose a free port"
+        ) from None
+
+
+async def keep_key(desk: JoinDesk, interval: float = KEY_REFRESH_S) -> None:
+    """Follow the join token (`JoinDesk.refresh`) every `interval` for as long as it runs; a failed
+    read is one warning and the key served stays as it was."""
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await desk.refresh()
+        except AutoscalerError as exc:
+            log.warning("cannot read the swarm join token to follow the join endpoint's key", error=str(exc))
+
+
+@contextlib.asynccontextmanager
+async def refreshing(desk: JoinDesk) -> AsyncIterator[None]:
+    """`keep_key` in the background while the block runs."""
+    task = asyncio.create_task(keep_key(desk), name="join-key")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def add_join_route(app: web.Application, desk: JoinDesk) -> None:

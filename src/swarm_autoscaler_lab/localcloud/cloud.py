@@ -306,11 +306,11 @@ class LocalCloud:
         return env
 
     def join_ticket_env(self, port: int, *, auto: bool = False) -> dict[str, str]:
-        """Settings that turn join tickets on for a daemon of this cloud serving HTTP on 127.0.0.1:`port`
-        (every loopback source reaches it). Needs a loopback VPC (`LocalCloudOptions.vpc_prefix`).
-        `auto`: `AUTOSCALER_EC2_JOIN_URL=auto`, the daemon listening on its swarm manager's own address
-        (`join_host`), where `auto` sends the machines, as the README's stack publishes the port on each
-        manager."""
+        """Settings that turn join tickets on for a daemon of this cloud serving its join endpoint (TLS) on
+        127.0.0.1:`port` (every loopback source reaches it). Needs a loopback VPC
+        (`LocalCloudOptions.vpc_prefix`). `auto`: `AUTOSCALER_EC2_JOIN_URL=auto`, the daemon listening on
+        its swarm manager's own address (`join_host`), where `auto` sends the machines, as the README's
+        stack publishes the join port on each manager."""
         if not self.options.vpc_prefix.startswith("127."):
             raise ConfigurationError(
                 "join tickets on the local cloud need a loopback VPC (LocalCloudOptions.vpc_prefix='127.N'): "
@@ -319,8 +319,8 @@ class LocalCloud:
         host = self.join_host() if auto else "127.0.0.1"
         return {
             "AUTOSCALER_HTTP_HOST": host,
-            "AUTOSCALER_HTTP_PORT": str(port),
-            "AUTOSCALER_EC2_JOIN_URL": "auto" if auto else f"http://127.0.0.1:{port}/v1/join",
+            "AUTOSCALER_EC2_JOIN_PORT": str(port),
+            "AUTOSCALER_EC2_JOIN_URL": "auto" if auto else f"https://127.0.0.1:{port}/v1/join",
         }
 
     def join_host(self) -> str:

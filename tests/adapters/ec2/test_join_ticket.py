@@ -1,12 +1,14 @@
 """The join ticket, attacked: the swarm worker join token leaves the user data and the tags, and the
-daemon's join endpoint (`daemon.join`, real aiohttp over TCP) answers it only to one of its machines
-booting, asking from that machine's private IP.
+daemon's join endpoint (`daemon.join`, real aiohttp over TLS on TCP, `serve_join`) answers it only to one
+of its machines booting, asking from that machine's private IP.
 
 Stands in for: EC2, moto over HTTP (the requests captured as they arrive, user data decoded once as
 EC2 does); a VPC, subnets carved from loopback (127.N.x.0/24), so that a machine's PrivateIpAddress is an
 address this host can send from, and the endpoint sees it as the TCP source (on EC2 the source/
 destination check keeps an instance from sending from another's address; here the test picks the
 source, which is the attacker's power we grant). Swarm's token and node list: a fake the test controls.
+The tests here post without checking the endpoint's key (the attacker's client); the boot's pinned fetch
+is run in `test_join_ticket_boot.py`.
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ from tests.adapters.ec2.ec2_helpers import MANAGER, TOKEN, CloudFactory
 from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, DEPLOYMENT_TAG, OWNER_TAG, OWNER_VALUE, Ec2Cloud
 from swarm_autoscaler.adapters.ec2_join import JoiningMachine
 from swarm_autoscaler.adapters.join_tickets import JOIN_NONCE_TAG, new_nonce, ticket
+from swarm_autoscaler.adapters.join_tls import JoinTls
 from swarm_autoscaler.core.model import Availability, Node, NodeStatus
 from swarm_autoscaler.daemon import join as join_module
-from swarm_autoscaler.daemon.join import JoinDesk, add_join_route
-from swarm_autoscaler.runtime.http import start_http
+from swarm_autoscaler.daemon.join import JoinDesk, serve_join
 from swarm_autoscaler_lab.localcloud import FaultInjector, LocalNetwork, MotoServer, provision_network
 from swarm_autoscaler_lab.localcloud.loopback import claim_loopback_prefix
 from swarm_autoscaler_lab.localcloud.moto_user_data import as_ec2_decodes
@@ -68,7 +70,7 @@ class Endpoint:
         """POST to the join endpoint from `source` (bound as the TCP source, as the boot's curl
         --interface does)."""
         data = body if isinstance(body, (bytes, str)) else json.dumps(body)
-        connector = aiohttp.TCPConnector(local_addr=(source, 0), force_close=True)
+        connector = aiohttp.TCPConnector(local_addr=(source, 0), force_close=True, ssl=False)
         async with (
             aiohttp.ClientSession(connector=connector) as session,
             session.post(self.url, data=data, headers={"Content-Type": content_type}) as reply,
@@ -77,10 +79,16 @@ class Endpoint:
 
 
 async def open_endpoint(
-    make_cloud: CloudFactory, vpc: LocalNetwork, urls: Sequence[str] = (), **overrides: Any
+    make_cloud: CloudFactory,
+    vpc: LocalNetwork,
+    urls: Sequence[str] = (),
+    impostor_key: str | None = None,
+    **overrides: Any,
 ) -> tuple[Endpoint, Callable[[], Awaitable[None]]]:
-    """The join endpoint served over TCP on 127.0.0.1, and a cloud launching into `vpc` whose user data
-    names `urls` and then the endpoint's own URL. Returns it and its closer."""
+    """The join endpoint served over TLS on 127.0.0.1, and a cloud launching into `vpc` whose user data
+    names `urls` and then the endpoint's own URL. Returns it and its closer. `impostor_key`: the
+    endpoint serves the key derived from that string instead of swarm's join token (an impostor on the
+    VPC path that has everything but the key)."""
     swarm = FakeSwarm()
     clouds: list[Ec2Cloud] = []
 
@@ -94,11 +102,14 @@ async def open_endpoint(
         clock=time.time,
         max_start_time=600.0,
         ready=True,
+        tls=JoinTls(),
     )
-    app = aiohttp.web.Application()
-    add_join_route(app, desk)
-    runner = await start_http(app, "127.0.0.1", 0)
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1/join"
+    if impostor_key is None:
+        await desk.refresh()
+    else:
+        desk.tls.use(impostor_key)
+    runner = await serve_join(desk, "127.0.0.1", 0)
+    url = f"https://127.0.0.1:{runner.addresses[0][1]}/v1/join"
     clouds.append(
         await make_cloud(
             subnet_ids=vpc.subnet_ids,
@@ -113,7 +124,7 @@ async def open_endpoint(
 
 @pytest.fixture
 async def endpoint(make_cloud: CloudFactory, loopback_vpc: LocalNetwork) -> AsyncIterator[Endpoint]:
-    ep, close = await open_endpoint(make_cloud, loopback_vpc, ["http://127.0.0.1:1/v1/join"])
+    ep, close = await open_endpoint(make_cloud, loopback_vpc, ["https://127.0.0.1:1/v1/join"])
     yield ep
     await close()
 
@@ -169,7 +180,8 @@ async def test_the_join_token_is_nowhere_in_what_reaches_ec2(
     launch_data = as_ec2_decodes(
         next(c for c in faults.recorded() if c.action == "RunInstances").params["UserData"]
     )
-    assert "http://127.0.0.1:1/v1/join" in launch_data and ep.url in launch_data
+    assert "https://127.0.0.1:1/v1/join" in launch_data and ep.url in launch_data
+    assert f"--pinnedpubkey sha256//{ep.desk.tls.pin} " in launch_data  # the key's pin: no secret
     assert "docker swarm join" in launch_data and "--interface" in launch_data
     reply = await raw_ec2.describe_instances(InstanceIds=[inst.id, pooled.id])
     for raw in (i for r in reply["Reservations"] for i in r["Instances"]):

@@ -1,13 +1,16 @@
 """The boot's side of the join ticket, run: the exact user data RunInstances sent (decoded as EC2 does)
 runs under bash, asks the metadata service for its private IP, posts its ticket from that address to the
-daemon's join endpoint (the first join URL is dead: the next is tried) and joins with what it answered.
+daemon's join endpoint over TLS, with the real curl checking the endpoint's key against the pin in the
+user data (the first join URL is dead: the next is tried), and joins with what it answered. An impostor
+on the VPC path (a listener with another key) is sent nothing: not even the ticket.
 
 Stands in for: a machine's first boot. bash runs the script here (not in a dockerd node: the dockerd e2e
 test `tests/e2e/test_join_ticket_e2e.py` does that); `docker`, `sleep` and `shutdown` are stubs on PATH
 that record what they were asked (docker reports a node not in a swarm until it joins); the instance
 metadata service is a stub answering IMDSv2's token and `local-ipv4` (the address moto gave the
 instance, or another in the refused case), at the address AWS SDKs read from
-`AWS_EC2_METADATA_SERVICE_ENDPOINT`. EC2 and the endpoint as in `test_join_ticket.py`.
+`AWS_EC2_METADATA_SERVICE_ENDPOINT`. EC2 and the endpoint as in `test_join_ticket.py` (the daemon's
+TLS listener, `daemon.join.serve_join`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from structlog.testing import capture_logs
 from tests.adapters.ec2.ec2_helpers import MANAGER, TOKEN, CloudFactory
 from tests.adapters.ec2.test_join_ticket import Endpoint, loopback_vpc, open_endpoint
 
@@ -46,7 +50,7 @@ async def endpoint(make_cloud: CloudFactory, loopback_vpc: LocalNetwork) -> Asyn
     ep, close = await open_endpoint(
         make_cloud,
         loopback_vpc,
-        ["http://127.0.0.1:1/v1/join"],  # nothing listens there: the boot moves on to the next URL
+        ["https://127.0.0.1:1/v1/join"],  # nothing listens there: the boot moves on to the next URL
         allowed_types={"m5.large": (loopback_vpc.ami_id, 'echo "boot script ran"')},
     )
     yield ep
@@ -134,4 +138,35 @@ async def test_a_boot_refused_reports_a_failed_boot_and_stops(
     assert code != 0
     assert f"{BOOT_FAILED_LINE} the join ticket was refused or docker swarm join failed 5 times" in output
     assert (tmp_path / "stubs" / "shutdown-asked").exists()
+    assert not (tmp_path / "stubs" / "joined").exists()
+
+
+async def test_an_impostor_with_another_key_is_sent_nothing_and_the_boot_fails(
+    make_cloud: CloudFactory, loopback_vpc: LocalNetwork, faults: FaultInjector, tmp_path: Path
+) -> None:
+    """The join URL reaches an impostor on the VPC path: here a join endpoint that would even grant
+    (the real desk, with swarm's token, the machine's address and nonce) but serves a key derived from
+    something other than the join token, as anyone without the token must. The boot's curl checks the
+    key against the pin before sending: the endpoint receives no request (it logs every one it gets),
+    every attempt fails, the boot says so and stops, and nothing joined."""
+    ep, close = await open_endpoint(
+        make_cloud,
+        loopback_vpc,
+        allowed_types={"m5.large": (loopback_vpc.ami_id, 'echo "boot script ran"')},
+        impostor_key="SWMTKN-1-not-the-join-token",
+    )
+    try:
+        ip, user_data = await _launched(ep, faults)
+        assert f"sha256//{ep.desk.tls.pin}" not in user_data  # the impostor's key is not the one pinned
+        metadata, runner = await _metadata(ip)
+        try:
+            with capture_logs() as logs:
+                code, output = await _boot(tmp_path, user_data, metadata)
+        finally:
+            await runner.cleanup()
+    finally:
+        await close()
+    assert code != 0
+    assert f"{BOOT_FAILED_LINE} the join ticket was refused or docker swarm join failed 5 times" in output
+    assert not [e for e in logs if e["event"] in ("join granted", "join refused")], logs
     assert not (tmp_path / "stubs" / "joined").exists()
