@@ -61,7 +61,7 @@ async def open_daemon(
     """Check every endpoint once, then yield a ready Daemon; everything is closed on exit.
 
     The start-up checks, in order, each failing with one error that names the variable: the HTTP port
-    can be listened on (`ConfigurationError`), then EC2 describes the allowed types, the dask scheduler
+    and, with join tickets, the join port can be listened on (`ConfigurationError`), then EC2 describes the allowed types, the dask scheduler
     answers and its state can be read, redis takes our password, and the docker engine lists the
     swarm's nodes (`EndpointError`). A scheduler that cannot cordon workers turns consolidation off, with
     one warning line. `orchestrator` replaces the docker swarm adapter (the demo's in-memory swarm).
