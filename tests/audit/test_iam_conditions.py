@@ -160,6 +160,16 @@ async def test_every_request_the_keeper_and_a_primary_send_is_allowed_by_their_p
         )  # fmt: skip
         assert {r.action for r, _ in await _denied(faults, raw_ec2, other_keeper)} >= {"ec2:RunInstances"}
 
+        # The keeper starts the cluster's warm-pool worker (the start route's `Ec2Workers`), once stopped.
+        pool_worker = made[2]["InstanceId"]
+        await raw_ec2.stop_instances(InstanceIds=[pool_worker])  # stands for its autoscaler's own stop
+        faults.record()
+        assert await launcher.stopped_workers(cluster.cluster_id, primary_arn, [pool_worker]) == {pool_worker}
+        await launcher.start(cluster.cluster_id, [pool_worker])
+        assert {c.action for c in faults.recorded()} == {"DescribeInstances", "StartInstances"}
+        assert await _denied(faults, raw_ec2, keeper_policy) == []
+        assert {r.action for r, _ in await _denied(faults, raw_ec2, other_keeper)} == {"ec2:StartInstances"}
+
         # The cluster's own autoscaler on the primary, with the primary's role.
         autoscaler = await Ec2Cloud(
             cluster_name=cluster.cluster_id, allowed_types={"m5.large": (network.ami_id, "#!/bin/bash\n")},
@@ -342,6 +352,7 @@ def forged() -> dict[str, list[Request]]:
             on("CreateTags", WORKER_2, {"swarm-autoscaler/cluster": "kc-1"}),  # take a neighbour's worker
             on("CreateTags", WORKER_1, {LAUNCH_TOKEN_TAG: "kc-1-t1"}),  # its own worker's launch token
             *[modify(WORKER_1, **change) for change in RETYPES_AND_REWIRES],  # its own worker, retyped
+            on("StartInstances", WORKER_1),  # its own worker, past the maximum: only the keeper starts
             launch({"managed-by": "swarm-autoscaler", "swarm-autoscaler/cluster": "kc-1"}),  # off the keeper
             launch(
                 {
@@ -394,8 +405,8 @@ def test_the_legitimate_twins_of_the_forged_requests_are_allowed() -> None:
         "keeper": [on("TerminateInstances", PRIMARY), on("TerminateInstances", WORKER_1),
                    on("CreateTags", PRIMARY, {"swarm-autoscaler/keeper/state": "ending"}),
                    launch({"managed-by": "swarm-autoscaler", "swarm-autoscaler/keeper": "k1"}), launch(WORKER_1),
-                   launch({**WORKER_1, LAUNCH_TOKEN_TAG: "kc-1-t1"})],
-        "primary": [on(a, WORKER_1) for a in ("TerminateInstances", "StopInstances", "StartInstances", "ModifyInstanceAttribute")]
+                   launch({**WORKER_1, LAUNCH_TOKEN_TAG: "kc-1-t1"}), on("StartInstances", WORKER_1)],
+        "primary": [on(a, WORKER_1) for a in ("TerminateInstances", "StopInstances", "ModifyInstanceAttribute")]
                    + [on("CreateTags", WORKER_1, {"swarm-autoscaler/hostname": "ip-10-0-0-1"}),
                       modify(WORKER_1, UserData__Value="IyEvYmluL2Jhc2gK"),  # the warm pool's rewrite
                       modify(WORKER_1, Attribute="userData", Value="IyEvYmluL2Jhc2gK")],
@@ -436,7 +447,9 @@ def test_a_primary_s_role_no_longer_reaches_another_cluster_s_workers_of_the_sam
     attacks = _neighbour_attacks()
     allowed = [r for r in signed_on(A_ARN, attacks) if decide(granted("primary"), r) == ALLOW]
     assert allowed == [], f"a primary reaches its neighbour's workers: {allowed}"
-    disrupt = attacks[:5]
+    # its own (StartInstances aside: only the keeper starts a worker, within the maximum)
+    disrupt = [r for r in attacks[:5] if r.action != "ec2:StartInstances"]
+    assert len(disrupt) == 4
     assert all(decide(granted("primary"), r) == ALLOW for r in signed_on(B_ARN, disrupt))
     # Credentials that are not an instance's (a primary's keys copied elsewhere are still its instance's
     # to AWS; keys of no instance carry no ARN): nothing on any worker.

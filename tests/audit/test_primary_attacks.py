@@ -246,10 +246,12 @@ async def test_a_primary_cannot_retype_or_rewire_its_own_worker_and_its_warm_poo
     (the primaries' role may modify it, for the warm pool's user data): turning it into another type
     (past the keeper's offered types and budget, named or in the generic `Attribute=instanceType` form),
     protecting it from the keeper's terminate, turning off its source/destination check, changing its
-    shutdown behaviour, and retagging its launch token are each EC2's `UnauthorizedOperation` (the
-    evaluator's verdict at the gate), and moto shows the worker unchanged. The cluster's own warm pool
-    passes the same gate: its autoscaler stops the worker, then starts it (ModifyInstanceAttribute of
-    user data, CreateTags, StartInstances), and moto holds the rewritten user data."""
+    shutdown behaviour, retagging its launch token and starting it itself (StartInstances: only the
+    keeper starts, within the maximum) are each EC2's `UnauthorizedOperation` (the evaluator's verdict
+    at the gate), and moto shows the worker unchanged. The cluster's own warm pool passes the same gate:
+    its autoscaler stops the worker, then starts it (ModifyInstanceAttribute of user data and CreateTags
+    with its own role, the start through the keeper's start route), and moto holds the rewritten user
+    data."""
     keeper_name = f"keeper-retype-{id(faults)}"
     async with keeper_world(moto_server, network, keeper_name) as world:
         alice = await world.hosts.create(ALICE, 1_800_000_000.0)
@@ -286,16 +288,21 @@ async def test_a_primary_cannot_retype_or_rewire_its_own_worker_and_its_warm_poo
                 with pytest.raises(ClientError) as refused:
                     await stolen.create_tags(Resources=[worker.id], Tags=retag)
                 assert refused.value.response["Error"]["Code"] == "UnauthorizedOperation"
+                # starting it itself (past the maximum, the keeper would not know): only the keeper starts
+                with pytest.raises(ClientError) as refused:
+                    await stolen.start_instances(InstanceIds=[worker.id])
+                assert refused.value.response["Error"]["Code"] == "UnauthorizedOperation"
             after = await _state(raw_ec2, worker.id)
             assert after[:2] == before[:2] and after[2]["InstanceType"] == "m5.large"
-            assert len(gate.refused) == len(attacks) + 1
+            assert len(gate.refused) == len(attacks) + 2
 
-            started = await cloud.start_instances([worker.id])
+            started = await cloud.start_instances([worker.id])  # the start itself through the keeper's route
             assert ([i.id for i in started.instances], started.error) == ([worker.id], None)
-            assert len(gate.refused) == len(attacks) + 1  # the warm pool's own requests all passed
+            assert len(gate.refused) == len(attacks) + 2  # the warm pool's own requests all passed
+            assert (await _state(raw_ec2, worker.id))[0] in ("pending", "running")
             rewritten = await raw_ec2.describe_instance_attribute(InstanceId=worker.id, Attribute="userData")
             assert rewritten["UserData"] != user_data["UserData"]
             await cloud.terminate([worker.id])
-            print(json.dumps({"own_worker_attacks_refused": len(attacks) + 1, "warm_pool_start_allowed": 1}))
+            print(json.dumps({"own_worker_attacks_refused": len(attacks) + 2, "warm_pool_start_allowed": 1}))
         finally:
             faults.gate(None)

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
-from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from swarm_autoscaler.config.profiles import DEFAULT_PROFILE
@@ -197,6 +197,7 @@ class FakeWorkers:
 
     def __init__(self) -> None:
         self.live: dict[str, set[str]] = {}
+        self.stopped: dict[str, set[str]] = {}  # warm-pool workers, started through the start route
         self.launched: list[WorkerLaunch] = []
         self._ids = itertools.count(1)
 
@@ -208,3 +209,14 @@ class FakeWorkers:
         ids = [f"i-{next(self._ids):017x}" for _ in range(launch.count)]
         self.live.setdefault(launch.cluster_id, set()).update(ids)
         return tuple({"InstanceId": iid, "InstanceType": launch.instance_type} for iid in ids)
+
+    async def stopped_workers(
+        self, cluster_id: str, primary_arn: str, instance_ids: Sequence[str]
+    ) -> frozenset[str]:
+        return frozenset(i for i in instance_ids if i in self.stopped.get(cluster_id, set()))
+
+    async def start(self, cluster_id: str, instance_ids: Sequence[str]) -> None:
+        stopped = self.stopped.get(cluster_id, set())
+        started = stopped & set(instance_ids)
+        stopped.difference_update(started)
+        self.live.setdefault(cluster_id, set()).update(started)

@@ -119,6 +119,7 @@ OWN_TOKEN_ROUTES = [
         "POST",
         "/v1/primaries/{cluster_id}/launches",
     ),  # the cluster's token: tests/adapters/ec2/test_keeper_launches.py
+    ("POST", "/v1/primaries/{cluster_id}/starts"),  # the same token and test file
 ]
 LISTING = [("GET", "/v1/clusters")]
 OPEN = [("GET", "/healthz"), ("GET", "/metrics")]

@@ -56,6 +56,7 @@ ROUTES = {
     ("GET", "/v1/primaries/{cluster_id}/credentials"),
     ("GET", "/v1/primaries/{cluster_id}/instances"),
     ("POST", "/v1/primaries/{cluster_id}/launches"),
+    ("POST", "/v1/primaries/{cluster_id}/starts"),
     ("POST", "/v1/users/{user_id}/token"),
     ("DELETE", "/v1/users/{user_id}/token"),
     ("GET", "/v1/wallets/{wallet_id}/budget"),
@@ -272,6 +273,16 @@ bad_launches = st.one_of(
     st.just(json.dumps({**GOOD_LAUNCH, "user_data": "x" * 70_000}).encode()),  # over the body's limit
 )
 
+# The start route's body (`keeper.launches.StartBody`): {"instance_ids": [1 to 50 instance ids]}.
+bad_starts = st.sampled_from(
+    [
+        {}, {"instance_ids": []}, {"instance_ids": "i-0123456789abcdef0"}, {"instance_ids": [1]},
+        {"instance_ids": ["i-XYZ"]}, {"instance_ids": ["sg-01234567"]}, {"instance_ids": [None]},
+        {"instance_ids": [f"i-{n:017x}" for n in range(51)]}, {"instance_ids": ["i-0123456789abcdef0"], "count": 9},
+        {"instance_ids": ["i-0123456789abcdef0"], "cluster_id": "kc-0002"},
+    ]
+).map(lambda body: json.dumps(body).encode())  # fmt: skip
+
 
 # A create's body: anything but nothing or {"profile": "<a profile the keeper knows>"} (it knows only
 # `default` here): 400 for a body that is not exactly that shape, 422 for a profile it does not know.
@@ -315,11 +326,17 @@ def malformed(draw: st.DrawFn) -> tuple[str, bytes]:
     if kind == "profile":
         body = draw(bad_profiles)
         return kind, request("PUT", target("/v1/clusters/{user_id}/{wallet_id}", VALID), headers, body)
-    if draw(st.booleans()):
+    cluster_headers = [CLUSTER_HEADER, b"Content-Type: application/json", *extra]
+    route = draw(st.sampled_from(["launches", "starts", "budget"]))
+    if route == "launches":
         body = draw(st.one_of(bad_bodies, bad_launches))
-        cluster_headers = [CLUSTER_HEADER, b"Content-Type: application/json", *extra]
         return kind, request(
             "POST", target("/v1/primaries/{cluster_id}/launches", VALID), cluster_headers, body
+        )
+    if route == "starts":
+        body = draw(st.one_of(bad_bodies, bad_starts))
+        return kind, request(
+            "POST", target("/v1/primaries/{cluster_id}/starts", VALID), cluster_headers, body
         )
     body = draw(bad_bodies)
     return kind, request("PUT", target("/v1/wallets/{wallet_id}/budget", VALID), headers, body)

@@ -19,6 +19,10 @@ keeper listing may be), with one warning line when the keeper is lost and one wh
 when EC2 is unreachable as well is it an `EndpointError`: the tick acts on nothing. Launches since the
 listing are covered as with EC2's own eventual consistency (`daemon.loop.InFlightCloud`).
 
+**Starts of warm-pool workers go through the keeper too** (`POST /v1/primaries/<id>/starts`): the
+autoscaler rewrites the stopped worker's user data and tags it (its own worker, with its own role), then
+the keeper starts it within the cluster's maximum (`keeper.launches`).
+
 **Launches go through the keeper**, never to EC2: the primaries' IAM role has no `ec2:RunInstances`
 (a user's code on the primary holds that role: docs/security.md, "Tenant credentials: the decision").
 Each RunInstances `Ec2Cloud.launch` would send (one subnet, one capacity, up to n machines) becomes a
@@ -72,9 +76,9 @@ class KeeperRefusedError(Exception):
         self.detail = detail
 
 
-def _keeper_error(code: str, message: str) -> ClientError:
-    """A failed launch as botocore raises EC2's, so `Ec2Cloud.launch` reads it with EC2's rules."""
-    return ClientError({"Error": {"Code": code, "Message": message}}, "RunInstances")
+def _keeper_error(code: str, message: str, operation: str = "RunInstances") -> ClientError:
+    """A failed launch (or start) as botocore raises EC2's, so `Ec2Cloud` reads it with EC2's rules."""
+    return ClientError({"Error": {"Code": code, "Message": message}}, operation)
 
 
 class KeeperListedCloud(Ec2Cloud):
@@ -169,9 +173,35 @@ class KeeperListedCloud(Ec2Cloud):
     async def _post_launch(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         """The keeper's answer: its instances; `KeeperRefusedError` for its own refusal; a ClientError
         (as botocore raises EC2's) for EC2's refusal it forwards or when the keeper cannot be used."""
+        return await self._post(self.launch_url, body, "instances")
+
+    @property
+    def start_url(self) -> str:
+        """The keeper's start route for this cluster: the listing URL's sibling."""
+        return self.listing_url.rstrip("/").removesuffix("/instances") + "/starts"
+
+    async def _call(self, operation: str, **params: Any) -> dict[str, Any]:
+        """StartInstances goes to the keeper's start route, which starts the warm pool's workers within
+        the cluster's maximum (the primaries' role holds no `ec2:StartInstances`); every other call goes
+        to EC2 as before. A refusal of the keeper's own reads as a capacity refusal (`ec2_pool` backs
+        the pool's (type, subnet) off, and the planner launches instead, through the launch route)."""
+        if operation != "start_instances":
+            return await super()._call(operation, **params)
+        ids = list(params["InstanceIds"])
+        try:
+            await self._post(self.start_url, {"instance_ids": ids}, "started")
+        except KeeperRefusedError as exc:
+            log.warning("the keeper refused a start: the machines wait out the back-off",
+                        ids=ids, status=exc.status, why=exc.detail)  # fmt: skip
+            message = f"the keeper refused the start ({exc.status}): {exc.detail}"
+            raise _keeper_error("InsufficientInstanceCapacity", message, "StartInstances") from None
+        return {}
+
+    async def _post(self, url: str, body: dict[str, Any], key: str) -> list[Any]:
+        """POST `body` to one of the keeper's routes for this cluster; the answer's list under `key`
+        (see `_post_launch` for the errors)."""
         http = self._session()
         headers = {"Authorization": f"Bearer {self._listing_token}"}
-        url = self.launch_url
         try:
             async with http.post(url, json=body, headers=headers) as response:
                 status = response.status
@@ -184,8 +214,8 @@ class KeeperListedCloud(Ec2Cloud):
             answer = None
         if not isinstance(answer, dict):
             raise _keeper_error("KeeperAnswer", f"{url} answered {status}: {text[:200]}")
-        if status == 200 and isinstance(answer.get("instances"), list):
-            return list(answer["instances"])
+        if status == 200 and isinstance(answer.get(key), list):
+            return list(answer[key])
         detail = str(answer.get("error", ""))[:300]
         if status == 502 and answer.get("ec2_code"):
             raise _keeper_error(str(answer["ec2_code"]), detail)

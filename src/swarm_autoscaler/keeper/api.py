@@ -70,7 +70,7 @@ from swarm_autoscaler.keeper.credentials import (
     token_matches,
 )
 from swarm_autoscaler.keeper.inputs import BadInput, bearer, epoch_seconds, json_object, profile_of
-from swarm_autoscaler.keeper.launches import Launches, launches_route
+from swarm_autoscaler.keeper.launches import Launches, launches_route, starts_route
 from swarm_autoscaler.keeper.limits import LimitRefusedError, Limits
 from swarm_autoscaler.keeper.listing import listing_route
 from swarm_autoscaler.keeper.metrics import KeeperMetrics
@@ -431,6 +431,7 @@ def build_keeper_app(
     app.router.add_get(_OWN_TOKEN + "{cluster_id}/credentials", routes.primary_credentials)
     app.router.add_get(_OWN_TOKEN + "{cluster_id}/instances", listing_route(keeper, token))
     app.router.add_post(_OWN_TOKEN + "{cluster_id}/launches", launches_route(launches, token))
+    app.router.add_post(_OWN_TOKEN + "{cluster_id}/starts", starts_route(launches, token))
     app.router.add_post(_USER_TOKEN, routes.issue_token)
     app.router.add_delete(_USER_TOKEN, routes.revoke_token)
     app.router.add_get(_BUDGET, routes.get_budget)

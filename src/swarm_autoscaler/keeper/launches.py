@@ -25,6 +25,15 @@ one "request refused" line, the API's rule):
   (`AUTOSCALER_KEEPER_MAX_INSTANCES_PER_CLUSTER`); 503 before a listing named the cluster's primary or
   when the lock, the budget or EC2 cannot be had now (retry).
 
+`POST /v1/primaries/{cluster_id}/starts` (the same bearer, body `{"instance_ids": ["i-..", ...]}`, at
+most `MAX_STARTS`) starts stopped warm-pool workers of the cluster, which the primaries' role cannot do
+either (`ec2:StartInstances` is denied to it: a user's code started them past the maximum). Its
+autoscaler rewrites each one's user data and tags it first (those stay the primary's, on its own
+workers); the keeper checks as for a launch (404, 409, 503, 402), then that every id is, read from EC2
+now, a stopped worker of this cluster naming its primary (403 otherwise), and that the cluster's pending
+and running workers plus these stay within the maximum (429); then one StartInstances with its own
+credentials: 200 with `{"started": [...]}`, EC2's refusal 502 with its code.
+
 Then one RunInstances with the keeper's parameters (`keeper.adapters.ec2_workers`): 200 with
 `{"instances": [...]}` in DescribeInstances' shape, as the listing gives them. EC2's refusal is 502 with
 `{"error", "ec2_code"}` (a capacity or quota code the autoscaler backs off on as if EC2 had answered it).
@@ -35,7 +44,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import structlog
 from aiohttp import web
@@ -55,6 +64,7 @@ BODY_LIMIT = 64 * 1024  # bytes: 16 KiB of user data, JSON-escaped, and the rest
 MAX_LABELS = 30  # node labels per launch (EC2 allows 50 tags; the keeper's own take the rest)
 LABEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}")
 LOCK_WAIT = 10.0  # seconds a launch waits for the cluster's previous launch
+MAX_STARTS = 50  # ids in one start (EC2 takes more; a cluster's pool is far smaller)
 
 
 class LaunchBody(BaseModel):
@@ -90,6 +100,16 @@ class LaunchBody(BaseModel):
         return value
 
 
+class StartBody(BaseModel):
+    """The warm-pool workers a cluster's autoscaler asks the keeper to start."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    instance_ids: list[Annotated[str, Field(pattern=r"^i-[0-9a-f]{8,17}$")]] = Field(
+        min_length=1, max_length=MAX_STARTS
+    )
+
+
 class LaunchRefusedError(Exception):
     """A launch the keeper refuses (`status`: the 4xx, or 502 for EC2's refusal with `ec2_code`)."""
 
@@ -119,27 +139,60 @@ class Launches:
         """The worker types the keeper offers `cluster` (its profile's, else the keeper's)."""
         return frozenset(self.profile_types.get(cluster.profile, self.types))
 
-    async def launch(self, cluster_id: str, body: LaunchBody) -> tuple[dict[str, Any], ...]:
+    def _live(self, cluster_id: str) -> Cluster:
         cluster = next((c for c in self.keeper.clusters if c.cluster_id == cluster_id), None)
         if cluster is None:
             raise LaunchRefusedError(404, "this keeper knows no such cluster")
         if not cluster.live:
             raise LaunchRefusedError(409, f"the cluster is {cluster.state}: it launches no workers")
-        self._allowed(body, self.profile_types.get(cluster.profile, self.types))
+        return cluster
+
+    def _arn(self, cluster_id: str) -> str:
         arn = self.keeper.primary_arn(cluster_id)
         if arn is None:
             raise LaunchRefusedError(503, "no listing named the cluster's primary yet: retry")
+        return arn
+
+    async def _room(self, cluster_id: str, more: int) -> None:
+        live = await self.launcher.live_workers(cluster_id)
+        if len(live) + more > self.maximum:
+            raise LaunchRefusedError(
+                429,
+                f"{len(live)} workers pending or running and {more} more would pass the "
+                f"cluster's maximum of {self.maximum}",
+            )
+
+    async def start(self, cluster_id: str, body: StartBody) -> tuple[str, ...]:
+        """Start stopped warm-pool workers of the cluster (see the module docstring)."""
+        cluster = self._live(cluster_id)
+        arn = self._arn(cluster_id)
+        ids = tuple(dict.fromkeys(body.instance_ids))
         async with self.keeper.locks.exclusive(f"launch:{cluster_id}", LOCK_WAIT) as held:
             if not held:
                 raise LaunchRefusedError(503, "another launch of this cluster is under way: retry")
             await self._within_budget(cluster)
-            live = await self.launcher.live_workers(cluster_id)
-            if len(live) + body.count > self.maximum:
-                raise LaunchRefusedError(
-                    429,
-                    f"{len(live)} workers pending or running and {body.count} more would pass the "
-                    f"cluster's maximum of {self.maximum}",
-                )
+            mine = await self.launcher.stopped_workers(cluster_id, arn, ids)
+            others = [i for i in ids if i not in mine]
+            if others:
+                raise LaunchRefusedError(403, f"not stopped workers of this cluster: {others[:5]}")
+            await self._room(cluster_id, len(ids))
+            try:
+                await self.launcher.start(cluster_id, ids)
+            except WorkerLaunchError as exc:
+                log.warning("worker start refused by EC2", cluster=cluster_id, code=exc.code, ids=list(ids))
+                raise LaunchRefusedError(502, exc.message, exc.code) from None
+        log.info("workers started", cluster=cluster_id, started=list(ids))
+        return ids
+
+    async def launch(self, cluster_id: str, body: LaunchBody) -> tuple[dict[str, Any], ...]:
+        cluster = self._live(cluster_id)
+        self._allowed(body, self.profile_types.get(cluster.profile, self.types))
+        arn = self._arn(cluster_id)
+        async with self.keeper.locks.exclusive(f"launch:{cluster_id}", LOCK_WAIT) as held:
+            if not held:
+                raise LaunchRefusedError(503, "another launch of this cluster is under way: retry")
+            await self._within_budget(cluster)
+            await self._room(cluster_id, body.count)
             launch = WorkerLaunch(
                 cluster_id=cluster_id,
                 key=cluster.key,
@@ -205,6 +258,42 @@ def launch_body(raw: bytes) -> LaunchBody:
         first = exc.errors(include_input=False, include_url=False)[0]
         where = ".".join(str(part) for part in first.get("loc", ())) or "body"
         raise BadInput(400, f"{where}: {first.get('msg', 'invalid')}") from None
+
+
+def start_body(raw: bytes) -> StartBody:
+    """The request's body as a `StartBody`; `BadInput` (400) otherwise (never echoing the input)."""
+    value = json_object(raw, 'a JSON start object ({"instance_ids": [...]})', limit=BODY_LIMIT)
+    try:
+        return StartBody.model_validate(value)
+    except ValidationError as exc:
+        first = exc.errors(include_input=False, include_url=False)[0]
+        where = ".".join(str(part) for part in first.get("loc", ())) or "body"
+        raise BadInput(400, f"{where}: {first.get('msg', 'invalid')}") from None
+
+
+def starts_route(launches: Launches | None, secret: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """The start route's handler (see the module docstring)."""
+
+    async def primary_starts(request: web.Request) -> web.Response:
+        cid = request.match_info["cluster_id"]
+        given = bearer(request.headers.get("Authorization")) or ""
+        if not ID_PATTERN.fullmatch(cid) or not listing_token_matches(secret, cid, given):
+            return web.json_response({"error": "missing or wrong cluster token"}, status=401)
+        body = start_body(await request.read())
+        if launches is None:
+            return web.json_response({"error": "this keeper launches no workers"}, status=404)
+        try:
+            started = await launches.start(cid, body)
+        except LaunchRefusedError as exc:
+            answer: dict[str, Any] = {"error": str(exc)}
+            if exc.ec2_code:
+                answer["ec2_code"] = exc.ec2_code
+            return web.json_response(answer, status=exc.status)
+        return web.json_response(
+            {"cluster_id": cid, "started": list(started)}, headers={"Cache-Control": "no-store"}
+        )
+
+    return primary_starts
 
 
 def launches_route(

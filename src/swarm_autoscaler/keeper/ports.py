@@ -6,7 +6,7 @@ State lives in EC2 tags: a restarted keeper (or another replica) rebuilds every 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -180,4 +180,17 @@ class WorkerLauncher(Protocol):
         """Launch up to `launch.count` workers (at least one), with the keeper's image, network, tags,
         IMDSv2 and no instance profile; each in DescribeInstances' shape as JSON (`tags.listing_entry`).
         Raises `WorkerLaunchError` for EC2's refusal, `EndpointError` when EC2 cannot be reached."""
+        ...
+
+    async def stopped_workers(
+        self, cluster_id: str, primary_arn: str, instance_ids: Sequence[str]
+    ) -> frozenset[str]:
+        """Those of `instance_ids` that are, read from EC2 now, stopped workers of the cluster naming
+        its primary `primary_arn` (warm-pool machines its autoscaler may start)."""
+        ...
+
+    async def start(self, cluster_id: str, instance_ids: Sequence[str]) -> None:
+        """Start these stopped workers of the cluster (StartInstances with the keeper's own credentials);
+        `live_workers` counts them from then on, even while EC2 still lists them stopped. Raises
+        `WorkerLaunchError` for EC2's refusal, `EndpointError` when EC2 cannot be reached."""
         ...

@@ -9,8 +9,9 @@ and the keeper reaches it at `tcp://<private ip>:8786` as it would on AWS.
 
 A keeper cluster's autoscaler (one whose boot script names the keeper's listing) signs its EC2 requests
 with a key of its own (`PRIMARY_ACCESS_KEY`, the primaries' role), and while a keeper runs here, EC2
-refuses RunInstances signed with it (`UnauthorizedOperation`, as the primaries' IAM policy does, which
-moto does not evaluate): its workers can only be launched through the keeper's launch route.
+refuses RunInstances and StartInstances signed with it (`UnauthorizedOperation`, as the primaries' IAM
+policy does, which moto does not evaluate): its workers can only be launched and started through the
+keeper's routes.
 """
 
 from __future__ import annotations
@@ -47,9 +48,9 @@ PRIMARY_ACCESS_KEY = "AKIALOCALPRIMARYROLE1"  # what a keeper cluster's autoscal
 
 
 def _primaries_launch_nothing(action: str, params: Mapping[str, str], access_key: str) -> str | None:
-    """The primaries' IAM policy, for the one action it no longer allows: RunInstances."""
-    if action == "RunInstances" and access_key == PRIMARY_ACCESS_KEY:
-        return "the primaries' role may not launch: the keeper launches their workers"
+    """The primaries' IAM policy, for the actions it no longer allows: RunInstances and StartInstances."""
+    if action in ("RunInstances", "StartInstances") and access_key == PRIMARY_ACCESS_KEY:
+        return "the primaries' role may not launch or start: the keeper launches and starts their workers"
     return None
 
 

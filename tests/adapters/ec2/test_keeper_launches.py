@@ -288,3 +288,55 @@ async def test_a_worker_whose_type_its_primary_changed_is_ended_at_the_next_list
     assert ended == [(setup.alice, changed, "type t3.micro is not one the keeper offers")]
     states = {raw["InstanceId"]: raw["State"]["Name"] for raw in await workers_of(raw_ec2, setup.alice)}
     assert states[kept] == "running" and states[changed] in ("shutting-down", "terminated")
+
+
+async def start(
+    setup: Setup, cid: str, ids: list[str], token: str | None = None
+) -> tuple[int, dict[str, Any]]:
+    bearer = token if token is not None else listing_token(SECRET, cid)
+    response = await setup.client.post(
+        f"/v1/primaries/{cid}/starts",
+        data=json.dumps({"instance_ids": ids}).encode(),
+        headers={"Authorization": f"Bearer {bearer}"},
+    )
+    answer: dict[str, Any] = await response.json()
+    return response.status, answer
+
+
+async def test_warm_pool_workers_are_started_by_the_keeper_only_within_the_maximum(
+    setup: Setup, network: LocalNetwork, raw_ec2: Any
+) -> None:
+    """The start route (`POST /v1/primaries/<id>/starts`), which stands in for StartInstances now that
+    the primaries' role has none: alice's stopped warm-pool workers start while the cluster stays within
+    its maximum; one more is 429, bob's stopped worker or alice's running one is 403, another cluster's
+    token 401, and moto shows each of those still as it was. (The stops stand for her autoscaler's own
+    StopInstances, which its role keeps.)"""
+    status, answer = await post(setup, setup.alice, body(network, count=MAXIMUM, pool=True))
+    assert status == 200, answer
+    pool = [raw["InstanceId"] for raw in answer["instances"]]
+    status, answer = await post(setup, setup.bob, body(network, pool=True))
+    bobs = answer["instances"][0]["InstanceId"]
+    await raw_ec2.stop_instances(InstanceIds=[*pool, bobs])
+    status, answer = await post(setup, setup.alice, body(network))  # one running: two slots left
+    assert status == 200, answer
+    running = answer["instances"][0]["InstanceId"]
+
+    def state_of(found: list[dict[str, Any]]) -> dict[str, str]:
+        return {raw["InstanceId"]: raw["State"]["Name"] for raw in found}
+
+    assert await start(setup, setup.alice, pool[:2]) == (
+        200,
+        {"cluster_id": setup.alice, "started": pool[:2]},
+    )
+    refusals = [
+        (setup.alice, [pool[2]], None, 429),  # past the maximum of 3
+        (setup.alice, [bobs], None, 403),  # another cluster's worker
+        (setup.alice, [running], None, 403),  # not stopped
+        (setup.bob, [pool[2]], listing_token(SECRET, setup.alice), 401),
+    ]
+    for cid, ids, token, expected in refusals:
+        status, answer = await start(setup, cid, ids, token)
+        assert status == expected, (ids, answer)
+    states = state_of(await workers_of(raw_ec2, setup.alice)) | state_of(await workers_of(raw_ec2, setup.bob))
+    assert states[pool[2]] == states[bobs] == "stopped"
+    assert {states[pool[0]], states[pool[1]], states[running]} <= {"pending", "running"}

@@ -19,6 +19,9 @@ The idempotency token is the cluster id and the autoscaler's token, so one clust
 name another cluster's launch; it is written in the instance's `swarm-autoscaler/launch-token` tag too,
 so a copy of a worker (same tags, its own launch) is not the cluster's (`ec2_launch_token`).
 
+`stopped_workers` and `start` serve the start route (`keeper.launches`): the primaries' role holds no
+`ec2:StartInstances` either, so a warm-pool worker is started by the keeper, within the maximum.
+
 `live_workers` reads the cluster's workers from EC2 now (one DescribeInstances), and adds the ids this
 process launched for the cluster in the last `RECENT_S` seconds that EC2 does not list yet (it is
 eventually consistent: a launch a moment ago may be missing from a describe).
@@ -79,6 +82,7 @@ class Ec2Workers:
         self._key_name = key_name
         self._custom_tags = dict(custom_tags or {})
         self._recent: dict[str, dict[str, float]] = {}  # cluster id -> {instance id: launched at}
+        self._started: dict[str, dict[str, float]] = {}  # cluster id -> {instance id: started at}
 
     async def live_workers(self, cluster_id: str) -> frozenset[str]:
         filters = [
@@ -102,7 +106,14 @@ class Ec2Workers:
         now = self._ec2.now()
         recent = {iid: at for iid, at in self._recent.get(cluster_id, {}).items() if now - at < RECENT_S}
         self._recent[cluster_id] = recent
-        return frozenset(live | (set(recent) - seen))
+        # started moments ago, maybe listed stopped still (EC2 is eventually consistent): counted, unless
+        # EC2 already lists it ending
+        started = {iid: at for iid, at in self._started.get(cluster_id, {}).items() if now - at < RECENT_S}
+        self._started[cluster_id] = started
+        ending = {
+            raw["InstanceId"] for raw in mine if raw["State"]["Name"] in ("shutting-down", "terminated")
+        }
+        return frozenset(live | (set(recent) - seen) | (set(started) - ending))
 
     async def launch(self, launch: WorkerLaunch) -> tuple[dict[str, Any], ...]:
         call = self._params(launch)
@@ -120,6 +131,36 @@ class Ec2Workers:
         recent = self._recent.setdefault(launch.cluster_id, {})
         recent.update({raw["InstanceId"]: now for raw in raws})
         return tuple(listing_entry(raw) for raw in raws)
+
+    async def stopped_workers(
+        self, cluster_id: str, primary_arn: str, instance_ids: Sequence[str]
+    ) -> frozenset[str]:
+        """Of `instance_ids`, the cluster's stopped workers naming `primary_arn`, read from EC2 now."""
+        try:
+            raws = await self._ec2._describe_ids(list(dict.fromkeys(instance_ids)))
+        except (ClientError, BotoCoreError) as exc:
+            raise to_endpoint_error(self._ec2.endpoint, "DescribeInstances", exc) from None
+        return frozenset(
+            raw["InstanceId"]
+            for raw in raws
+            if tags_of(raw).get(CLUSTER_TAG) == cluster_id
+            and tags_of(raw).get(WORKER_KEEPER_TAG) == self._name
+            and tags_of(raw).get(PRIMARY_TAG) == primary_arn
+            and raw["State"]["Name"] == "stopped"
+            and not self._ec2.launch_tokens.foreign(raw)
+        )
+
+    async def start(self, cluster_id: str, instance_ids: Sequence[str]) -> None:
+        try:
+            await self._ec2._call("start_instances", InstanceIds=list(instance_ids))
+        except ClientError as exc:
+            if is_endpoint_failure(exc):
+                raise to_endpoint_error(self._ec2.endpoint, "StartInstances", exc) from None
+            raise WorkerLaunchError(error_code(exc) or "Unknown", error_message(exc)) from None
+        except BotoCoreError as exc:
+            raise to_endpoint_error(self._ec2.endpoint, "StartInstances", exc) from None
+        now = self._ec2.now()
+        self._started.setdefault(cluster_id, {}).update({iid: now for iid in instance_ids})
 
     def _params(self, launch: WorkerLaunch) -> dict[str, Any]:
         cid = launch.cluster_id
