@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from swarm_autoscaler.config.keeper import KeeperSettings
 from swarm_autoscaler.config.settings import Ec2Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,6 +72,19 @@ def test_keeper_stack_file_runs_the_keeper_without_the_docker_socket_and_publish
     (port,) = service["ports"]
     assert port["target"] == 8080  # AUTOSCALER_KEEPER_HTTP_PORT's default
     assert service["healthcheck"]["test"] == ["CMD", "swarm-autoscaler", "healthcheck", "--keeper"]
+
+
+def test_keeper_stack_file_publishes_in_host_mode_so_the_primaries_tokens_can_be_bound() -> None:
+    """AUTOSCALER_KEEPER_BIND_PRIMARY_TOKENS is on by default: the keeper must see each primary's own
+    address, which swarm's routing mesh (ingress) replaces. Host mode allows one replica per node, and a
+    roll must stop a node's replica before starting its successor there (the port)."""
+    stack: dict[str, Any] = yaml.safe_load((ROOT / "docker" / "keeper-stack.yml").read_text())
+    service = stack["services"]["keeper"]
+    (port,) = service["ports"]
+    assert port["mode"] == "host"
+    assert service["deploy"]["placement"]["max_replicas_per_node"] == 1
+    assert service["deploy"]["update_config"]["order"] == "stop-first"
+    assert KeeperSettings.model_fields["bind_primary_tokens"].default is True
 
 
 def test_local_keeper_stack_file_uses_the_host_network_and_overrides_the_ingress_port() -> None:

@@ -82,9 +82,18 @@ async def test_the_one_time_token_from_another_address_gets_nothing_and_is_not_s
     mine = {"Authorization": f"Bearer {primary_token(TOKEN, cluster['id'])}"}
     elsewhere = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0), force_close=True)
     async with aiohttp.ClientSession(connector=elsewhere) as attacker:
-        for _ in range(3):
-            async with attacker.get(url, headers=mine) as stolen:
-                assert stolen.status == 403 and "files" not in await stolen.json()
+        with capture_logs() as logs:
+            for _ in range(3):
+                async with attacker.get(url, headers=mine) as stolen:
+                    assert stolen.status == 403 and "files" not in await stolen.json()
+    # each refusal is a warning naming both addresses and what an operator behind a mesh or NAT must do
+    # (every primary refused is how a keeper deployed behind swarm's routing mesh shows), never the token
+    warned = [e for e in logs if e["event"].startswith("one-time token refused")]
+    assert [(e["log_level"], e["source"], e["primary_ip"]) for e in warned] == [
+        ("warning", "127.0.0.2", "127.0.0.1")
+    ] * 3
+    assert "host mode" in warned[0]["hint"] and "BIND_PRIMARY_TOKENS=false" in warned[0]["hint"]
+    assert not [e for e in logs if mine["Authorization"].split()[1] in repr(e)]
     first = await api.get(f"/v1/primaries/{cluster['id']}/credentials", headers=mine)
     assert first.status == 200 and "ca.pem" in (await first.json())["files"]
     again = await api.get(f"/v1/primaries/{cluster['id']}/credentials", headers=mine)

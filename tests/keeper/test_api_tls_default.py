@@ -201,8 +201,8 @@ async def test_the_primary_s_user_data_carries_the_ca_and_its_fetch_verifies_the
     port = free_port()
     public = f"https://127.0.0.1:{port}"
     config = _config(tmp_path, moto, network, redis_server, name=f"tls-{uuid.uuid4().hex[:8]}",
-                     port=str(port), AUTOSCALER_KEEPER_PUBLIC_URL=public,
-                     AUTOSCALER_KEEPER_BIND_PRIMARY_TOKENS="true")  # fmt: skip
+                     port=str(port), AUTOSCALER_KEEPER_PUBLIC_URL=public)  # fmt: skip
+    # AUTOSCALER_KEEPER_BIND_PRIMARY_TOKENS at its default (on): the fetches below come from 127.0.0.1
     async with open_keeper(config):
         ca = await _ca(config, redis_server)
         async with aiohttp.ClientSession() as http:
@@ -253,6 +253,8 @@ async def test_plain_http_only_by_the_explicit_opt_out_and_then_loudly(
             assert answered.status in (200, 503)  # served in the clear, as asked
     (warned,) = [e for e in logs if "PLAIN HTTP" in e["event"]]
     assert warned["log_level"] == "warning"
+    # the one-time tokens are bound by default, and a proxy that terminates TLS hides the primaries' IPs
+    assert "AUTOSCALER_KEEPER_BIND_PRIMARY_TOKENS=false" in warned["primary_tokens"]
 
 
 async def test_a_changed_public_url_gets_a_new_certificate_from_the_same_ca(

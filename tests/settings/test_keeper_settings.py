@@ -65,6 +65,7 @@ def test_defaults(keeper_env: pytest.MonkeyPatch) -> None:
         10,
     )
     assert keeper.boot_template == DEFAULT_PRIMARY_BOOT
+    assert keeper.bind_primary_tokens  # the one-time token works from the primary's IP only
     assert list(keeper.worker_types) == ["m5.large", "c5.large"]
     assert config.redis.url is None and config.ec2.region == "us-east-1"
 

@@ -223,12 +223,14 @@ class KeeperSettings(BaseSettings):
         json_schema_extra={"example": "/run/secrets/keeper-tls-cert"},
     )
     bind_primary_tokens: bool = Field(
-        default=False,
-        description="true: a primary's one-time credentials token works only from that primary's private IP "
-        "(the TCP source of its fetch; the default boot script sends from it), so a token read from user data "
-        "before the primary boots gets nothing and is not spent. Needs the primaries to reach the keeper "
-        "with their own address: its port published in host mode (docker/keeper-stack.local.yml's form), "
-        "not through swarm's routing mesh, which replaces the source (docs/keeper-security.md).",
+        default=True,
+        description="true (the default): a primary's one-time credentials token works only from that primary's "
+        "private IP (the TCP source of its fetch; the default boot script sends from it), so a token read from "
+        "user data before the primary boots gets nothing and is not spent. Needs the primaries to reach the "
+        "keeper with their own address: its port published in host mode, as docker/keeper-stack.yml does, "
+        "not through swarm's routing mesh, a NAT or a TLS-terminating proxy, which replace the source (each "
+        "refused fetch is a warning saying so). false: the token can be raced before boot "
+        "(docs/keeper-security.md).",
     )
     plain_http: bool = Field(
         default=False,

@@ -118,6 +118,20 @@ def cluster_json(
     }
 
 
+def _refused_elsewhere(cid: str, known: Cluster | None, request: web.Request) -> None:
+    """A valid one-time token from another address than its primary's: someone who read the user data
+    racing the boot, or every primary seen through swarm's routing mesh, a NAT or a proxy (which replace
+    the source address): one warning that says which to look for, never the token."""
+    peer = request.transport.get_extra_info("peername") if request.transport is not None else None
+    log.warning(
+        "one-time token refused: not from its primary's private IP",
+        cluster=cid, source=str(peer[0]) if peer else "", primary_ip=known.private_ip if known else "",
+        hint="if every primary is refused, they reach the keeper through swarm's routing mesh, a NAT or a "
+        "proxy: publish its port in host mode (docker/keeper-stack.yml) or set "
+        "AUTOSCALER_KEEPER_BIND_PRIMARY_TOKENS=false (the token can then be raced before boot)",
+    )  # fmt: skip
+
+
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
@@ -273,6 +287,7 @@ class _Routes:
             return _error(404, "this keeper's clusters have no TLS credentials")
         known = next((c for c in self.keeper.clusters if c.cluster_id == cid), None)
         if self.keeper.bind_primaries and not by_primary(known, request.transport):  # the token is not spent
+            _refused_elsewhere(cid, known, request)
             return _error(403, "the one-time token works only from the cluster's primary's private IP")
         if known is not None and known.state != ClusterState.STARTING:
             # Its primary fetched its files before its scheduler answered: this is a second use, even

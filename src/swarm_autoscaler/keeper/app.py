@@ -332,6 +332,10 @@ def _log_api_tls(config: KeeperConfig, api_tls: ApiTls) -> None:
             "the keeper's API is PLAIN HTTP: tokens and the clusters' TLS files cross the network in the "
             "clear unless a proxy in front of it terminates TLS (AUTOSCALER_KEEPER_PLAIN_HTTP=true)",
             keeper=config.keeper.name,
+            # a proxy that terminates TLS hides each primary's address: every one-time token is refused
+            primary_tokens="set AUTOSCALER_KEEPER_BIND_PRIMARY_TOKENS=false behind such a proxy"
+            if config.keeper.bind_primary_tokens
+            else "unbound",
         )
     else:
         log.info("the keeper's API serves HTTPS", keeper=config.keeper.name, tls=api_tls.described)
@@ -382,6 +386,7 @@ async def run_keeper(config: KeeperConfig) -> int:
                 locks="redis" if config.redis.url else "in-process: single replica (no AUTOSCALER_REDIS_URL)",
                 private_keys_at_rest=_at_rest(config),
                 api_tls=not config.keeper.plain_http,
+                primary_tokens="bound" if config.keeper.bind_primary_tokens else "unbound",
             )
             await keeper.run(stop)
 

@@ -195,9 +195,9 @@ class KeeperCloud:
             # Plain HTTP on loopback: the lab's many API clients stay simple. The keeper's default, HTTPS
             # with its own CA, is served and verified in tests/keeper/test_api_tls_default.py.
             "AUTOSCALER_KEEPER_PLAIN_HTTP": "true",
-            # Every primary here has a loopback private IP it sends from (the emulator's fetch, the default
-            # boot script's curl --interface): the keeper answers its one-time token there only.
-            "AUTOSCALER_KEEPER_BIND_PRIMARY_TOKENS": "true",
+            # AUTOSCALER_KEEPER_BIND_PRIMARY_TOKENS is left at its default (on): every primary here has a
+            # loopback private IP it sends from (the emulator's fetch, the default boot script's curl
+            # --interface), and the keeper answers its one-time token there only.
             "AUTOSCALER_KEEPER_NAME": self.keeper_name,
             "AUTOSCALER_KEEPER_PRIMARY_TYPE": PRIMARY_TYPE,
             "AUTOSCALER_KEEPER_PRIMARY_AMI_ID": self.network.ami_id,
