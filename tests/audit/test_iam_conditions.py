@@ -147,10 +147,13 @@ async def test_every_request_the_keeper_and_a_primary_send_is_allowed_by_their_p
         )  # fmt: skip
         faults.record()
         made = []
-        for token, spot, pool in (("od", False, False), ("spot", True, False), ("pool", False, True)):
+        # (the last with a join ticket's nonce, which the keeper tags at launch: `launches.LaunchBody`)
+        runs = (("od", False, False), ("spot", True, False), ("pool", False, True), ("ticket", False, False))
+        for token, spot, pool in runs:
             made += await launcher.launch(
                 WorkerLaunch(cluster.cluster_id, key, primary_arn, "m5.large", 1, spot, network.subnet_ids[0],
-                             "#!/bin/bash\n", token, (("role", "gpu"),), pool, "")
+                             "#!/bin/bash\n", token, (("role", "gpu"),), pool, "",
+                             join_nonce="ab" * 16 if token == "ticket" else "")
             )  # fmt: skip
         assert {c.action for c in faults.recorded()} == {"RunInstances"}
         assert await _denied(faults, raw_ec2, keeper_policy) == []
@@ -181,6 +184,10 @@ async def test_every_request_the_keeper_and_a_primary_send_is_allowed_by_their_p
             worker = made[0]["InstanceId"]
             faults.record()
             await autoscaler._tag_hostname(to_instance(await _raw(raw_ec2, worker)))  # type: ignore[arg-type]
+            # its join desk's fresh read of a booting worker by address (`daemon.join`): a describe only
+            (raw_worker,) = [raw for raw in made if raw["InstanceId"] == worker]
+            joining = await autoscaler.machines_at(raw_worker["PrivateIpAddress"])
+            assert [m.instance.id for m in joining] == [worker]
             await autoscaler.terminate([worker])
             assert {c.action for c in faults.recorded()} == {
                 "DescribeInstances",

@@ -34,22 +34,26 @@ What stands in for AWS here (see docs/keeper.md, "What the end-to-end test stand
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import redis.asyncio as aioredis
 from distributed import Client
 from tests.e2e.helpers import IMAGE_WORKERS_DIFFER, hostname_of, phase, short_names, wait_for
 from tests.e2e.keeper_helpers import primaries_of, wait_gone, wait_state, workers_of
 
+from swarm_autoscaler.adapters.join_tickets import JOIN_NONCE_TAG
 from swarm_autoscaler.core.catalogue import CATALOGUE
 from swarm_autoscaler.keeper.adapters.tags import WORKER_KEEPER_TAG
 from swarm_autoscaler_lab.demo.clusters import KeeperApi
@@ -290,9 +294,12 @@ async def _life(
             ]
             gathered = asyncio.ensure_future(client.gather(futures))
             peak = 0
+            seen: dict[str, dict[str, Any]] = {}
             deadline = time.monotonic() + 420
             while not gathered.done():
-                peak = max(peak, len(workers_of(kc, cid)))
+                live = workers_of(kc, cid)
+                seen.update(live)
+                peak = max(peak, len(live))
                 await api.call("POST", path + "/heartbeat")
                 assert time.monotonic() < deadline, "the work did not complete"
                 await asyncio.sleep(1.0)
@@ -324,6 +331,8 @@ async def _life(
     assert names <= short_names(on_primary.split()), on_primary
     on_keeper = await swarm.manager.docker("node", "ls", "--format", "{{.Hostname}}")
     assert not names & short_names(on_keeper.split()), on_keeper
+    await _joined_by_ticket(kc, primary_node, ip, {i: w for i, w in seen.items() if hostname_of(w) in names})
+    t = phase("the workers joined through the primary's join desk (tickets)", t, phases)
 
     await wait_gone(api, path, IDLE + 120)
     await _wait_no_instances(kc)
@@ -335,6 +344,48 @@ async def _life(
 
     # and each terminated machine's dockerd is stopped (its swarm with it)
     await wait_for(lambda: not nodes_left(), 60, "every cluster machine's dockerd stopped")
+
+
+async def _joined_by_ticket(
+    kc: KeeperCloud, primary_node: LocalNode, primary_ip: str, workers: dict[str, dict[str, Any]]
+) -> None:
+    """The workers that ran work joined the primary's swarm through its join desk (the autoscaler's
+    `POST /v1/join` at the primary's private IP, which the default boot script sets as
+    `AUTOSCALER_EC2_JOIN_URL`), never with the join token in user data: each one's user data, read back
+    from moto as a read-only principal reads it (DescribeInstanceAttribute, base64-decoded once), holds
+    no swarm join token (the primary's, read from its swarm) but a ticket for that URL, and the keeper
+    tagged its nonce; the desk logged a grant for each; and the ticket, replayed now from the worker's
+    own address (its node joined) and from another, gets 403."""
+    assert workers
+    token = (await primary_node.docker("swarm", "join-token", "-q", "worker")).strip()
+    assert token.startswith("SWMTKN")
+    url = f"http://{primary_ip}:8000/v1/join"
+    for iid, inst in workers.items():
+        attr = kc.ec2().describe_instance_attribute(InstanceId=iid, Attribute="userData")
+        user_data = base64.b64decode(attr["UserData"]["Value"]).decode()
+        tags = {t["Key"]: t["Value"] for t in inst.get("Tags", ())}
+        assert token not in user_data and "SWMTKN" not in user_data, iid
+        assert not [v for v in tags.values() if "SWMTKN" in v] and JOIN_NONCE_TAG in tags
+        assert url in user_data
+        found = re.search(r'"ticket": "([0-9a-f]{64})"', user_data)
+        assert found is not None
+        ip = inst["PrivateIpAddress"]
+        other = ip.rsplit(".", 1)[0] + (".250" if not ip.endswith(".250") else ".251")
+        for source in (ip, other):
+            connector = aiohttp.TCPConnector(local_addr=(source, 0), force_close=True)
+            async with (
+                aiohttp.ClientSession(connector=connector) as http,
+                http.post(url, json={"ticket": found.group(1)}) as answer,
+            ):
+                assert answer.status == 403, (source, answer.status)
+    # the service's log lines are its tasks' stderr, which docker service logs writes to its own stderr
+    cmd = [_docker_cli(), "-H", primary_node.docker_url, "service", "logs", "--raw", "autoscaler"]
+    done = await asyncio.to_thread(
+        subprocess.run, cmd, capture_output=True, text=True, env=_cli_env(), timeout=60
+    )
+    logs = done.stdout + done.stderr
+    granted = [line for line in logs.splitlines() if "join granted" in line]
+    assert len(granted) >= len(workers), logs[-2000:]
 
 
 def _team_image(swarm: LocalSwarm, tmp_path: Path) -> Path:

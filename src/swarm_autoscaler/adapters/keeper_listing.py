@@ -28,7 +28,7 @@ the keeper starts it within the cluster's maximum (`keeper.launches`).
 Each RunInstances `Ec2Cloud.launch` would send (one subnet, one capacity, up to n machines) becomes a
 `POST /v1/primaries/<cluster id>/launches` (the listing URL's sibling, the same bearer) whose JSON body
 carries what the autoscaler chooses: type, count, market, subnet, user data (with the join), node labels,
-warm pool or not, an idempotency token (`keeper.launches`). The keeper enforces the cluster's scope,
+warm pool or not, an idempotency token, the join ticket's nonce (`keeper.launches`). The keeper enforces the cluster's scope,
 maximum, budget and types and launches with its own AMI, network and tags. Its answers are read as EC2's
 would be: the instances (then the hostname tag, on the worker the policy lets this primary retag);
 EC2's refusal forwarded with its code (a capacity or quota code backs off as before); a refusal of the
@@ -57,6 +57,7 @@ from botocore.exceptions import ClientError
 
 from swarm_autoscaler.adapters.ec2 import Ec2Cloud, _Run
 from swarm_autoscaler.adapters.ec2_support import LABEL_TAG_PREFIX, to_instance
+from swarm_autoscaler.adapters.join_tickets import JOIN_NONCE_TAG
 from swarm_autoscaler.core.backoff import ON_DEMAND, SPOT
 from swarm_autoscaler.core.model import Instance
 from swarm_autoscaler.core.ports import LaunchResult
@@ -160,6 +161,9 @@ class KeeperListedCloud(Ec2Cloud):
             "pool": params.get("InstanceInitiatedShutdownBehavior") == "stop",
             "deployment": self.deployment,
         }
+        nonce = next((t["Value"] for t in instance_tags if t["Key"] == JOIN_NONCE_TAG), "")
+        if nonce:  # with AUTOSCALER_EC2_JOIN_URL: the user data carries a ticket, the keeper tags its nonce
+            body["join_nonce"] = nonce
         self.stats.launch_calls += 1
         answer = await self._post_launch(body)
         raws = [dict(raw, LaunchTime=datetime.fromisoformat(raw["LaunchTime"])) for raw in answer]

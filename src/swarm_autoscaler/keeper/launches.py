@@ -8,7 +8,15 @@ listing is read with). The body is JSON data (`LaunchBody`, never pickle), at mo
 
     {"instance_type": "m5.large", "count": 2, "market": "on-demand" | "spot", "subnet_id": "subnet-..",
      "user_data": "#!/bin/bash ...", "client_token": "<1-40 of A-Z a-z 0-9 ->",
-     "labels": {"role": "gpu"}, "pool": false, "deployment": "<the cluster's swarm id>"}
+     "labels": {"role": "gpu"}, "pool": false, "deployment": "<the cluster's swarm id>",
+     "join_nonce": "<32 hex digits>"}
+
+`join_nonce` (optional): the nonce of the join ticket the user data carries (`adapters.join_tickets`),
+which the keeper tags on the workers as `swarm-autoscaler/join-nonce`: the cluster's autoscaler, serving
+the join desk on the primary (`AUTOSCALER_EC2_JOIN_URL`, set by the default boot script), answers the
+swarm join token only to a worker whose nonce gives the ticket, from that worker's own private IP. So a
+keeper cluster's worker's user data carries no join token. The nonce is no secret (tags are readable) and
+touches only the cluster's own swarm.
 
 The keeper checks, in this order, and changes nothing when one fails (each a 4xx with `{"error"}` and
 one "request refused" line, the API's rule):
@@ -81,6 +89,7 @@ class LaunchBody(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict, max_length=MAX_LABELS)
     pool: bool = False
     deployment: str = Field(default="", pattern=r"^[a-z0-9]{0,64}$")
+    join_nonce: str = Field(default="", pattern=r"^([0-9a-f]{32})?$")
 
     @field_validator("user_data")
     @classmethod
@@ -206,6 +215,7 @@ class Launches:
                 labels=tuple(sorted(body.labels.items())),
                 pool=body.pool,
                 deployment=body.deployment,
+                join_nonce=body.join_nonce,
                 ami_id=self.profile_amis.get(cluster.profile, {}).get(body.instance_type, ""),
             )
             try:

@@ -155,6 +155,7 @@ class WorkerLaunch:
     pool: bool = False
     deployment: str = ""
     ami_id: str = ""  # the cluster's profile's AMI for the type; empty: the launcher's for the type
+    join_nonce: str = ""  # the join ticket's nonce, tagged on the workers (`launches`); empty: none
 
 
 class WorkerLaunchError(Exception):

@@ -24,7 +24,10 @@ from tests.adapters.ec2.ec2_helpers import ACCESS_KEY, SECRET_KEY, join_command,
 from tests.keeper.fakes import FakeProbe
 
 from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, OWNER_TAG, OWNER_VALUE, PRIMARY_TAG
+from swarm_autoscaler.adapters.join_tickets import JOIN_NONCE_TAG, ticket
 from swarm_autoscaler.adapters.keeper_listing import KeeperListedCloud
+from swarm_autoscaler.core.model import Node
+from swarm_autoscaler.daemon.join import JoinDesk
 from swarm_autoscaler.keeper.adapters.ec2_primaries import Ec2Primaries
 from swarm_autoscaler.keeper.adapters.ec2_workers import Ec2Workers
 from swarm_autoscaler.keeper.adapters.tags import WORKER_KEEPER_TAG, WORKER_USER_TAG, WORKER_WALLET_TAG
@@ -340,3 +343,51 @@ async def test_warm_pool_workers_are_started_by_the_keeper_only_within_the_maxim
     states = state_of(await workers_of(raw_ec2, setup.alice)) | state_of(await workers_of(raw_ec2, setup.bob))
     assert states[pool[2]] == states[bobs] == "stopped"
     assert {states[pool[0]], states[pool[1]], states[running]} <= {"pending", "running"}
+
+
+async def test_a_keeper_cluster_s_worker_gets_a_join_ticket_not_the_token_and_only_it_can_use_it(
+    setup: Setup, network: LocalNetwork, moto_server: MotoServer, raw_ec2: Any
+) -> None:
+    """A keeper cluster's autoscaler with `AUTOSCALER_EC2_JOIN_URL` (the keeper's default boot script sets
+    it to the primary's own address) launches through the keeper with a join ticket in the user data and
+    the ticket's nonce in the body; the keeper tags the nonce on the worker. The RunInstances the keeper
+    sends, captured at the wire and its user data base64-decoded once as EC2 does, holds no join token
+    (what a read-only principal reads with DescribeInstanceAttribute); the cluster's join desk (`JoinDesk`
+    over that autoscaler's own DescribeInstances by address, moto standing in for EC2 with the keeper's
+    tags on the worker) answers the token to the worker's private IP with its ticket, and refuses the same
+    ticket from another address and a wrong ticket from the worker's."""
+    sent_wire = wire(setup.hosts, "RunInstances")
+    url = str(setup.client.make_url(f"/v1/primaries/{setup.alice}/instances"))
+    token = listing_token(SECRET, setup.alice)
+    async with KeeperListedCloud(
+        listing_url=url, listing_token=token, cluster_name=setup.alice, region=network.region,
+        endpoint=moto_server.endpoint, access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY,
+        allowed_types={"m5.large": (network.ami_id, "echo booting")}, subnet_ids=network.subnet_ids,
+        security_group_ids=[network.security_group_id], join_command=join_command,
+        join_urls=["http://10.0.0.9:8000/v1/join"], retry_initial=0.01, retry_max=0.05,
+    ) as cloud:  # fmt: skip
+        await cloud.list_instances()  # the listing names the primary
+        result = await cloud.launch("m5.large", 1, {})
+        (worker,) = result.instances
+        (call,) = sent_wire  # the keeper's RunInstances: the primary sent none
+        join_token, _ = await join_command()
+        user_data = base64.b64decode(call["UserData"]).decode()
+        assert join_token not in user_data and "docker swarm join --token SWMTKN" not in user_data
+        assert "http://10.0.0.9:8000/v1/join" in user_data
+        (raw,) = [r for r in await workers_of(raw_ec2, setup.alice) if r["InstanceId"] == worker.id]
+        nonce = tags(raw)[JOIN_NONCE_TAG]
+        assert ticket(join_token, nonce) in user_data
+        assert tags(raw)[PRIMARY_TAG] == setup.arns[setup.alice]  # the keeper's forced tags still hold
+
+        async def no_nodes() -> tuple[Node, ...]:
+            return ()
+
+        desk = JoinDesk(
+            machines_at=cloud.machines_at, join_command=join_command, list_nodes=no_nodes,
+            clock=cloud.now, max_start_time=600.0, ready=True,
+        )  # fmt: skip
+        address = raw["PrivateIpAddress"]
+        status, answer, _ = await desk.answer(address, ticket(join_token, nonce))
+        assert status == 200 and answer["token"] == join_token
+        assert (await desk.answer("10.200.0.1", ticket(join_token, nonce)))[0] == 403
+        assert (await desk.answer(address, ticket(join_token, "0" * 32)))[0] == 403

@@ -9,7 +9,9 @@ budget and types, then launches here with parameters the tenant does not choose:
   and key pair, a subnet among the keeper's;
 - **no instance profile**, and IMDSv2 required with a hop limit of 1 (a worker runs user code);
 - the tags: `Name`, the keeper's custom tags, the node labels asked for (`swarm-autoscaler/label/*`),
-  the warm-pool and spot marks, then the ones nothing may override: the keeper's worker tags (keeper,
+  the warm-pool and spot marks, the join ticket's nonce when the autoscaler sent one
+  (`swarm-autoscaler/join-nonce`: its join desk checks the ticket against it), then the ones nothing may
+  override: the keeper's worker tags (keeper,
   user, wallet), the ownership tags with the cluster id (`managed-by`, `swarm-autoscaler/cluster`, the
   cluster's deployment id when given) and `swarm-autoscaler/primary` = the instance ARN of the
   cluster's primary as the keeper's listing computed it. The volume carries the ownership, keeper and
@@ -47,6 +49,7 @@ from swarm_autoscaler.adapters.ec2_support import (
     to_endpoint_error,
 )
 from swarm_autoscaler.adapters.ec2_transport import Ec2Transport
+from swarm_autoscaler.adapters.join_tickets import JOIN_NONCE_TAG
 from swarm_autoscaler.core.model import PoolPhase
 from swarm_autoscaler.keeper.adapters.tags import (
     WORKER_KEEPER_TAG,
@@ -175,6 +178,8 @@ class Ec2Workers:
             tags[POOL_TAG] = PoolPhase.PREPARE.value
         if launch.spot:
             tags[CAPACITY_TAG] = "spot"
+        if launch.join_nonce:
+            tags[JOIN_NONCE_TAG] = launch.join_nonce
         tags.update(owner)  # last: nothing the tenant asked for overrides them
         call: dict[str, Any] = {
             "ImageId": launch.ami_id or self._amis[launch.instance_type],
