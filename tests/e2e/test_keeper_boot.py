@@ -350,8 +350,8 @@ async def _joined_by_ticket(
     kc: KeeperCloud, primary_node: LocalNode, primary_ip: str, workers: dict[str, dict[str, Any]]
 ) -> None:
     """The workers that ran work joined the primary's swarm through its join desk (the autoscaler's
-    `POST /v1/join` at the primary's private IP, which the default boot script sets as
-    `AUTOSCALER_EC2_JOIN_URL`), never with the join token in user data: each one's user data, read back
+    `POST /v1/join` over TLS at the primary's private IP: the default boot script sets
+    `AUTOSCALER_EC2_JOIN_URL=auto`), never with the join token in user data: each one's user data, read back
     from moto as a read-only principal reads it (DescribeInstanceAttribute, base64-decoded once), holds
     no swarm join token (the primary's, read from its swarm) but a ticket for that URL, and the keeper
     tagged its nonce; the desk logged a grant for each; and the ticket, replayed now from the worker's
@@ -359,7 +359,7 @@ async def _joined_by_ticket(
     assert workers
     token = (await primary_node.docker("swarm", "join-token", "-q", "worker")).strip()
     assert token.startswith("SWMTKN")
-    url = f"http://{primary_ip}:8000/v1/join"
+    url = f"https://{primary_ip}:8443/v1/join"  # `auto`: the primary's advertised address, the join port
     for iid, inst in workers.items():
         attr = kc.ec2().describe_instance_attribute(InstanceId=iid, Attribute="userData")
         user_data = base64.b64decode(attr["UserData"]["Value"]).decode()
@@ -375,7 +375,8 @@ async def _joined_by_ticket(
             connector = aiohttp.TCPConnector(local_addr=(source, 0), force_close=True)
             async with (
                 aiohttp.ClientSession(connector=connector) as http,
-                http.post(url, json={"ticket": found.group(1)}) as answer,
+                # its key is pinned in the user data; the replay needs no verification to be refused
+                http.post(url, json={"ticket": found.group(1)}, ssl=False) as answer,
             ):
                 assert answer.status == 403, (source, answer.status)
     # the service's log lines are its tasks' stderr, which docker service logs writes to its own stderr

@@ -107,7 +107,7 @@ def test_every_setting_it_writes_exists_and_the_cluster_s_autoscaler_settings_lo
     written = dict(re.findall(r"^(AUTOSCALER_[A-Z0-9_]+)=(.*)$", script, re.MULTILINE))
     # and the lines echoed with the machine's private address ($ADDR, here 10.0.0.9)
     echoed = dict(re.findall(r'^echo "(AUTOSCALER_[A-Z0-9_]+)=(.*)" >> ', script, re.MULTILINE))
-    assert set(echoed) == {"AUTOSCALER_DASK_SCHEDULER_URL", "AUTOSCALER_HTTP_HOST", "AUTOSCALER_EC2_JOIN_URL"}
+    assert set(echoed) == {"AUTOSCALER_DASK_SCHEDULER_URL", "AUTOSCALER_HTTP_HOST"}
     written.update({k: v.replace("$ADDR", "10.0.0.9") for k, v in echoed.items()})
     assert set(written) - known == set()
     env = tmp_path / "cluster.env"
@@ -115,8 +115,9 @@ def test_every_setting_it_writes_exists_and_the_cluster_s_autoscaler_settings_lo
     settings = load_settings(env)
     assert settings.cluster_name == CID
     assert settings.dask.scheduler_url == "tls://10.0.0.9:8786"
-    # its workers join with tickets: the join desk is served on the autoscaler's own HTTP address and port
-    assert settings.ec2.join_url == [f"http://{settings.http.host}:{settings.http.port}/v1/join"]
+    # its workers join with tickets: the join desk at this swarm's only manager (the primary's private
+    # address, as swarm advertises it) on the join port, served on AUTOSCALER_HTTP_HOST (the same address)
+    assert settings.ec2.join_url == ["auto"] and settings.http.host == "10.0.0.9"
     assert settings.dask.tls_files == (
         "/run/secrets/dask-ca",
         "/run/secrets/dask-worker",

@@ -146,20 +146,20 @@ docker service create --detach --name dask-scheduler --network host --constraint
   --entrypoint dask {{scheduler_image}} scheduler --protocol tls --host "$ADDR" --port {{scheduler_port}} \\
   --dashboard-address "$ADDR:{{dashboard_port}}" --preload $P $TLS_SCHEDULER
 # 4. The cluster's autoscaler: this swarm, this cluster's name and EC2 tags, the scheduler over TLS; its
-# own HTTP on the private address, port 8000: health, metrics, and the join desk, where the workers it
-# launches fetch this swarm's join token at boot (POST /v1/join, answered only to one of them, booting,
-# from its own private IP), so their user data carries a one-use ticket, never the token. Open 8000 to
-# the cluster's workers only.
+# own HTTP (health, metrics) on the private address, port 8000 (closed unless a rule opens it), and its
+# join desk there on 8443 (TLS, its key pinned in the workers' user data): the workers it launches fetch
+# this swarm's join token at boot (POST /v1/join, answered only to one of them, booting, from its own
+# private IP), so their user data carries a one-use ticket, never the token. Open 8443 to the workers.
 cat > "$D/cluster.env" <<'SWARM_AUTOSCALER_ENV'
 {{autoscaler_env}}
 AUTOSCALER_DASK_TLS_CA_FILE=/run/secrets/dask-ca
 AUTOSCALER_DASK_TLS_CERT_FILE=/run/secrets/dask-worker
 AUTOSCALER_DASK_TLS_KEY_FILE=/run/secrets/dask-worker-key
 AUTOSCALER_DOCKER_URL=unix:///var/run/docker.sock
+AUTOSCALER_EC2_JOIN_URL=auto
 SWARM_AUTOSCALER_ENV
 echo "AUTOSCALER_DASK_SCHEDULER_URL=tls://$ADDR:{{scheduler_port}}" >> "$D/cluster.env"
 echo "AUTOSCALER_HTTP_HOST=$ADDR" >> "$D/cluster.env"
-echo "AUTOSCALER_EC2_JOIN_URL=http://$ADDR:8000/v1/join" >> "$D/cluster.env"
 CA_SECRET=""  # the keeper's CA, for the autoscaler's reads of its listing from the keeper
 if [ -n "$KEEPER_CA" ]; then
   docker secret create keeper-ca "$D/keeper-ca.pem"

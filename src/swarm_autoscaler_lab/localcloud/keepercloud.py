@@ -153,7 +153,7 @@ class KeeperCloud:
         """The settings of one cluster's autoscaler: what the keeper wrote in the primary's boot script
         (`boot.user_env`) over this cloud's defaults, with this cloud's endpoints and, in fast mode, its
         short delays on top. (The primary adds the cluster's name and its scheduler's address; the
-        docker URL is dropped: the primary's swarm is in memory.)"""
+        docker URL and the join URL are dropped: the primary's swarm is in memory.)"""
         assert self.network is not None
         types = {
             name: {"ami_id": self.network.ami_id, **dict(spec)}
@@ -175,6 +175,10 @@ class KeeperCloud:
             env.update(timing)
         env.pop("AUTOSCALER_DOCKER_URL", None)
         env.pop("AUTOSCALER_REDIS_URL", None)  # one autoscaler per cluster: no leader election
+        # The default script's join tickets (`auto`) need the real boot (dockerd nodes, a loopback VPC):
+        # this cloud's machines join an in-memory swarm with the token. tests/e2e/test_keeper_boot.py
+        # boots a keeper cluster's workers through the ticket.
+        env.pop("AUTOSCALER_EC2_JOIN_URL", None)
         if boot.user_env.get("AUTOSCALER_EC2_LISTING_URL"):  # a keeper's cluster: the primaries' role
             env["AUTOSCALER_EC2_ACCESS_KEY_ID"] = PRIMARY_ACCESS_KEY
         return env

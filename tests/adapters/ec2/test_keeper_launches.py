@@ -364,7 +364,7 @@ async def test_a_keeper_cluster_s_worker_gets_a_join_ticket_not_the_token_and_on
         endpoint=moto_server.endpoint, access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY,
         allowed_types={"m5.large": (network.ami_id, "echo booting")}, subnet_ids=network.subnet_ids,
         security_group_ids=[network.security_group_id], join_command=join_command,
-        join_urls=["http://10.0.0.9:8000/v1/join"], retry_initial=0.01, retry_max=0.05,
+        join_urls=["https://10.0.0.9:8443/v1/join"], retry_initial=0.01, retry_max=0.05,
     ) as cloud:  # fmt: skip
         await cloud.list_instances()  # the listing names the primary
         result = await cloud.launch("m5.large", 1, {})
@@ -373,7 +373,7 @@ async def test_a_keeper_cluster_s_worker_gets_a_join_ticket_not_the_token_and_on
         join_token, _ = await join_command()
         user_data = base64.b64decode(call["UserData"]).decode()
         assert join_token not in user_data and "docker swarm join --token SWMTKN" not in user_data
-        assert "http://10.0.0.9:8000/v1/join" in user_data
+        assert "https://10.0.0.9:8443/v1/join" in user_data
         (raw,) = [r for r in await workers_of(raw_ec2, setup.alice) if r["InstanceId"] == worker.id]
         nonce = tags(raw)[JOIN_NONCE_TAG]
         assert ticket(join_token, nonce) in user_data
