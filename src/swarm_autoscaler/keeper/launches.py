@@ -52,7 +52,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import structlog
 from aiohttp import web
@@ -65,6 +65,8 @@ from swarm_autoscaler.keeper.inputs import BadInput, bearer, json_object
 from swarm_autoscaler.keeper.model import ID_PATTERN, Cluster
 from swarm_autoscaler.keeper.ports import WorkerLaunch, WorkerLauncher, WorkerLaunchError
 from swarm_autoscaler.keeper.service import Keeper
+
+_Body = TypeVar("_Body", bound=BaseModel)
 
 log = structlog.get_logger("swarm_autoscaler.keeper.launches")
 
@@ -258,76 +260,65 @@ class Launches:
             raise LaunchRefusedError(402, f"wallet {cluster.key.wallet_id} spent its budget")
 
 
-def launch_body(raw: bytes) -> LaunchBody:
-    """The request's body as a `LaunchBody`; `BadInput` (400) otherwise (never echoing the input)."""
-    expected = "a JSON launch object (docs/keeper.md, the launch route)"
+def _body(raw: bytes, model: type[_Body], expected: str) -> _Body:
+    """The request's body as a `model`; `BadInput` (400) otherwise (never echoing the input)."""
     value = json_object(raw, expected, limit=BODY_LIMIT)
     try:
-        return LaunchBody.model_validate(value)
+        return model.model_validate(value)
     except ValidationError as exc:
         first = exc.errors(include_input=False, include_url=False)[0]
         where = ".".join(str(part) for part in first.get("loc", ())) or "body"
         raise BadInput(400, f"{where}: {first.get('msg', 'invalid')}") from None
+
+
+def launch_body(raw: bytes) -> LaunchBody:
+    """The request's body as a `LaunchBody`; `BadInput` (400) otherwise (never echoing the input)."""
+    return _body(raw, LaunchBody, "a JSON launch object (docs/keeper.md, the launch route)")
 
 
 def start_body(raw: bytes) -> StartBody:
     """The request's body as a `StartBody`; `BadInput` (400) otherwise (never echoing the input)."""
-    value = json_object(raw, 'a JSON start object ({"instance_ids": [...]})', limit=BODY_LIMIT)
-    try:
-        return StartBody.model_validate(value)
-    except ValidationError as exc:
-        first = exc.errors(include_input=False, include_url=False)[0]
-        where = ".".join(str(part) for part in first.get("loc", ())) or "body"
-        raise BadInput(400, f"{where}: {first.get('msg', 'invalid')}") from None
+    return _body(raw, StartBody, 'a JSON start object ({"instance_ids": [...]})')
 
 
-def starts_route(launches: Launches | None, secret: str) -> Callable[[web.Request], Awaitable[web.Response]]:
-    """The start route's handler (see the module docstring)."""
+def _route(
+    secret: str,
+    parse: Callable[[bytes], _Body],
+    act: Callable[[str, _Body], Awaitable[Sequence[Any]]] | None,
+    answer_key: str,
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """A cluster route's handler: the cluster's token (401), the body (400), then `act`, whose refusal
+    is its status with EC2's code when there is one; `act` None: this keeper launches no workers (404)."""
 
-    async def primary_starts(request: web.Request) -> web.Response:
+    async def handle(request: web.Request) -> web.Response:
         cid = request.match_info["cluster_id"]
         given = bearer(request.headers.get("Authorization")) or ""
         if not ID_PATTERN.fullmatch(cid) or not listing_token_matches(secret, cid, given):
             return web.json_response({"error": "missing or wrong cluster token"}, status=401)
-        body = start_body(await request.read())
-        if launches is None:
+        body = parse(await request.read())
+        if act is None:
             return web.json_response({"error": "this keeper launches no workers"}, status=404)
         try:
-            started = await launches.start(cid, body)
+            done = await act(cid, body)
         except LaunchRefusedError as exc:
             answer: dict[str, Any] = {"error": str(exc)}
             if exc.ec2_code:
                 answer["ec2_code"] = exc.ec2_code
             return web.json_response(answer, status=exc.status)
         return web.json_response(
-            {"cluster_id": cid, "started": list(started)}, headers={"Cache-Control": "no-store"}
+            {"cluster_id": cid, answer_key: list(done)}, headers={"Cache-Control": "no-store"}
         )
 
-    return primary_starts
+    return handle
+
+
+def starts_route(launches: Launches | None, secret: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """The start route's handler (see the module docstring)."""
+    return _route(secret, start_body, launches.start if launches else None, "started")
 
 
 def launches_route(
     launches: Launches | None, secret: str
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
-    """The handler (see the module docstring)."""
-
-    async def primary_launches(request: web.Request) -> web.Response:
-        cid = request.match_info["cluster_id"]
-        given = bearer(request.headers.get("Authorization")) or ""
-        if not ID_PATTERN.fullmatch(cid) or not listing_token_matches(secret, cid, given):
-            return web.json_response({"error": "missing or wrong cluster token"}, status=401)
-        body = launch_body(await request.read())
-        if launches is None:
-            return web.json_response({"error": "this keeper launches no workers"}, status=404)
-        try:
-            made = await launches.launch(cid, body)
-        except LaunchRefusedError as exc:
-            answer: dict[str, Any] = {"error": str(exc)}
-            if exc.ec2_code:
-                answer["ec2_code"] = exc.ec2_code
-            return web.json_response(answer, status=exc.status)
-        return web.json_response(
-            {"cluster_id": cid, "instances": list(made)}, headers={"Cache-Control": "no-store"}
-        )
-
-    return primary_launches
+    """The launch route's handler (see the module docstring)."""
+    return _route(secret, launch_body, launches.launch if launches else None, "instances")
