@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import errno
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -46,7 +45,7 @@ from swarm_autoscaler.daemon.metrics import Metrics, build_app
 from swarm_autoscaler.daemon.prices import Prices
 from swarm_autoscaler.daemon.tick import Ports
 from swarm_autoscaler.errors import ConfigurationError, EndpointError
-from swarm_autoscaler.runtime.http import start_http
+from swarm_autoscaler.runtime.http import listen
 
 log = structlog.get_logger("swarm_autoscaler.daemon.app")
 
@@ -177,18 +176,10 @@ async def _serve_http(
     (The join endpoint has a TLS listener of its own: `daemon.join.serve_join`.)"""
     host, port = settings.http.host, settings.http.port
     app = build_app(metrics, last_success, settings.timing.poll_interval, clock)
-    try:
-        runner = await start_http(app, host, port)
-    except OSError as exc:
-        setting = (
-            "AUTOSCALER_HTTP_PORT"
-            if exc.errno in (errno.EADDRINUSE, errno.EACCES)
-            else "AUTOSCALER_HTTP_HOST"
-        )
-        raise ConfigurationError(
-            f"{setting}: cannot listen on {host}:{port} ({exc.strerror or exc}); choose a free port, or 0 "
-            "to turn the health and metrics endpoint off"
-        ) from None
+    runner = await listen(
+        app, host, port, "AUTOSCALER_HTTP_PORT",
+        advice="choose a free port, or 0 to turn the health and metrics endpoint off",
+    )  # fmt: skip
     stack.push_async_callback(runner.cleanup)
 
 

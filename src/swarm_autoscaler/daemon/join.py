@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import ipaddress
 import json
 import time
@@ -59,7 +58,7 @@ from swarm_autoscaler.config.settings import Settings
 from swarm_autoscaler.core.model import Node
 from swarm_autoscaler.core.ports import Orchestrator
 from swarm_autoscaler.errors import AutoscalerError, ConfigurationError
-from swarm_autoscaler.runtime.http import start_http
+from swarm_autoscaler.runtime.http import listen
 
 log = structlog.get_logger("swarm_autoscaler.daemon.join")
 
@@ -189,18 +188,9 @@ async def serve_join(desk: JoinDesk, host: str, port: int) -> web.AppRunner:
     `ConfigurationError` naming the setting."""
     app = web.Application()
     add_join_route(app, desk)
-    try:
-        return await start_http(app, host, port, desk.tls.context)
-    except OSError as exc:
-        setting = (
-            "AUTOSCALER_EC2_JOIN_PORT"
-            if exc.errno in (errno.EADDRINUSE, errno.EACCES)
-            else "AUTOSCALER_HTTP_HOST"
-        )
-        raise ConfigurationError(
-            f"{setting}: cannot listen for the join endpoint on {host}:{port} ({exc.strerror or exc}); "
-            "choose a free port"
-        ) from None
+    return await listen(
+        app, host, port, "AUTOSCALER_EC2_JOIN_PORT", desk.tls.context, " for the join endpoint"
+    )
 
 
 async def keep_key(desk: JoinDesk, interval: float = KEY_REFRESH_S) -> None:

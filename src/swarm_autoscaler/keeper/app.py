@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import ssl
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
@@ -55,7 +54,7 @@ from swarm_autoscaler.keeper.metrics import KeeperMetrics
 from swarm_autoscaler.keeper.model import ClusterKey
 from swarm_autoscaler.keeper.service import Keeper
 from swarm_autoscaler.keeper.usage import UsageAccountant
-from swarm_autoscaler.runtime.http import server_context, start_http
+from swarm_autoscaler.runtime.http import listen, server_context
 from swarm_autoscaler.runtime.signals import run_until_signal
 
 log = structlog.get_logger("swarm_autoscaler.keeper.app")
@@ -302,17 +301,7 @@ async def _listen(
     stack: contextlib.AsyncExitStack, app: web.Application, config: KeeperConfig, tls: ssl.SSLContext | None
 ) -> None:
     host, port = config.http.host, config.keeper.http_port
-    try:
-        runner = await start_http(app, host, port, tls)
-    except OSError as exc:
-        setting = (
-            "AUTOSCALER_KEEPER_HTTP_PORT"
-            if exc.errno in (errno.EADDRINUSE, errno.EACCES)
-            else "AUTOSCALER_HTTP_HOST"
-        )
-        raise ConfigurationError(
-            f"{setting}: cannot listen on {host}:{port} ({exc.strerror or exc}); choose a free port"
-        ) from None
+    runner = await listen(app, host, port, "AUTOSCALER_KEEPER_HTTP_PORT", tls)
     stack.push_async_callback(runner.cleanup)
 
 
