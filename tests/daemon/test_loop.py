@@ -301,3 +301,47 @@ async def test_consolidation_cordons_through_the_ports_and_pending_work_takes_th
     assert h.workload.cordoned[-1] == ("tcp://10.0.0.1:1", False)
     assert h.swarm.nodes[node.id].marks.cordoned_since is None
     assert h.launches() == []  # the cordoned worker's room came first; the rest fit the other
+
+
+class _StuckExtendLock(FakeLock):
+    """A lock whose extension does not end when cancelled (it keeps waiting on its store), standing in
+    for a redis call stuck past its cancellation: in a fresh-clone run a tick's phases took 1.1 s and the
+    tick then waited 70 s for its lock extension to end."""
+
+    extending: bool = False
+
+    async def extend(self) -> bool:
+        self.extending = True
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            await asyncio.sleep(30)  # ignores the cancellation
+        return True
+
+
+async def test_a_lock_extension_that_ignores_cancellation_holds_no_tick_and_a_stop_still_stops() -> None:
+    h = Harness()
+    lock = _StuckExtendLock("a", {"holder": None})
+    daemon = h.make_daemon(h.cloud, lock)
+    daemon.lock_ttl = 0.15  # the extension starts 50 ms into the tick
+    slow_observe = h.workload.observe
+
+    async def observe() -> object:
+        await until(lambda: lock.extending)  # the tick ends while the extension is stuck
+        return await slow_observe()
+
+    h.workload.observe = observe  # type: ignore[method-assign]
+    started = time.monotonic()
+    result = await asyncio.wait_for(daemon.tick_once(), 10)
+    took = time.monotonic() - started
+    print(f"tick with a stuck extension: {took:.2f}s (bound 2 s after its phases)")
+    assert result is not None and took < 5.0
+    # A stop cancels a tick stuck in the same place: the cancellation reaches the caller.
+    lock.extending = False
+    tick = asyncio.create_task(daemon.tick_once())
+    await until(lambda: lock.extending)
+    await asyncio.sleep(0.5)  # observe, plan and act are done: the tick waits for the extension to end
+    assert not tick.done()
+    tick.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(tick, 5)
