@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import pytest
 from tests.fakes import CATALOGUE, FakeCloud, FakeLock, FakeWorkload, SteppedClock, small_policy
@@ -303,19 +304,23 @@ async def test_consolidation_cordons_through_the_ports_and_pending_work_takes_th
     assert h.launches() == []  # the cordoned worker's room came first; the rest fit the other
 
 
+@dataclass
 class _StuckExtendLock(FakeLock):
     """A lock whose extension does not end when cancelled (it keeps waiting on its store), standing in
     for a redis call stuck past its cancellation: in a fresh-clone run a tick's phases took 1.1 s and the
     tick then waited 70 s for its lock extension to end."""
 
     extending: bool = False
+    stuck_s: float = 30.0
+    extensions: int = 0
 
     async def extend(self) -> bool:
         self.extending = True
+        self.extensions += 1
         try:
             await asyncio.sleep(30)
         except asyncio.CancelledError:
-            await asyncio.sleep(30)  # ignores the cancellation
+            await asyncio.sleep(self.stuck_s)  # ignores the cancellation
         return True
 
 
@@ -345,3 +350,25 @@ async def test_a_lock_extension_that_ignores_cancellation_holds_no_tick_and_a_st
     tick.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(tick, 5)
+
+
+async def test_an_extension_that_swallowed_its_cancellation_extends_no_more_once_its_tick_ended() -> None:
+    """Its call ends 0.3 s after the cancellation and says the lock is held: the extension then stops
+    (before, it went on extending, tick after tick, for as long as the process ran)."""
+    h = Harness()
+    lock = _StuckExtendLock("a", {"holder": None}, stuck_s=0.3)
+    daemon = h.make_daemon(h.cloud, lock)
+    daemon.lock_ttl = 0.15
+    slow_observe = h.workload.observe
+
+    async def observe() -> object:
+        await until(lambda: lock.extending)
+        return await slow_observe()
+
+    h.workload.observe = observe  # type: ignore[method-assign]
+    started = time.monotonic()
+    assert await daemon.tick_once() is not None
+    took = time.monotonic() - started
+    await asyncio.sleep(0.5)
+    print(f"tick {took:.2f}s, extensions {lock.extensions}")
+    assert took < 1.5 and lock.extensions == 1

@@ -143,6 +143,7 @@ class Leadership:
         self.held = False
         self.confirmed_at: float | None = None
         self._keeper: asyncio.Task[None] | None = None
+        self._ended = False  # the tick is over: an extension left running stops after its current call
 
     def known_held(self) -> bool:
         """True while the lock is held as last confirmed and that confirmation is within the TTL."""
@@ -162,6 +163,7 @@ class Leadership:
         does not end when cancelled must not hold the tick. (A tick in a fresh-clone run finished its
         phases in 1.1 s and then waited 70 s here, with `await` under `suppress(CancelledError)`, until
         the stop's cancellation, which that suppress swallowed.)"""
+        self._ended = True
         keeper, self._keeper = self._keeper, None
         if keeper is None:
             return
@@ -174,7 +176,7 @@ class Leadership:
             )
 
     async def _keep(self) -> None:
-        while self.held:
+        while self.held and not self._ended:
             await asyncio.sleep(max(self._ttl / 3, 0.05))
             try:
                 self.held = await self._lock.extend()
@@ -183,7 +185,8 @@ class Leadership:
             except AutoscalerError as exc:
                 log.warning("lock extension failed", error=str(exc))
                 self.held = False
-        log.warning("leadership lost during a tick; cancelling the remaining actions")
+        if not self._ended:
+            log.warning("leadership lost during a tick; cancelling the remaining actions")
 
 
 TickHook = Callable[[TickResult | None, float, BaseException | None], None]
