@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 from tests.fakes import CATALOGUE, FakeCloud, FakeLock, FakeWorkload, SteppedClock, small_policy
@@ -311,17 +311,27 @@ class _StuckExtendLock(FakeLock):
     tick then waited 70 s for its lock extension to end."""
 
     extending: bool = False
-    stuck_s: float = 30.0
+    stuck_s: float = 3.0  # past the tick's 2 s bound (`KEEPER_STOP_S`)
     extensions: int = 0
+    tasks: list[asyncio.Task[object]] = field(default_factory=list)
 
     async def extend(self) -> bool:
         self.extending = True
         self.extensions += 1
+        task = asyncio.current_task()
+        assert task is not None
+        self.tasks.append(task)
         try:
             await asyncio.sleep(30)
         except asyncio.CancelledError:
             await asyncio.sleep(self.stuck_s)  # ignores the cancellation
         return True
+
+    async def settle(self) -> None:
+        """Wait for the extensions left running to end (the test loop is shared by the whole session:
+        a task that outlived its test once held up the loop's teardown past the suite's timeout)."""
+        _, pending = await asyncio.wait(self.tasks, timeout=10)
+        assert not pending
 
 
 async def test_a_lock_extension_that_ignores_cancellation_holds_no_tick_and_a_stop_still_stops() -> None:
@@ -350,6 +360,7 @@ async def test_a_lock_extension_that_ignores_cancellation_holds_no_tick_and_a_st
     tick.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(tick, 5)
+    await lock.settle()
 
 
 async def test_an_extension_that_swallowed_its_cancellation_extends_no_more_once_its_tick_ended() -> None:
@@ -372,3 +383,4 @@ async def test_an_extension_that_swallowed_its_cancellation_extends_no_more_once
     await asyncio.sleep(0.5)
     print(f"tick {took:.2f}s, extensions {lock.extensions}")
     assert took < 1.5 and lock.extensions == 1
+    await lock.settle()
