@@ -199,12 +199,10 @@ async def test_every_request_the_keeper_and_a_primary_send_is_allowed_by_their_p
             other = primary_arn.rsplit("/", 1)[0] + "/i-0another"
             refused = {r.action for r, _ in await _denied(faults, raw_ec2, primary_policy, other)}
             assert refused == {"ec2:CreateTags", "ec2:TerminateInstances"}
-            # Its own launch, tagged as launches were before the route (naming its own primary): refused,
-            # whatever it asks for; moto evaluates no IAM, so the launch is only recorded and evaluated.
-            faults.record()
-            await autoscaler.launch("m5.large", 1, {})
-            refused = {r.action for r, _ in await _denied(faults, raw_ec2, primary_policy, primary_arn)}
-            assert "ec2:RunInstances" in refused
+            # Its own launch, tagged as launches were before the route, is refused by the primaries'
+            # policy: `test_primary_attacks.py` sends it through the IAM gate, which refuses it before
+            # moto. Not sent here: moto evaluates no IAM, so it would be recorded as a request of the
+            # product's, and the audit of every recorded request (`test_iam_policy.py`) would fail on it.
         finally:
             await autoscaler.close()
 
