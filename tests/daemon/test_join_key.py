@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pytest
+from tests.daemon.join_tls_helpers import served_pin
 
 from swarm_autoscaler.adapters.ec2_join import JoiningMachine
-from swarm_autoscaler.adapters.join_tls import join_pin, pin_of_certificate
+from swarm_autoscaler.adapters.join_tls import join_pin
 from swarm_autoscaler.core.model import Node
 from swarm_autoscaler.daemon.join import JoinDesk, keep_key, serve_join
 
@@ -49,16 +48,6 @@ def _desk(swarm: Swarm) -> JoinDesk:
     return JoinDesk(_no_machines, swarm.join_command, swarm.list_nodes, time.time, 600.0, ready=True)
 
 
-def _served_pin(port: int) -> str:
-    """The pin of the key the listener at `port` presents in its handshake."""
-    context = ssl.create_default_context()
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, context.wrap_socket(raw) as tls:
-        der = tls.getpeercert(binary_form=True)
-    assert der is not None
-    return pin_of_certificate(der)
-
-
 async def _curl(port: int, pin: str) -> tuple[int, str]:
     """The boot's fetch (`boot_scripts.ticket_join`'s curl options): exit status and the body."""
     proc = await asyncio.create_subprocess_exec(
@@ -82,14 +71,14 @@ async def test_replicas_serve_one_key_from_the_token_and_follow_its_rotation() -
         for desk in desks:
             await desk.refresh()
         first = join_pin(swarm.token)
-        assert [await asyncio.to_thread(_served_pin, p) for p in ports] == [first, first]
+        assert [await asyncio.to_thread(served_pin, p) for p in ports] == [first, first]
         assert await _curl(ports[0], first) == (0, json.dumps(_REFUSED_BODY))  # sent and answered
 
         swarm.token = "SWMTKN-1-rotated-token"
         second = join_pin(swarm.token)
         assert second != first
         deadline = time.monotonic() + 10
-        while await asyncio.to_thread(_served_pin, ports[1]) != second:
+        while await asyncio.to_thread(served_pin, ports[1]) != second:
             assert time.monotonic() < deadline, "the standby never loaded the rotated token's key"
             await asyncio.sleep(0.1)
         assert (await _curl(ports[1], first))[0] == 90  # the old pin: refused before sending

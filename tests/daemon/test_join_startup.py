@@ -12,18 +12,18 @@ refusal. The client checks the served key as a machine's boot does: its pin must
 from __future__ import annotations
 
 import asyncio
-import socket
-import ssl
 from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
 from structlog.testing import capture_logs
+from tests.daemon.join_tls_helpers import served_pin
 
-from swarm_autoscaler.adapters.join_tls import join_pin, pin_of_certificate
+from swarm_autoscaler.adapters.join_tls import join_pin
 from swarm_autoscaler.errors import ConfigurationError
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud, LocalCloudOptions
 from swarm_autoscaler_lab.localcloud.memswarm import MemorySwarm
+from swarm_autoscaler_lab.localcloud.redis_server import free_port
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -34,27 +34,10 @@ async def lc() -> AsyncIterator[LocalCloud]:
         yield cloud
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _served_pin(port: int) -> str:
-    """The pin of the key the join listener presents (the certificate is self-signed: the boot's curl
-    --pinnedpubkey checks this, not a CA)."""
-    unverified = ssl.create_default_context()
-    unverified.check_hostname, unverified.verify_mode = False, ssl.CERT_NONE
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, unverified.wrap_socket(raw) as tls:
-        der = tls.getpeercert(binary_form=True)
-    assert der is not None
-    return pin_of_certificate(der)
-
-
 async def _post(port: int, expected_pin: str) -> int:
     """POST a well-formed ticket to the join endpoint at `port`, whose key must have `expected_pin`;
     the status."""
-    assert await asyncio.to_thread(_served_pin, port) == expected_pin
+    assert await asyncio.to_thread(served_pin, port) == expected_pin
     url = f"https://127.0.0.1:{port}/v1/join"
     async with (
         aiohttp.ClientSession() as http,
@@ -64,7 +47,7 @@ async def _post(port: int, expected_pin: str) -> int:
 
 
 async def test_the_join_port_must_differ_from_the_http_port(lc: LocalCloud) -> None:
-    port = str(_free_port())
+    port = str(free_port())
     extra = {
         "AUTOSCALER_HTTP_PORT": port,
         "AUTOSCALER_EC2_JOIN_PORT": port,
@@ -80,7 +63,7 @@ async def test_the_started_daemon_serves_the_join_endpoint_over_tls_only_with_a_
 ) -> None:
     assert isinstance(lc.orchestrator, MemorySwarm)
     pin = join_pin(lc.orchestrator.join_token)
-    http_port, join_port = _free_port(), _free_port()
+    http_port, join_port = free_port(), free_port()
     extra = {
         "AUTOSCALER_HTTP_PORT": str(http_port),
         "AUTOSCALER_HTTP_HOST": "127.0.0.1",
@@ -103,7 +86,7 @@ async def test_auto_serves_the_join_endpoint_without_an_http_port(lc: LocalCloud
     127.0.0.1: the start line names that manager's https URL at the join port, which the endpoint
     answers; health and metrics may be off (AUTOSCALER_HTTP_PORT=0): the join endpoint is its own."""
     assert isinstance(lc.orchestrator, MemorySwarm)
-    port = _free_port()
+    port = free_port()
     extra = {
         "AUTOSCALER_HTTP_PORT": "0",
         "AUTOSCALER_HTTP_HOST": "127.0.0.1",
@@ -123,7 +106,7 @@ async def test_auto_with_no_manager_address_is_refused_at_start_in_one_line(lc: 
     saved = lc.orchestrator.managers
     lc.orchestrator.managers = ("0.0.0.0:2377",)  # a swarm that names no address a worker can reach
     try:
-        extra = {"AUTOSCALER_EC2_JOIN_PORT": str(_free_port()), "AUTOSCALER_EC2_JOIN_URL": "auto"}
+        extra = {"AUTOSCALER_EC2_JOIN_PORT": str(free_port()), "AUTOSCALER_EC2_JOIN_URL": "auto"}
         with pytest.raises(ConfigurationError) as caught:
             async with lc.daemon({**extra, "AUTOSCALER_HTTP_HOST": "127.0.0.1"}):
                 pass

@@ -119,15 +119,7 @@ class Ec2Workers:
         return frozenset(live | (set(recent) - seen) | (set(started) - ending))
 
     async def launch(self, launch: WorkerLaunch) -> tuple[dict[str, Any], ...]:
-        call = self._params(launch)
-        try:
-            result = await self._ec2._call("run_instances", **call)
-        except ClientError as exc:
-            if is_endpoint_failure(exc):
-                raise to_endpoint_error(self._ec2.endpoint, "RunInstances", exc) from None
-            raise WorkerLaunchError(error_code(exc) or "Unknown", error_message(exc)) from None
-        except BotoCoreError as exc:
-            raise to_endpoint_error(self._ec2.endpoint, "RunInstances", exc) from None
+        result = await self._refusable("run_instances", "RunInstances", **self._params(launch))
         raws = list(result.get("Instances", ()))
         self._ec2.launch_tokens.answered(raws)
         now = self._ec2.now()
@@ -154,16 +146,22 @@ class Ec2Workers:
         )
 
     async def start(self, cluster_id: str, instance_ids: Sequence[str]) -> None:
-        try:
-            await self._ec2._call("start_instances", InstanceIds=list(instance_ids))
-        except ClientError as exc:
-            if is_endpoint_failure(exc):
-                raise to_endpoint_error(self._ec2.endpoint, "StartInstances", exc) from None
-            raise WorkerLaunchError(error_code(exc) or "Unknown", error_message(exc)) from None
-        except BotoCoreError as exc:
-            raise to_endpoint_error(self._ec2.endpoint, "StartInstances", exc) from None
+        await self._refusable("start_instances", "StartInstances", InstanceIds=list(instance_ids))
         now = self._ec2.now()
         self._started.setdefault(cluster_id, {}).update({iid: now for iid in instance_ids})
+
+    async def _refusable(self, method: str, action: str, **params: Any) -> dict[str, Any]:
+        """One EC2 call whose refusal is EC2's word to the cluster (`WorkerLaunchError`, its code
+        forwarded); EC2 unreachable or failing is an `EndpointError`."""
+        try:
+            result: dict[str, Any] = await self._ec2._call(method, **params)
+        except ClientError as exc:
+            if is_endpoint_failure(exc):
+                raise to_endpoint_error(self._ec2.endpoint, action, exc) from None
+            raise WorkerLaunchError(error_code(exc) or "Unknown", error_message(exc)) from None
+        except BotoCoreError as exc:
+            raise to_endpoint_error(self._ec2.endpoint, action, exc) from None
+        return result
 
     def _params(self, launch: WorkerLaunch) -> dict[str, Any]:
         cid = launch.cluster_id
