@@ -167,7 +167,9 @@ async def test_every_request_the_keeper_and_a_primary_send_is_allowed_by_their_p
         pool_worker = made[2]["InstanceId"]
         await raw_ec2.stop_instances(InstanceIds=[pool_worker])  # stands for its autoscaler's own stop
         faults.record()
-        assert await launcher.stopped_workers(cluster.cluster_id, primary_arn, [pool_worker]) == {pool_worker}
+        assert await launcher.stopped_workers(
+            cluster.cluster_id, primary_arn, [pool_worker], {"m5.large"}
+        ) == {pool_worker}
         await launcher.start(cluster.cluster_id, [pool_worker])
         assert {c.action for c in faults.recorded()} == {"DescribeInstances", "StartInstances"}
         assert await _denied(faults, raw_ec2, keeper_policy) == []

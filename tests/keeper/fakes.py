@@ -211,7 +211,7 @@ class FakeWorkers:
         return tuple({"InstanceId": iid, "InstanceType": launch.instance_type} for iid in ids)
 
     async def stopped_workers(
-        self, cluster_id: str, primary_arn: str, instance_ids: Sequence[str]
+        self, cluster_id: str, primary_arn: str, instance_ids: Sequence[str], types: Collection[str]
     ) -> frozenset[str]:
         return frozenset(i for i in instance_ids if i in self.stopped.get(cluster_id, set()))
 

@@ -38,7 +38,8 @@ most `MAX_STARTS`) starts stopped warm-pool workers of the cluster, which the pr
 either (`ec2:StartInstances` is denied to it: a user's code started them past the maximum). Its
 autoscaler rewrites each one's user data and tags it first (those stay the primary's, on its own
 workers); the keeper checks as for a launch (404, 409, 503, 402), then that every id is, read from EC2
-now, a stopped worker of this cluster naming its primary (403 otherwise), and that the cluster's pending
+now, a stopped worker of this cluster naming its primary, of a type the keeper offers it (403
+otherwise: one retyped while stopped is not started), and that the cluster's pending
 and running workers plus these stay within the maximum (429); then one StartInstances with its own
 credentials: 200 with `{"started": [...]}`, EC2's refusal 502 with its code.
 
@@ -182,10 +183,14 @@ class Launches:
             if not held:
                 raise LaunchRefusedError(503, "another launch of this cluster is under way: retry")
             await self._within_budget(cluster)
-            mine = await self.launcher.stopped_workers(cluster_id, arn, ids)
+            types = self.types_of(cluster)
+            mine = await self.launcher.stopped_workers(cluster_id, arn, ids, types)
             others = [i for i in ids if i not in mine]
             if others:
-                raise LaunchRefusedError(403, f"not stopped workers of this cluster: {others[:5]}")
+                raise LaunchRefusedError(
+                    403,
+                    f"not stopped workers of this cluster, of its worker types {sorted(types)}: {others[:5]}",
+                )
             await self._room(cluster_id, len(ids))
             try:
                 await self.launcher.start(cluster_id, ids)

@@ -184,10 +184,11 @@ class WorkerLauncher(Protocol):
         ...
 
     async def stopped_workers(
-        self, cluster_id: str, primary_arn: str, instance_ids: Sequence[str]
+        self, cluster_id: str, primary_arn: str, instance_ids: Sequence[str], types: Collection[str]
     ) -> frozenset[str]:
         """Those of `instance_ids` that are, read from EC2 now, stopped workers of the cluster naming
-        its primary `primary_arn` (warm-pool machines its autoscaler may start)."""
+        its primary `primary_arn`, of one of `types` (warm-pool machines its autoscaler may start: a
+        worker retyped while stopped is not one)."""
         ...
 
     async def start(self, cluster_id: str, instance_ids: Sequence[str]) -> None:

@@ -343,6 +343,13 @@ async def test_warm_pool_workers_are_started_by_the_keeper_only_within_the_maxim
     states = state_of(await workers_of(raw_ec2, setup.alice)) | state_of(await workers_of(raw_ec2, setup.bob))
     assert states[pool[2]] == states[bobs] == "stopped"
     assert {states[pool[0]], states[pool[1]], states[running]} <= {"pending", "running"}
+    # Retyped while stopped (should AWS not refuse the primaries' ModifyInstanceAttribute of the type),
+    # it is no worker the keeper offers (c5.large is not among this keeper's types): 403 even with room, and it stays stopped.
+    await raw_ec2.terminate_instances(InstanceIds=[running])
+    await raw_ec2.modify_instance_attribute(InstanceId=pool[2], InstanceType={"Value": "c5.large"})
+    status, answer = await start(setup, setup.alice, [pool[2]])
+    assert status == 403 and "worker types" in answer["error"], answer
+    assert state_of(await workers_of(raw_ec2, setup.alice))[pool[2]] == "stopped"
 
 
 async def test_a_keeper_cluster_s_worker_gets_a_join_ticket_not_the_token_and_only_it_can_use_it(

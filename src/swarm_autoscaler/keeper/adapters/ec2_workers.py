@@ -31,7 +31,7 @@ eventually consistent: a launch a moment ago may be missing from a describe).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -128,9 +128,10 @@ class Ec2Workers:
         return tuple(listing_entry(raw) for raw in raws)
 
     async def stopped_workers(
-        self, cluster_id: str, primary_arn: str, instance_ids: Sequence[str]
+        self, cluster_id: str, primary_arn: str, instance_ids: Sequence[str], types: Collection[str]
     ) -> frozenset[str]:
-        """Of `instance_ids`, the cluster's stopped workers naming `primary_arn`, read from EC2 now."""
+        """Of `instance_ids`, the cluster's stopped workers naming `primary_arn` and of one of `types`,
+        read from EC2 now."""
         try:
             raws = await self._ec2._describe_ids(list(dict.fromkeys(instance_ids)))
         except (ClientError, BotoCoreError) as exc:
@@ -142,6 +143,7 @@ class Ec2Workers:
             and tags_of(raw).get(WORKER_KEEPER_TAG) == self._name
             and tags_of(raw).get(PRIMARY_TAG) == primary_arn
             and raw["State"]["Name"] == "stopped"
+            and raw.get("InstanceType") in types
             and not self._ec2.launch_tokens.foreign(raw)
         )
 
