@@ -177,8 +177,10 @@ _TRANSITIONS: Mapping[Bucket, frozenset[Bucket]] = {
     Bucket.BROKEN: frozenset({Bucket.ACTIVE, Bucket.JOINING}) | _TERMINAL,
     # EC2 finishes terminating (gone); the instance vanishes first while its node lingers
     # (disconnected, then RemoveNode); a stale terminating mark on a node that serves work is cleared
-    # (active: no termination went out, shrink._ask_again).
-    Bucket.TERMINATING: frozenset({Bucket.GONE, Bucket.DISCONNECTED, Bucket.ACTIVE}),
+    # (active: no termination went out, shrink._ask_again); a machine stopped (not by the pool) while
+    # its termination began has its down node removed, and is then stopped outside the pool (broken:
+    # terminated on the next plan).
+    Bucket.TERMINATING: frozenset({Bucket.GONE, Bucket.DISCONNECTED, Bucket.ACTIVE, Bucket.BROKEN}),
     # Never touched by the planner; an operator may remove them.
     Bucket.MANAGER: frozenset({Bucket.GONE}),
     Bucket.UNOWNED: frozenset({Bucket.GONE}),
