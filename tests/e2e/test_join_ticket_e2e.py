@@ -4,8 +4,10 @@ does) launches a machine whose user data carries a ticket and no join token, and
 `auto` read from the real swarm (its manager's advertised address, `ManagerStatus.Addr`, at the join
 port, TLS); the machine's boot reads its private IP from its metadata service, posts the ticket from that
 address to that URL with the real curl checking the endpoint's key against the pin in its user data, and
-joins the swarm with the token it answered; its worker (the worker service's task) runs work; the
-fleet goes back to zero. Then the ticket, read from user data as a read-only principal would, is
+joins the swarm with the token it answered, then confirms its node id the same way; the daemon labels
+that node with the instance's id (`IDENTITY_LABEL`, a manager's write) and adopts it, as it adopts only
+nodes so confirmed with join tickets on (`Policy.adopt_by_identity`); its worker (the worker service's
+task) runs work; the fleet goes back to zero. Then the ticket, read from user data as a read-only principal would, is
 replayed from the machine's own address (its node joined) and from another: both get nothing.
 
 What stands in for AWS: moto for EC2 with a VPC carved from loopback (the session's cloud,
@@ -30,6 +32,7 @@ from tests.e2e.helpers import REAL_BOOT, ec2_client, hostname_of, owned_instance
 
 from swarm_autoscaler.adapters.join_tickets import JOIN_NONCE_TAG
 from swarm_autoscaler.adapters.join_tls import join_pin
+from swarm_autoscaler.core.cluster import IDENTITY_LABEL
 from swarm_autoscaler.core.model import GIB
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
 
@@ -80,6 +83,10 @@ async def test_a_machine_joins_through_its_ticket_and_the_ticket_is_worthless_af
             [node] = [n for name, n in lc.local_swarm.nodes.items() if name.split(".")[0] == host]
             assert node.address == ip, (node.address, ip)
             assert any(asked.split(".")[0] == host for asked in lc.metadata.asked)
+            # its node was confirmed by the machine itself and adopted (labelled ours) on that ground
+            [swarm_node] = [n for n in await lc.orchestrator.list_nodes() if n.hostname == host]
+            assert swarm_node.labels.get(IDENTITY_LABEL) == iid, swarm_node.labels
+            assert swarm_node.ours
             # what a read-only principal reads: no token in user data or tags, a ticket
             attr = ec2_client(lc).describe_instance_attribute(InstanceId=iid, Attribute="userData")
             user_data = base64.b64decode(attr["UserData"]["Value"]).decode()

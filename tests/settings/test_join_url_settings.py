@@ -8,7 +8,9 @@ from collections.abc import Callable
 
 import pytest
 
+from swarm_autoscaler.config.policy import policy_from_settings
 from swarm_autoscaler.config.settings import InvalidSettingsError, load_settings
+from swarm_autoscaler.core.model import GIB, InstanceType, Resources
 
 SetEnv = Callable[..., None]
 URLS = ["https://10.0.0.10:8443/v1/join", "https://10.0.1.10:8443/v1/join"]
@@ -56,3 +58,14 @@ def test_an_http_join_url_is_refused_saying_why(set_env: SetEnv) -> None:
 def test_the_join_port_defaults_to_8443(set_env: SetEnv) -> None:
     set_env(AUTOSCALER_EC2_JOIN_PORT=None)
     assert load_settings().ec2.join_port == 8443
+
+
+def test_join_tickets_turn_adoption_by_identity_on(set_env: SetEnv) -> None:
+    """With join tickets, machines confirm their node on the join desk, so the planner adopts only
+    confirmed nodes (`Policy.adopt_by_identity`, tests/core/test_adopt_by_identity.py); without, it
+    cannot (nothing confirms), and the hostname decides as before."""
+    catalogue = {"m5.large": InstanceType("m5.large", Resources.of(cpus=2, ram=8 * GIB), 0.096)}
+    set_env(AUTOSCALER_EC2_ALLOWED_TYPES='{"m5.large": {"ami_id": "ami-12345678"}}')
+    for value, on in ((None, False), ("auto", True), (URLS[0], True)):
+        set_env(AUTOSCALER_EC2_JOIN_URL=value)
+        assert policy_from_settings(load_settings(), catalogue).adopt_by_identity is on, value

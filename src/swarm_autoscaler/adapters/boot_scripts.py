@@ -16,6 +16,10 @@ the join step first asks the daemon's join endpoint for the token with a ticket,
 private IP, over TLS checked against the pin of the endpoint's key (`ticket_join`, `adapters.join_tickets`,
 `adapters.join_tls`): an endpoint with another key gets nothing sent; a refused ticket fails that attempt like a failed
 join, so after `JOIN_ATTEMPTS` the boot fails and says so, as above. The token is never in user data.
+Once joined, the machine confirms its node id (`docker info`) the same way, with the same ticket
+(`daemon.join`): the daemon labels that node with the instance's id and adopts only so labelled nodes
+(`Policy.adopt_by_identity`); a confirmation that fails fails the attempt too (a joined node skips the
+fetch and the join on the next attempt, and confirms again).
 
 Warm pool: the first boot (`render_pool_user_data`) ends in a shutdown by design, so its failure cannot
 be a shutdown too: it writes the console line and keeps running, and the daemon terminates it as broken
@@ -51,8 +55,9 @@ _LEAVE = "docker swarm leave --force >/dev/null 2>&1 || true\n"  # a started poo
 # Long enough for any real join token and manager address: what the start-up check renders with.
 _WORST_TOKEN = "SWMTKN-1-" + "x" * 100
 _WORST_MANAGER = "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535"
-_TICKET_FAILED = "the join ticket was refused or docker swarm join failed"
+_TICKET_FAILED = "the join ticket was refused, docker swarm join failed or its node was not confirmed"
 _WORST_PIN = "A" * 43 + "="  # base64 of a SHA-256, as `join_tls.join_pin` returns
+TICKET_SHAPE = re.compile(r"[0-9a-f]{64}")  # `join_tickets.ticket`: written into the script as it is
 
 
 def join_line(token: str, manager_address: str, paused: bool = False) -> str:
@@ -65,31 +70,44 @@ def join_line(token: str, manager_address: str, paused: bool = False) -> str:
 def ticket_join(urls: Sequence[str], join_ticket: str, paused: bool = False, *, pin: str) -> str:
     """The swarm join through the daemon's join endpoint (`adapters.join_tickets`): read this machine's
     private IP from the metadata service (IMDSv2; `AWS_EC2_METADATA_SERVICE_ENDPOINT` overrides
-    169.254.169.254, as for the AWS SDKs), post the ticket from that address to each URL in turn until
-    one answers, then join with the token and manager address it answered. The post is TLS whose server
-    key must match `pin` (`join_tls.join_pin`; curl `--pinnedpubkey`, checked before anything is sent;
-    `-k` because the certificate is self-signed: the pin is the check). Any step failing fails this
-    attempt (the caller retries it, bounded, then reports a failed boot)."""
+    169.254.169.254, as for the AWS SDKs); unless the node is in a swarm already, post the ticket from
+    that address to each URL in turn until one answers, then join with the token and manager address it
+    answered; then confirm the node: post the ticket and the node's id (`docker info`) the same way, so
+    the daemon labels that node as this instance's (`daemon.join`). Every post is TLS whose server key
+    must match `pin` (`join_tls.join_pin`; curl `--pinnedpubkey`, checked before anything is sent; `-k`
+    because the certificate is self-signed: the pin is the check). Any step failing fails this attempt
+    (the caller retries it, bounded, then reports a failed boot)."""
+    if not TICKET_SHAPE.fullmatch(join_ticket):
+        raise ValueError("a join ticket is 64 hex digits")
     flag = "--availability pause " if paused else ""
     body = shlex.quote(json.dumps({"ticket": join_ticket}))
+    confirm = f'"{{\\"ticket\\": \\"{join_ticket}\\", \\"node\\": \\"$node_id\\"}}"'
     pinned = shlex.quote(f"sha256//{pin}")
     tries = " ".join(shlex.quote(url) for url in urls)
+    post = f'curl -sf --max-time 20 --interface "$private_ip" -H "Content-Type: application/json" -k --pinnedpubkey {pinned}'
     return (
         'imds="${AWS_EC2_METADATA_SERVICE_ENDPOINT:-http://169.254.169.254}"; imds="${imds%/}"\n'
         "    imds_token=$(curl -sf --max-time 5 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' "
         '"$imds/latest/api/token") || return 1\n'
         '    private_ip=$(curl -sf --max-time 5 -H "X-aws-ec2-metadata-token: $imds_token" '
         '"$imds/latest/meta-data/local-ipv4") || return 1\n'
-        '    answer=""\n'
+        "    if [ \"$(docker info --format '{{.Swarm.LocalNodeState}}' 2>/dev/null)\" != active ]; then\n"
+        '        answer=""\n'
+        f"        for url in {tries}; do\n"
+        f'            answer=$({post} --data {body} "$url") && break\n'
+        "        done\n"
+        '        [ -n "$answer" ] || return 1\n'
+        '        join_token=$(printf \'%s\' "$answer" | sed -n \'s/.*"token": *"\\([A-Za-z0-9-]*\\)".*/\\1/p\')\n'
+        '        join_manager=$(printf \'%s\' "$answer" | sed -n \'s/.*"manager": *"\\([][0-9A-Za-z.:-]*\\)".*/\\1/p\')\n'
+        '        [ -n "$join_token" ] && [ -n "$join_manager" ] || return 1\n'
+        f'        docker swarm join {flag}--token "$join_token" "$join_manager" || return 1\n'
+        "    fi\n"
+        "    node_id=$(docker info --format '{{.Swarm.NodeID}}' 2>/dev/null)\n"
+        '    case "$node_id" in ""|*[!0-9a-z]*) return 1 ;; esac\n'
         f"    for url in {tries}; do\n"
-        '        answer=$(curl -sf --max-time 20 --interface "$private_ip" -H "Content-Type: application/json" '
-        f'-k --pinnedpubkey {pinned} --data {body} "$url") && break\n'
+        f'        {post} --data {confirm} "$url" >/dev/null && return 0\n'
         "    done\n"
-        '    [ -n "$answer" ] || return 1\n'
-        '    join_token=$(printf \'%s\' "$answer" | sed -n \'s/.*"token": *"\\([A-Za-z0-9-]*\\)".*/\\1/p\')\n'
-        '    join_manager=$(printf \'%s\' "$answer" | sed -n \'s/.*"manager": *"\\([][0-9A-Za-z.:-]*\\)".*/\\1/p\')\n'
-        '    [ -n "$join_token" ] && [ -n "$join_manager" ] || return 1\n'
-        f'    docker swarm join {flag}--token "$join_token" "$join_manager"'
+        "    return 1"
     )
 
 
@@ -108,9 +126,12 @@ def _failure_handler(stop: bool) -> str:
     )
 
 
-def _wait_and_join(join: str, first: str = "", failed: str = "docker swarm join failed") -> str:
-    """Wait for dockerd, run `first`, then join with bounded retries (a node already in a swarm counts
-    as joined); `failed` starts the failed boot's reason."""
+def _wait_and_join(
+    join: str, first: str = "", failed: str = "docker swarm join failed", *, joined_is_done: bool = True
+) -> str:
+    """Wait for dockerd, run `first`, then join with bounded retries (with `joined_is_done`, a node
+    already in a swarm counts as joined; the ticket's join checks that itself, as it confirms after);
+    `failed` starts the failed boot's reason."""
     polls = DOCKERD_WAIT_S // 2
     return (
         "# wait for dockerd, then join the swarm as a worker, retried (added by swarm-autoscaler)\n"
@@ -122,8 +143,12 @@ def _wait_and_join(join: str, first: str = "", failed: str = "docker swarm join 
         "done\n"
         f"{first}"
         "swarm_autoscaler_join() {\n"
-        "    [ \"$(docker info --format '{{.Swarm.LocalNodeState}}' 2>/dev/null)\" = active ] && return 0\n"
-        f"    {join}\n"
+        + (
+            "    [ \"$(docker info --format '{{.Swarm.LocalNodeState}}' 2>/dev/null)\" = active ] && return 0\n"
+            if joined_is_done
+            else ""
+        )
+        + f"    {join}\n"
         "}\n"
         "n=0\n"
         "until swarm_autoscaler_join; do\n"
@@ -169,7 +194,7 @@ def render_ticket_user_data(
     """`render_user_data` with the join through the daemon's join endpoint (`ticket_join`, its key
     checked against `pin`): the user data carries the ticket and the pin, never the swarm join token."""
     join = ticket_join(urls, join_ticket, paused, pin=pin)
-    return _launch(boot_script, _wait_and_join(join, failed=_TICKET_FAILED))
+    return _launch(boot_script, _wait_and_join(join, failed=_TICKET_FAILED, joined_is_done=False))
 
 
 def _launch(boot_script: str, join: str) -> str:
@@ -200,7 +225,7 @@ def render_ticket_start_user_data(
     """`render_start_user_data` with the join through the daemon's join endpoint (a fresh ticket for
     each start, the endpoint's key checked against `pin`: `ticket_join`)."""
     join = ticket_join(urls, join_ticket, paused, pin=pin)
-    return _start(_wait_and_join(join, first=_LEAVE, failed=_TICKET_FAILED))
+    return _start(_wait_and_join(join, first=_LEAVE, failed=_TICKET_FAILED, joined_is_done=False))
 
 
 def _start(join: str) -> str:

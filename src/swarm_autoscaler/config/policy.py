@@ -34,6 +34,7 @@ def policy_from_settings(settings: Settings, catalogue: Mapping[str, InstanceTyp
         security_groups=tuple(ec2.security_group_ids),
         memory_overhead_percent=ec2.memory_overhead_percent,
         adopt_by_address=ec2.adopt_by_address,
+        adopt_by_identity=bool(ec2.join_url),
     )
 
 
@@ -49,6 +50,7 @@ def build_policy(
     security_groups: tuple[str, ...] = (),
     memory_overhead_percent: float = 0.0,
     adopt_by_address: bool = False,
+    adopt_by_identity: bool = False,
 ) -> Policy:
     """The policy from its parts (the simulator reads only these). Same rules as `policy_from_settings`.
     Each type's `spec` hashes its settings with the subnets and security groups (drift.py). Each type's
@@ -79,6 +81,7 @@ def build_policy(
         max_launch_per_tick=max_launch_per_tick,
         subnets=subnets,
         adopt_by_address=adopt_by_address,
+        adopt_by_identity=adopt_by_identity,
     )
 
 

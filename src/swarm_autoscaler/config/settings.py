@@ -386,7 +386,8 @@ class Ec2Settings(Ec2AccessSettings):
         "replica; http:// is refused: the endpoint answers the swarm join token, which must not cross the "
         "VPC in clear). Set: a machine's user data carries a one-use join ticket and the pin of the "
         "endpoint's key, not the swarm join token, and the daemon answers the token only to one of its own "
-        "machines booting, asking from its private IP (docs/security.md). The port must be reached from the "
+        "machines booting, asking from its private IP, and adopts a node only once that machine confirmed it "
+        "the same way (docs/security.md). The port must be reached from the "
         "workers' subnets without NAT or the swarm routing mesh (docs/deployment.md). Empty = the swarm join "
         "token in every machine's user data, as before (the daemon warns at start).",
         json_schema_extra={

@@ -42,7 +42,10 @@ removed once down (rule 4); otherwise it is left out.
    label and the lifecycle marks prove nothing: a node without the ownership label that matches no
    owned instance is never touched, even when it goes down. With `Policy.adopt_by_address` a node
    matches an instance only when its swarm address is the instance's private IP: one that only took
-   the instance's hostname is classified by this rule (and so never adopted)
+   the instance's hostname is classified by this rule (and so never adopted); with
+   `Policy.adopt_by_identity` (join tickets on) only when a manager labelled it with the instance's id
+   (`IDENTITY_LABEL`, written when the machine confirms its node id on the join desk) or it is ours
+   already
 2b. instance alive with an interruption notice
    (`interrupted_at`, see core/interrupt.py), or with
    a rebalance recommendation (`rebalance_at`) and
@@ -101,6 +104,9 @@ from swarm_autoscaler.core.model import (
 # The node label that names a machine's instance type: for placement constraints, and the type of a node
 # whose instance is no longer listed. It proves no ownership (users set it too): see `Node.ours`.
 TYPE_LABEL = "instance-type"
+# The node label naming the instance whose machine confirmed that node from its own address with its join
+# ticket (daemon/join.py writes it; only managers write node labels): `Policy.adopt_by_identity`.
+IDENTITY_LABEL = "swarm-autoscaler.instance-id"
 
 
 class Bucket(enum.StrEnum):
@@ -347,13 +353,24 @@ def classify(snapshot: Snapshot, policy: Policy) -> Fleet:
 def _same_machine(
     inst: Instance, candidates: Sequence[Node], policy: Policy
 ) -> tuple[Sequence[Node], list[Node]]:
-    """(the nodes that may be `inst`'s, the others). By hostname alone, unless `policy.adopt_by_address`:
-    then only a node whose swarm address (from its authenticated connection) is the instance's private
-    IP; an address or IP not known matches nothing."""
-    if not policy.adopt_by_address or not candidates:
+    """(the nodes that may be `inst`'s, the others). By hostname alone, unless a check is on:
+    `policy.adopt_by_identity`: only a node a manager labelled with the instance's id (its machine
+    confirmed it on the join desk), or one already ours (adopted before), and never one labelled with
+    another instance; `policy.adopt_by_address`: only a node whose swarm address (from its authenticated
+    connection) is the instance's private IP, an address or IP not known matching nothing."""
+    mine = list(candidates)
+    if policy.adopt_by_identity:
+        mine = [n for n in mine if _confirmed(n) == inst.id or (n.ours and not _confirmed(n))]
+    if policy.adopt_by_address:
+        mine = [n for n in mine if inst.private_ip and n.address == inst.private_ip]
+    if len(mine) == len(candidates):
         return candidates, []
-    mine = [n for n in candidates if inst.private_ip and n.address == inst.private_ip]
     return mine, [n for n in candidates if n not in mine]
+
+
+def _confirmed(node: Node) -> str:
+    """The instance id a manager labelled `node` with (`IDENTITY_LABEL`; "": none)."""
+    return node.labels.get(IDENTITY_LABEL, "")
 
 
 def _pick_node(candidates: Sequence[Node]) -> tuple[Node | None, list[Node]]:

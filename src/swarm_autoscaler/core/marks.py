@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from swarm_autoscaler.core.actions import ActivateNode, NodeOurs, NodePaused, Uncordon
-from swarm_autoscaler.core.cluster import Bucket, Fleet, Member
+from swarm_autoscaler.core.cluster import IDENTITY_LABEL, Bucket, Fleet, Member
 from swarm_autoscaler.core.model import Availability, NodeStatus
 from swarm_autoscaler.core.scaleup import uncordon_action
 from swarm_autoscaler.core.steps import Facts, Mark, mark
@@ -131,7 +131,10 @@ def label_nodes(cluster: Fleet) -> tuple[Labels, ...]:
         # is_manager test is a second line that no plan reaches today.)
         if inst is None or node is None or not inst.labels or node.is_manager:
             continue
-        missing = tuple(sorted((k, v) for k, v in inst.labels.items() if node.labels.get(k) != v))
+        # (never the identity label: only the join desk writes it, for the machine that confirmed it)
+        missing = tuple(
+            sorted((k, v) for k, v in inst.labels.items() if node.labels.get(k) != v and k != IDENTITY_LABEL)
+        )
         if missing:
             out.append(Labels(node.id, missing, LAUNCH_LABELS))
     return tuple(out)

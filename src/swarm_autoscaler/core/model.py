@@ -385,8 +385,8 @@ class Policy:
     - `join_paused`: machines join the swarm paused (the dynamic mode's boot script), and the planner
       sets a node active once it takes it in (see `cluster` and `marks.accept_joined`): a paused node
       never accepted is still joining, so a machine nobody accepted never takes a task.
-    - `adopt_by_address`: a node matches the instance with its hostname only when its `address` is the
-      instance's `private_ip` (an impostor with the hostname stays unowned: `cluster.classify`).
+    - `adopt_by_address` / `adopt_by_identity`: only a node at the instance's `private_ip` / labelled with
+      its id (or ours already) matches it; an impostor with its hostname stays unowned (`cluster.classify`).
     - `idle_learning` / `idle_floor`: idle machines of a type whose next task is expected later than a
       relaunch would cost are drained and terminated after `idle_floor` instead of the delays above
       (core/arrivals.py: the ski-rental break-even from the arrivals seen).
@@ -406,6 +406,7 @@ class Policy:
     subnets: tuple[str, ...] = ()
     join_paused: bool = False
     adopt_by_address: bool = False
+    adopt_by_identity: bool = False
     idle_learning: bool = True
     idle_floor: float = 5.0
     max_unready_share: float = 0.45

@@ -11,6 +11,14 @@ The answer is `{"token": ..., "manager": "host:port"}` only when all of these ho
 3. swarm has no node for that instance yet (none with its hostname, none at its address);
 4. it launched, or started from the warm pool, less than `AUTOSCALER_MAX_START_TIME` ago (EC2's clock).
 
+Once joined, the machine confirms its node: it posts `{"ticket": "<hex>", "node": "<its swarm node id>"}`
+(`docker info`) the same way, and checks 1, 2 and 4 hold again; the node must exist, be a worker, carry
+the instance's hostname and no other instance's id. The desk then labels it `cluster.IDENTITY_LABEL` =
+the instance id (a manager's write: a node cannot label itself) and answers `{"node": ..., "instance":
+...}`. With join tickets on, the planner adopts only a node so labelled (`Policy.adopt_by_identity`),
+so a node that took a pending machine's hostname with a join token obtained elsewhere stays unowned:
+only the machine itself, from its own address, with its ticket, names its node.
+
 Any replica answers: all it needs is in EC2 (address, nonce, launch time) and swarm (token, nodes),
 which every replica reads; the leader lock plays no part. The source address is what the TCP
 connection came from (never a header): inside a VPC, EC2's source/destination check keeps an instance
@@ -23,7 +31,8 @@ the join token, which must not cross the VPC in clear. The key is derived from t
 replica reloads it when the token changes: read at every request and every `KEY_REFRESH_S` (a standby
 that serves no request still follows a rotation within that time; a boot in flight retries meanwhile).
 
-Refusals: a malformed request is 400 (body not a JSON object with one 64-hex-digit `ticket`), 413
+Refusals: a malformed request is 400 (body not a JSON object with one 64-hex-digit `ticket`, and for a
+confirmation one `node` of at most 64 lower-case letters and digits), 413
 (over 1 KiB) or 415 (not `application/json`); any failed check is 403 with the same body whatever
 failed (the log line says which: one line, never the ticket); more than `PER_ADDRESS` requests from one
 address within `WINDOW_S`, or more than `CONCURRENT` lookups at once, is 429; EC2 or swarm failing, or a
@@ -42,8 +51,9 @@ import asyncio
 import contextlib
 import ipaddress
 import json
+import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import structlog
@@ -55,6 +65,7 @@ from swarm_autoscaler.adapters.hostnames import machine_hostname
 from swarm_autoscaler.adapters.join_tickets import JOIN_PATH, TICKET, ticket_matches
 from swarm_autoscaler.adapters.join_tls import JoinTls
 from swarm_autoscaler.config.settings import Settings
+from swarm_autoscaler.core.cluster import IDENTITY_LABEL
 from swarm_autoscaler.core.model import Node
 from swarm_autoscaler.core.ports import Orchestrator
 from swarm_autoscaler.errors import AutoscalerError, ConfigurationError
@@ -70,19 +81,22 @@ CONCURRENT = 8  # fresh DescribeInstances at once: the endpoint never becomes a 
 MAX_ADDRESSES = 4096  # addresses remembered for the per-address limit (older ones are forgotten first)
 KEY_REFRESH_S = 5.0  # one swarm inspect: a rotated join token reaches the served key within this
 _REFUSED = {"error": "refused: not a machine of this daemon waiting to join"}
+NODE_ID = re.compile(r"[0-9a-z]{1,64}")  # swarm's node ids are 25 of these
 
 
 @dataclass
 class JoinDesk:
     """The checks behind `POST /v1/join` (module doc). `ready` stays False until the daemon's start-up
     checks passed (its deployment id is known): until then every request gets 503. `tls` is the
-    listener's context, holding the key of the last join token read (`refresh`)."""
+    listener's context, holding the key of the last join token read (`refresh`). `label_node` writes a
+    confirmed node's identity label (the orchestrator's `add_labels`); None: confirmations get 403."""
 
     machines_at: Callable[[str], Awaitable[Sequence[JoiningMachine]]]
     join_command: Callable[[], Awaitable[tuple[str, str]]]
     list_nodes: Callable[[], Awaitable[Sequence[Node]]]
     clock: Callable[[], float]
     max_start_time: float
+    label_node: Callable[[str, Mapping[str, str]], Awaitable[None]] | None = None
     ready: bool = False
     monotonic: Callable[[], float] = time.monotonic
     _seen: dict[str, list[float]] = field(default_factory=dict)
@@ -109,36 +123,66 @@ class JoinDesk:
             self._seen.pop(next(iter(self._seen)))
         return len(recent) > PER_ADDRESS
 
-    async def answer(self, address: str, given: str) -> tuple[int, dict[str, str], str]:
-        """(status, body, reason for the log) for a well-formed ticket from `address`."""
+    async def answer(self, address: str, given: str, node_id: str = "") -> tuple[int, dict[str, str], str]:
+        """(status, body, reason for the log) for a well-formed ticket from `address`; with `node_id`, the
+        machine's confirmation of its node (module doc)."""
         if not self.ready:
             return 503, {"error": "the daemon is starting"}, "not started"
         if self._lookups.locked():
             return 429, {"error": "busy: try again"}, "too many lookups at once"
         async with self._lookups:
             try:
+                if node_id:
+                    return await self._confirm(address, given, node_id)
                 return await self._check(address, given)
             except AutoscalerError as exc:
                 return 503, {"error": "cannot check now: try again"}, f"lookup failed: {exc}"
 
-    async def _check(self, address: str, given: str) -> tuple[int, dict[str, str], str]:
+    async def _machine(self, address: str, given: str) -> tuple[JoiningMachine | None, str, str]:
+        """(the machine of ours at `address` whose ticket is `given` and that is young enough, or None
+        with the reason; the join token and manager address swarm has now)."""
         found = await self.machines_at(address)
         if len(found) != 1:
-            return 403, _REFUSED, f"{len(found)} machines of ours at this address"
+            return None, f"{len(found)} machines of ours at this address", ""
         machine = found[0]
         inst = machine.instance
         token, manager = await self.join_command()
         self._use(token)
         if not ticket_matches(token, machine.nonce, given):
-            return 403, _REFUSED, f"wrong ticket for {inst.id}"
+            return None, f"wrong ticket for {inst.id}", ""
         age = self.clock() - inst.launched_at
         if age >= self.max_start_time:
-            return 403, _REFUSED, f"{inst.id} started {age:.0f} s ago (AUTOSCALER_MAX_START_TIME)"
+            return None, f"{inst.id} started {age:.0f} s ago (AUTOSCALER_MAX_START_TIME)", ""
+        return machine, token, manager
+
+    async def _check(self, address: str, given: str) -> tuple[int, dict[str, str], str]:
+        machine, token, manager = await self._machine(address, given)
+        if machine is None:
+            return 403, _REFUSED, token  # (the reason, when refused)
+        inst = machine.instance
         nodes = await self.list_nodes()
         host = machine_hostname(inst.hostname)
         if any((host and machine_hostname(n.hostname) == host) or n.address == address for n in nodes):
             return 403, _REFUSED, f"{inst.id} already has a swarm node"
         return 200, {"token": token, "manager": manager}, f"{inst.id} may join"
+
+    async def _confirm(self, address: str, given: str, node_id: str) -> tuple[int, dict[str, str], str]:
+        machine, why, _ = await self._machine(address, given)
+        if machine is None:
+            return 403, _REFUSED, why
+        inst = machine.instance
+        node = next((n for n in await self.list_nodes() if n.id == node_id), None)
+        host = machine_hostname(inst.hostname)
+        if node is None or node.is_manager or self.label_node is None:
+            return 403, _REFUSED, f"{inst.id} named node {node_id}: no such worker node"
+        if not host or machine_hostname(node.hostname) != host:
+            return 403, _REFUSED, f"{inst.id} named node {node_id} of another hostname ({node.hostname})"
+        confirmed = node.labels.get(IDENTITY_LABEL, "")
+        if confirmed not in ("", inst.id):
+            return 403, _REFUSED, f"{inst.id} named node {node_id}, confirmed for {confirmed}"
+        if confirmed != inst.id:
+            await self.label_node(node.id, {IDENTITY_LABEL: inst.id})
+        return 200, {"node": node.id, "instance": inst.id}, f"{inst.id} confirmed its node {node.id}"
 
 
 def join_desk(settings: Settings, ec2: Ec2Cloud, swarm: Orchestrator) -> JoinDesk | None:
@@ -155,6 +199,7 @@ def join_desk(settings: Settings, ec2: Ec2Cloud, swarm: Orchestrator) -> JoinDes
         machines_at=ec2.machines_at,
         join_command=swarm.join_command,
         list_nodes=swarm.list_nodes,
+        label_node=swarm.add_labels,
         clock=ec2.now,
         max_start_time=settings.timing.max_start_time,
     )
@@ -244,10 +289,14 @@ async def _respond(desk: JoinDesk, request: web.Request, address: str) -> tuple[
     raw = await request.content.read(MAX_BODY + 1)
     if len(raw) > MAX_BODY:
         return 413, {"error": f"a body of at most {MAX_BODY} bytes"}, "body too large"
-    given = _ticket_of(raw)
-    if given is None:
-        return 400, {"error": 'send {"ticket": "<64 hex digits>"}'}, "malformed body"
-    return await desk.answer(address, given)
+    parsed = _ticket_of(raw)
+    if parsed is None:
+        return (
+            400,
+            {"error": 'send {"ticket": "<64 hex digits>"} (and "node": "<node id>" once joined)'},
+            ("malformed body"),
+        )
+    return await desk.answer(address, *parsed)
 
 
 def _plain(address: str) -> str:
@@ -260,13 +309,18 @@ def _plain(address: str) -> str:
     return str(mapped or ip)
 
 
-def _ticket_of(raw: bytes) -> str | None:
-    """The ticket in a body `{"ticket": "<64 hex>"}` (nothing else), or None."""
+def _ticket_of(raw: bytes) -> tuple[str, str] | None:
+    """(ticket, node id or "") of a body `{"ticket": "<64 hex>"}` or `{"ticket": ..., "node": "<id>"}`
+    (nothing else), or None."""
     try:
         body = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         return None
-    if not isinstance(body, dict) or set(body) != {"ticket"}:
+    if not isinstance(body, dict) or set(body) not in ({"ticket"}, {"ticket", "node"}):
         return None
-    given = body["ticket"]
-    return given if isinstance(given, str) and TICKET.fullmatch(given) else None
+    given, node_id = body["ticket"], body.get("node", "")
+    if not isinstance(given, str) or not TICKET.fullmatch(given):
+        return None
+    if "node" in body and not (isinstance(node_id, str) and NODE_ID.fullmatch(node_id)):
+        return None
+    return given, node_id

@@ -16,20 +16,23 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from structlog.testing import capture_logs
 from tests.adapters.ec2.ec2_helpers import MANAGER, TOKEN, CloudFactory
+from tests.builders import make_policy
 
 from swarm_autoscaler.adapters.ec2 import CLUSTER_TAG, DEPLOYMENT_TAG, OWNER_TAG, OWNER_VALUE, Ec2Cloud
 from swarm_autoscaler.adapters.ec2_join import JoiningMachine
 from swarm_autoscaler.adapters.join_tickets import JOIN_NONCE_TAG, new_nonce, ticket
 from swarm_autoscaler.adapters.join_tls import JoinTls
-from swarm_autoscaler.core.model import Availability, Node, NodeStatus
+from swarm_autoscaler.core.cluster import IDENTITY_LABEL, classify
+from swarm_autoscaler.core.model import Availability, Node, NodeStatus, Snapshot
 from swarm_autoscaler.daemon import join as join_module
 from swarm_autoscaler.daemon.join import JoinDesk, serve_join
 from swarm_autoscaler_lab.localcloud import FaultInjector, LocalNetwork, MotoServer, provision_network
@@ -47,16 +50,30 @@ def loopback_vpc(moto_server: MotoServer) -> LocalNetwork:
 
 @dataclass
 class FakeSwarm:
-    """The managers' view: the worker join token and the nodes (a machine that joined is added)."""
+    """The managers' view: the worker join token and the nodes (a machine that joined is added), and the
+    labels a manager writes (`labelled`, in order). `boots`: (folder, hostname) of boots run by
+    `test_join_ticket_boot.py`, whose docker stub writes `joined` and `node-id` there: the node joins."""
 
     nodes: list[Node] = field(default_factory=list)
     token: str = TOKEN
+    labelled: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    boots: list[tuple[Path, str]] = field(default_factory=list)
 
     async def join_command(self) -> tuple[str, str]:
         return self.token, MANAGER
 
     async def list_nodes(self) -> Sequence[Node]:
+        for folder, host in self.boots:
+            node_id = (folder / "node-id").read_text().strip() if (folder / "joined").exists() else ""
+            if node_id and not any(n.id == node_id for n in self.nodes):
+                self.nodes.append(Node(node_id, host, Availability.ACTIVE, NodeStatus.READY))
         return tuple(self.nodes)
+
+    async def add_labels(self, node_id: str, labels: Mapping[str, str]) -> None:
+        self.labelled.append((node_id, dict(labels)))
+        self.nodes[:] = [
+            replace(n, labels={**n.labels, **labels}) if n.id == node_id else n for n in self.nodes
+        ]
 
 
 @dataclass
@@ -99,6 +116,7 @@ async def open_endpoint(
         machines_at=machines_at,
         join_command=swarm.join_command,
         list_nodes=swarm.list_nodes,
+        label_node=swarm.add_labels,
         clock=time.time,
         max_start_time=600.0,
         ready=True,
@@ -298,6 +316,10 @@ async def test_a_warm_pool_start_carries_a_fresh_ticket(endpoint: Endpoint, faul
         (b"\xff\xfe", "application/json", 400),
         (b"[" * 5000 + b"]" * 5000, "application/json", 413),
         (b'{"ticket": "' + b"a" * 2000 + b'"}', "application/json", 413),
+        (b'{"ticket": "' + b"a" * 64 + b'", "node": "Node-1"}', "application/json", 400),
+        (b'{"ticket": "' + b"a" * 64 + b'", "node": 5}', "application/json", 400),
+        (b'{"ticket": "' + b"a" * 64 + b'", "node": ""}', "application/json", 400),
+        (b'{"ticket": "' + b"a" * 64 + b'", "node": "' + b"a" * 65 + b'"}', "application/json", 400),
     ],
 )
 async def test_malformed_requests_get_their_4xx(
@@ -326,3 +348,58 @@ async def test_a_daemon_not_started_answers_503(endpoint: Endpoint, faults: Faul
     _, ip, good = await _launch(endpoint, faults)
     endpoint.desk.ready = False
     assert (await endpoint.post(ip, {"ticket": good}))[0] == 503
+
+
+async def test_only_the_machine_itself_confirms_its_node_and_only_that_node_is_adopted(
+    endpoint: Endpoint, faults: FaultInjector
+) -> None:
+    """Someone holding a join token (from a deployment without tickets, say) joins a node under a pending
+    machine's hostname; the machine joins too and confirms its node id. Naming the impostor's node, or
+    its own, from another address, with a wrong ticket, naming a node of another hostname, a manager or
+    a node confirmed for another instance: 403 and nothing labelled. The machine itself naming its
+    node: that node is labelled with the instance id (a manager's write), and the planner, given what
+    EC2 and this swarm list, adopts it and leaves the impostor unowned. A confirmation past the start
+    time: 403."""
+    ep = endpoint
+    iid, ip, good = await _launch(ep, faults)
+    assert (await ep.post(ip, {"ticket": good}))[0] == 200
+    [inst] = [i for i in await ep.cloud.list_instances() if i.id == iid]
+    host = inst.hostname
+    impostor = replace(_joined(host), id="impostor0node")
+    mine = replace(_joined(host), id="machine0node")
+    elsewhere = replace(_joined("ip-10-9-9-9"), id="elsewhere0node")
+    manager = replace(_joined(host), id="manager0node", is_manager=True)
+    taken = replace(_joined(host), id="taken0node", labels={IDENTITY_LABEL: "i-0123456789abcdef0"})
+    ep.swarm.nodes[:] = [impostor, mine, elsewhere, manager, taken]
+    other = ip.rsplit(".", 1)[0] + (".250" if not ip.endswith(".250") else ".251")
+    refused = [
+        (other, good, "impostor0node"),
+        (other, good, "machine0node"),
+        (ip, ticket(TOKEN, new_nonce()), "machine0node"),
+        (ip, good, "elsewhere0node"),
+        (ip, good, "manager0node"),
+        (ip, good, "taken0node"),
+        (ip, good, "nosuchnode"),
+    ]
+    for source, given, node_id in refused:
+        assert (await ep.post(source, {"ticket": given, "node": node_id}))[0] == 403, node_id
+    assert ep.swarm.labelled == []
+    status, body = await ep.post(ip, {"ticket": good, "node": "machine0node"})
+    assert (status, body) == (200, {"node": "machine0node", "instance": iid})
+    assert ep.swarm.labelled == [("machine0node", {IDENTITY_LABEL: iid})]
+    assert (await ep.post(ip, {"ticket": good, "node": "machine0node"}))[0] == 200  # a retry: no new write
+    assert len(ep.swarm.labelled) == 1
+    snapshot = Snapshot(
+        now=time.time(),
+        instance_types=(),
+        instances=tuple(await ep.cloud.list_instances()),
+        nodes=tuple(n for n in await ep.swarm.list_nodes() if n.id in ("impostor0node", "machine0node")),
+        workers=(),
+        unrunnable=(),
+    )
+    fleet = classify(snapshot, replace(make_policy(), adopt_by_identity=True))
+    [member] = [m for m in fleet.joining if m.instance is not None and m.instance.id == iid]
+    assert member.node is not None and member.node.id == "machine0node"
+    assert [m.node.id for m in fleet.unowned if m.node] == ["impostor0node"]
+    ep.desk.max_start_time = 0.0
+    assert (await ep.post(ip, {"ticket": good, "node": "machine0node"}))[0] == 403

@@ -1,7 +1,9 @@
 """The boot's side of the join ticket, run: the exact user data RunInstances sent (decoded as EC2 does)
 runs under bash, asks the metadata service for its private IP, posts its ticket from that address to the
 daemon's join endpoint over TLS, with the real curl checking the endpoint's key against the pin in the
-user data (the first join URL is dead: the next is tried), and joins with what it answered. An impostor
+user data (the first join URL is dead: the next is tried), joins with what it answered, then confirms
+its node id the same way (the desk labels that node as the instance's; a node never confirmed fails the
+boot). An impostor
 on the VPC path (a listener with another key) is sent nothing: not even the ticket.
 
 Stands in for: a machine's first boot. bash runs the script here (not in a dockerd node: the dockerd e2e
@@ -27,18 +29,24 @@ from tests.adapters.ec2.ec2_helpers import MANAGER, TOKEN, CloudFactory
 from tests.adapters.ec2.test_join_ticket import Endpoint, loopback_vpc, open_endpoint
 
 from swarm_autoscaler.adapters.boot_scripts import BOOT_FAILED_LINE
+from swarm_autoscaler.core.cluster import IDENTITY_LABEL
 from swarm_autoscaler.runtime.http import start_http
 from swarm_autoscaler_lab.localcloud import FaultInjector, LocalNetwork
 from swarm_autoscaler_lab.localcloud.moto_user_data import as_ec2_decodes
 
 __all__ = ["loopback_vpc"]  # the module-scoped fixture, shared
 
-DOCKER = """#!/bin/sh
-# a node not in a swarm until `docker swarm join` succeeds
-case "$1 ${2:-}" in
-  "info --format") cat "$STUBS/state" 2>/dev/null || echo inactive ;;
+NODE_ID = "bootednode0000000000000001"  # what `docker info` reports once joined (swarm's ids: [0-9a-z])
+DOCKER = f"""#!/bin/sh
+# a node not in a swarm until `docker swarm join` succeeds; then its node id is {NODE_ID}
+case "$1 ${{2:-}}" in
+  "info --format")
+    case "$3" in
+      *NodeID*) [ -f "$STUBS/joined" ] && echo {NODE_ID} ;;
+      *) cat "$STUBS/state" 2>/dev/null || echo inactive ;;
+    esac ;;
   "info ") ;;
-  "swarm join") echo "$*" > "$STUBS/joined"; echo active > "$STUBS/state" ;;
+  "swarm join") echo "$*" > "$STUBS/joined"; echo {NODE_ID} > "$STUBS/node-id"; echo active > "$STUBS/state" ;;
   *) ;;
 esac
 exit 0
@@ -99,17 +107,21 @@ async def _boot(tmp_path: Path, user_data: str, metadata: str) -> tuple[int, str
     return proc.returncode or 0, out.decode(errors="replace")
 
 
-async def _launched(ep: Endpoint, faults: FaultInjector) -> tuple[str, str]:
+async def _launched(ep: Endpoint, faults: FaultInjector, tmp_path: Path) -> tuple[str, str]:
+    """(private IP, user data as EC2 stores it) of one launch, whose boot (its docker stub in
+    `tmp_path`) the fake swarm lists as a node once it joined."""
     faults.record()
     [inst] = (await ep.cloud.launch("m5.large", 1, {})).instances
     [run] = [c for c in faults.recorded() if c.action == "RunInstances"]
+    [listed] = [i for i in await ep.cloud.list_instances() if i.id == inst.id]
+    ep.swarm.boots.append((tmp_path / "stubs", listed.hostname))
     return inst.private_ip, as_ec2_decodes(run.params["UserData"])
 
 
 async def test_the_boot_joins_with_the_token_the_endpoint_answers(
     endpoint: Endpoint, faults: FaultInjector, tmp_path: Path
 ) -> None:
-    ip, user_data = await _launched(endpoint, faults)
+    ip, user_data = await _launched(endpoint, faults, tmp_path)
     metadata, runner = await _metadata(ip)
     try:
         code, output = await _boot(tmp_path, user_data, metadata)
@@ -120,6 +132,34 @@ async def test_the_boot_joins_with_the_token_the_endpoint_answers(
     joined = (tmp_path / "stubs" / "joined").read_text().split()
     assert joined == ["swarm", "join", "--token", TOKEN, MANAGER]
     assert not (tmp_path / "stubs" / "shutdown-asked").exists()
+    # then it confirmed its node from its own address: the manager labelled that node as the instance's
+    [(node_id, labels)] = endpoint.swarm.labelled
+    [inst] = [i for i in await endpoint.cloud.list_instances() if i.private_ip == ip]
+    assert (node_id, labels) == (NODE_ID, {IDENTITY_LABEL: inst.id})
+
+
+async def test_a_boot_whose_node_is_not_confirmed_fails_and_stops(
+    endpoint: Endpoint, faults: FaultInjector, tmp_path: Path
+) -> None:
+    """The node joined but the desk never confirms it (here: swarm does not list it, as when the node
+    named is not the one swarm has): every confirmation is refused, and the boot fails as any failed
+    boot, saying so, and stops; the join itself ran once (a joined node skips the fetch and the join
+    on the next attempts)."""
+    ip, user_data = await _launched(endpoint, faults, tmp_path)
+    endpoint.swarm.boots.clear()  # swarm never lists the node the machine names
+    metadata, runner = await _metadata(ip)
+    try:
+        with capture_logs() as logs:
+            code, output = await _boot(tmp_path, user_data, metadata)
+    finally:
+        await runner.cleanup()
+    assert code != 0
+    assert f"{BOOT_FAILED_LINE} the join ticket was refused" in output
+    assert (tmp_path / "stubs" / "shutdown-asked").exists()
+    granted = [e for e in logs if e["event"] == "join granted"]
+    confirms = [e for e in logs if e["event"] == "join refused" and "no such worker node" in e["reason"]]
+    assert (len(granted), len(confirms)) == (1, 5), logs
+    assert endpoint.swarm.labelled == []
 
 
 async def test_a_boot_refused_reports_a_failed_boot_and_stops(
@@ -128,7 +168,7 @@ async def test_a_boot_refused_reports_a_failed_boot_and_stops(
     """The same user data run where the metadata service gives another address (the ticket carried to
     another machine): every attempt is refused, the console gets the failed-boot line, the machine asks
     to shut down (it stops: the daemon backs its type off and replaces it), and nothing joined."""
-    ip, user_data = await _launched(endpoint, faults)
+    ip, user_data = await _launched(endpoint, faults, tmp_path)
     other = ip.rsplit(".", 1)[0] + (".250" if not ip.endswith(".250") else ".251")
     metadata, runner = await _metadata(other)
     try:
@@ -136,7 +176,10 @@ async def test_a_boot_refused_reports_a_failed_boot_and_stops(
     finally:
         await runner.cleanup()
     assert code != 0
-    assert f"{BOOT_FAILED_LINE} the join ticket was refused or docker swarm join failed 5 times" in output
+    assert (
+        f"{BOOT_FAILED_LINE} the join ticket was refused, docker swarm join failed or its node was not confirmed 5 times"
+        in output
+    )
     assert (tmp_path / "stubs" / "shutdown-asked").exists()
     assert not (tmp_path / "stubs" / "joined").exists()
 
@@ -156,7 +199,7 @@ async def test_an_impostor_with_another_key_is_sent_nothing_and_the_boot_fails(
         impostor_key="SWMTKN-1-not-the-join-token",
     )
     try:
-        ip, user_data = await _launched(ep, faults)
+        ip, user_data = await _launched(ep, faults, tmp_path)
         assert f"sha256//{ep.desk.tls.pin}" not in user_data  # the impostor's key is not the one pinned
         metadata, runner = await _metadata(ip)
         try:
@@ -167,6 +210,9 @@ async def test_an_impostor_with_another_key_is_sent_nothing_and_the_boot_fails(
     finally:
         await close()
     assert code != 0
-    assert f"{BOOT_FAILED_LINE} the join ticket was refused or docker swarm join failed 5 times" in output
+    assert (
+        f"{BOOT_FAILED_LINE} the join ticket was refused, docker swarm join failed or its node was not confirmed 5 times"
+        in output
+    )
     assert not [e for e in logs if e["event"] in ("join granted", "join refused")], logs
     assert not (tmp_path / "stubs" / "joined").exists()
