@@ -8,7 +8,11 @@ joins the swarm with the token it answered, then confirms its node id the same w
 that node with the instance's id (`IDENTITY_LABEL`, a manager's write) and adopts it, as it adopts only
 nodes so confirmed with join tickets on (`Policy.adopt_by_identity`); its worker (the worker service's
 task) runs work; the fleet goes back to zero. Then the ticket, read from user data as a read-only principal would, is
-replayed from the machine's own address (its node joined) and from another: both get nothing.
+replayed from the machine's own address (its node joined) and from another: both get nothing. And an
+impostor holding the worker join token joins a dockerd node under the machine's hostname (its full DNS
+form, which the daemon reads as the same machine): it is never confirmed, never labelled ours, never
+drained or removed, not even once the machine is terminated and its own node removed, and the machine's
+node stays ours meanwhile (by hostname alone the daemon could have taken either).
 
 What stands in for AWS: moto for EC2 with a VPC carved from loopback (the session's cloud,
 `LocalCloudOptions.vpc_prefix`), so the machine's PrivateIpAddress is the loopback address its dockerd
@@ -20,6 +24,7 @@ loopback address is local here, so the attacker's choice of source is the test's
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import re
 import socket
@@ -33,7 +38,7 @@ from tests.e2e.helpers import REAL_BOOT, ec2_client, hostname_of, owned_instance
 from swarm_autoscaler.adapters.join_tickets import JOIN_NONCE_TAG
 from swarm_autoscaler.adapters.join_tls import join_pin
 from swarm_autoscaler.core.cluster import IDENTITY_LABEL
-from swarm_autoscaler.core.model import GIB
+from swarm_autoscaler.core.model import GIB, Availability, Node
 from swarm_autoscaler_lab.localcloud.cloud import LocalCloud
 
 pytestmark = [*REAL_BOOT, pytest.mark.timeout(900)]
@@ -64,29 +69,39 @@ async def test_a_machine_joins_through_its_ticket_and_the_ticket_is_worthless_af
     before = set(owned_instances(lc, ("pending", "running", "shutting-down", "terminated")))
     async with lc.daemon(lc.join_ticket_env(port, auto=True)) as daemon:
         running = await start(daemon)
+        impostor_id = ""
         try:
             async with Client(lc.scheduler_address, asynchronous=True) as client:
                 future = client.submit(
                     time.sleep,
-                    1.0,
+                    40.0,  # the machine stays busy while the impostor joins beside it
                     key="ticket-boot",
                     pure=False,
                     resources={"CPU": 2, "RAM": GIB, "instance-type:m5.large": 1},
                 )
                 await wait_for(lambda: bool(lc.scheduler.workers), 300, "a worker on a node joined by ticket")
+                [(iid, inst)] = [(i, v) for i, v in owned_instances(lc).items() if i not in before]
+                ip, host = inst["PrivateIpAddress"], hostname_of(inst)
+                # its node was confirmed by the machine itself and adopted (labelled ours) on that ground:
+                # the worker service runs only on nodes labelled ours
+                [swarm_node] = [n for n in await lc.orchestrator.list_nodes() if n.hostname == host]
+                assert swarm_node.labels.get(IDENTITY_LABEL) == iid, swarm_node.labels
+                assert swarm_node.ours
+                impostor_id = await _impostor_joins(lc, host)
+                await asyncio.sleep(6.0)  # several ticks (2 s apart) with both nodes under one hostname
+                nodes = {n.id: n for n in await lc.orchestrator.list_nodes()}
+                assert nodes[swarm_node.id].ours and nodes[swarm_node.id].hostname == host
+                _untouched(nodes[impostor_id], host)
                 await future
-            [(iid, inst)] = [(i, v) for i, v in owned_instances(lc).items() if i not in before]
-            ip, host = inst["PrivateIpAddress"], hostname_of(inst)
             # its dockerd node advertises the machine's PrivateIpAddress, which its boot read from its
             # metadata service (and sent its ticket from: the only way it could have joined). Swarm's
             # Status.Addr is 127.0.0.1 for every local node (the kernel's source for a loopback peer).
-            [node] = [n for name, n in lc.local_swarm.nodes.items() if name.split(".")[0] == host]
+            machine_nodes = lc.local_swarm.nodes.items()
+            [node] = [
+                n for name, n in machine_nodes if name.split(".")[0] == host and name != f"{host}.impostor"
+            ]
             assert node.address == ip, (node.address, ip)
             assert any(asked.split(".")[0] == host for asked in lc.metadata.asked)
-            # its node was confirmed by the machine itself and adopted (labelled ours) on that ground
-            [swarm_node] = [n for n in await lc.orchestrator.list_nodes() if n.hostname == host]
-            assert swarm_node.labels.get(IDENTITY_LABEL) == iid, swarm_node.labels
-            assert swarm_node.ours
             # what a read-only principal reads: no token in user data or tags, a ticket
             attr = ec2_client(lc).describe_instance_attribute(InstanceId=iid, Attribute="userData")
             user_data = base64.b64decode(attr["UserData"]["Value"]).decode()
@@ -104,5 +119,30 @@ async def test_a_machine_joins_through_its_ticket_and_the_ticket_is_worthless_af
             assert await _post(url, other, ticket) == 403  # another address gets nothing
             await wait_for(lambda: not owned_instances(lc), 180, "the fleet back at its minimum (0)")
             await wait_for(lambda: not lc.scheduler.workers, 60, "every dask worker gone")
+            await asyncio.sleep(6.0)  # the machine's node is removed once down; the impostor's stays
+            nodes = {n.id: n for n in await lc.orchestrator.list_nodes()}
+            assert swarm_node.id not in nodes
+            _untouched(nodes[impostor_id], host)
         finally:
+            if impostor_id:
+                await lc.local_swarm.stop_node(
+                    next(h for h in lc.local_swarm.nodes if h.endswith(".impostor"))
+                )
+                await lc.orchestrator.remove(impostor_id)
             await running.halt()
+
+
+async def _impostor_joins(lc: LocalCloud, host: str) -> str:
+    """A dockerd node named `<host>.impostor` (read as `host`: the part before the first dot, as for
+    Amazon Linux's full names) joins with the worker join token, as an attacker holding it would; its
+    node id."""
+    node = await lc.local_swarm.add_node(f"{host}.impostor", folder=f"{host}-impostor")
+    await node.join(lc.local_swarm.worker_token, lc.local_swarm.manager_addr)
+    return (await node.docker("info", "--format", "{{.Swarm.NodeID}}")).strip()
+
+
+def _untouched(node: Node, host: str) -> None:
+    """Unowned, unconfirmed, with no label the daemon writes, and never drained."""
+    assert node.hostname == host and not node.ours, node
+    assert not [k for k in node.labels if k.startswith("swarm-autoscaler")], node.labels
+    assert node.availability == Availability.ACTIVE, node

@@ -454,11 +454,12 @@ class LocalSwarm:
         return node
 
     async def add_node(
-        self, hostname: str, *, address: str | None = None, machine_mounts: bool = False
+        self, hostname: str, *, address: str | None = None, machine_mounts: bool = False, folder: str = ""
     ) -> LocalNode:
         """Start a dockerd for `hostname` on the next loopback address (or `address`, a loopback one
         such as a machine's private IP in a VPC carved from 127.0.0.0/8) and wait until it answers.
-        `machine_mounts`: see `MACHINE_MOUNTS`. The node is not joined: call
+        `machine_mounts`: see `MACHINE_MOUNTS`. `folder`: its folder's name (default: from the hostname;
+        give one for a second node whose hostname has the same first label). The node is not joined: call
         `node.join(swarm.worker_token, swarm.manager_addr)`."""
         if self._closed:
             raise ConfigurationError("the local swarm is closed")
@@ -469,7 +470,8 @@ class LocalSwarm:
         if address is None:
             address = f"127.0.0.{self._next_address}"
             self._next_address += 1
-        node = LocalNode(hostname, address, self._folder_of(hostname), machine_mounts=machine_mounts)
+        where = self.base_dir / folder if folder else self._folder_of(hostname)
+        node = LocalNode(hostname, address, where, machine_mounts=machine_mounts)
         self.nodes[hostname] = node
         self._spawn(node)
         await node.wait_ready(self.start_timeout)
