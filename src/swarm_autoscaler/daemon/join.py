@@ -13,7 +13,9 @@ The answer is `{"token": ..., "manager": "host:port"}` only when all of these ho
 
 Once joined, the machine confirms its node: it posts `{"ticket": "<hex>", "node": "<its swarm node id>"}`
 (`docker info`) the same way, and checks 1, 2 and 4 hold again; the node must exist, be a worker, carry
-the instance's hostname and no other instance's id. The desk then labels it `cluster.IDENTITY_LABEL` =
+the instance's hostname and no other instance's id, and no other ready node may be confirmed for the
+instance already (a task on the machine later, which can read the ticket, cannot name a second node;
+a warm-pool start's new node replaces a down one). The desk then labels it `cluster.IDENTITY_LABEL` =
 the instance id (a manager's write: a node cannot label itself) and answers `{"node": ..., "instance":
 ...}`. With join tickets on, the planner adopts only a node so labelled (`Policy.adopt_by_identity`),
 so a node that took a pending machine's hostname with a join token obtained elsewhere stays unowned:
@@ -66,7 +68,7 @@ from swarm_autoscaler.adapters.join_tickets import JOIN_PATH, TICKET, ticket_mat
 from swarm_autoscaler.adapters.join_tls import JoinTls
 from swarm_autoscaler.config.settings import Settings
 from swarm_autoscaler.core.cluster import IDENTITY_LABEL
-from swarm_autoscaler.core.model import Node
+from swarm_autoscaler.core.model import Node, NodeStatus
 from swarm_autoscaler.core.ports import Orchestrator
 from swarm_autoscaler.errors import AutoscalerError, ConfigurationError
 from swarm_autoscaler.runtime.http import listen
@@ -171,7 +173,8 @@ class JoinDesk:
         if machine is None:
             return 403, _REFUSED, why
         inst = machine.instance
-        node = next((n for n in await self.list_nodes() if n.id == node_id), None)
+        nodes = await self.list_nodes()
+        node = next((n for n in nodes if n.id == node_id), None)
         host = machine_hostname(inst.hostname)
         if node is None or node.is_manager or self.label_node is None:
             return 403, _REFUSED, f"{inst.id} named node {node_id}: no such worker node"
@@ -180,6 +183,15 @@ class JoinDesk:
         confirmed = node.labels.get(IDENTITY_LABEL, "")
         if confirmed not in ("", inst.id):
             return 403, _REFUSED, f"{inst.id} named node {node_id}, confirmed for {confirmed}"
+        if any(
+            n.id != node_id and n.labels.get(IDENTITY_LABEL) == inst.id and n.status == NodeStatus.READY
+            for n in nodes
+        ):
+            return (
+                403,
+                _REFUSED,
+                f"{inst.id} named node {node_id}, but another node of it is confirmed and ready",
+            )
         if confirmed != inst.id:
             await self.label_node(node.id, {IDENTITY_LABEL: inst.id})
         return 200, {"node": node.id, "instance": inst.id}, f"{inst.id} confirmed its node {node.id}"

@@ -389,6 +389,10 @@ async def test_only_the_machine_itself_confirms_its_node_and_only_that_node_is_a
     assert ep.swarm.labelled == [("machine0node", {IDENTITY_LABEL: iid})]
     assert (await ep.post(ip, {"ticket": good, "node": "machine0node"}))[0] == 200  # a retry: no new write
     assert len(ep.swarm.labelled) == 1
+    # a task on the machine later reads the ticket (user data) and posts from the machine's own address,
+    # naming the impostor: refused while the machine's confirmed node is ready
+    assert (await ep.post(ip, {"ticket": good, "node": "impostor0node"}))[0] == 403
+    assert len(ep.swarm.labelled) == 1
     snapshot = Snapshot(
         now=time.time(),
         instance_types=(),
