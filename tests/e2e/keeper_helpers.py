@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -93,12 +93,15 @@ def tail(log: Path, chars: int = 2000) -> str:
 
 
 @contextlib.asynccontextmanager
-async def keeper_process(kc: KeeperCloud, idle_timeout_s: float, log: Path) -> AsyncIterator[tuple[str, int]]:
-    """`swarm-autoscaler keeper` as a real process on this cloud; yields its API's URL and its pid once
-    /healthz answers. Killed (by its pid) on exit if still running."""
+async def keeper_process(
+    kc: KeeperCloud, idle_timeout_s: float, log: Path, extra: Mapping[str, str] | None = None
+) -> AsyncIterator[tuple[str, int]]:
+    """`swarm-autoscaler keeper` as a real process on this cloud (`extra`: settings over the cloud's);
+    yields its API's URL and its pid once /healthz answers. Killed (by its pid) on exit if still running."""
     port = free_port()
     env_file = kc.write_env(
-        f"keeper-process-{port}.env", kc.keeper_env(idle_timeout_s=idle_timeout_s, http_port=port)
+        f"keeper-process-{port}.env",
+        {**kc.keeper_env(idle_timeout_s=idle_timeout_s, http_port=port), **(extra or {})},
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOSCALER_")}
     with log.open("wb") as out:

@@ -29,8 +29,11 @@ from swarm_autoscaler_lab.localcloud.keepercloud import KeeperCloud, KeeperCloud
 pytestmark = [pytest.mark.e2e, pytest.mark.no_dockerd, pytest.mark.timeout(240)]
 
 IDLE = 60.0  # long: these tests end their clusters on request
-LOCK_TTL = 3.0  # the keeper cloud's fast AUTOSCALER_KEEPER_LOCK_TTL
-CHECK = 1.0  # ... and AUTOSCALER_KEEPER_CHECK_INTERVAL
+CHECK = 1.0  # the keeper cloud's fast AUTOSCALER_KEEPER_CHECK_INTERVAL
+# The hand-over test's lease TTL: longer than the fast cloud's 3 s, which lapsed in a loaded fresh-clone
+# run (the fast lane runs chaos tests beside it) while A was the only replica, before B even started.
+LOCK_TTL = 6.0
+LEASE = {"AUTOSCALER_KEEPER_LOCK_TTL": f"{LOCK_TTL:g}s"}
 
 
 async def test_twenty_concurrent_get_or_create_calls_through_two_replicas_create_one_cluster() -> None:
@@ -93,7 +96,7 @@ async def test_a_replica_killed_with_sigkill_hands_its_cluster_over_within_the_l
     async with KeeperCloud(KeeperCloudOptions(fast=True)) as kc:
         kc.boot_keeper_primaries()
         log = tmp_path / "keeper-a.log"
-        async with keeper_process(kc, IDLE, log) as (url_a, pid_a):
+        async with keeper_process(kc, IDLE, log, LEASE) as (url_a, pid_a):
             a = KeeperApi(url_a, kc.token)
             try:
                 status, body = await a.call("PUT", path)
@@ -102,9 +105,14 @@ async def test_a_replica_killed_with_sigkill_hands_its_cluster_over_within_the_l
                 await wait_state(a, path, "running", 60)
             finally:
                 await a.close()
+
+            async def someone_holds() -> bool:  # A, the only replica (its first check may be pending)
+                return await lease_holder(kc, cid) is not None
+
+            await wait_for(someone_holds, 2 * LOCK_TTL, "A holds the cluster's lease")
             held_by_a = await lease_holder(kc, cid)
             assert held_by_a is not None
-            async with kc.keeper(idle_timeout_s=IDLE) as (url_b, replica_b):
+            async with kc.keeper(idle_timeout_s=IDLE, extra=LEASE) as (url_b, replica_b):
                 assert isinstance(replica_b.locks, RedisLocks)
                 token_b = replica_b.locks.token
                 # B knows the cluster and checks it in its own task, but A holds it: B does nothing.
