@@ -124,19 +124,23 @@ async def test_a_machine_joins_through_its_ticket_and_the_ticket_is_worthless_af
             assert swarm_node.id not in nodes
             _untouched(nodes[impostor_id], host)
         finally:
-            if impostor_id:
-                await lc.local_swarm.stop_node(
-                    next(h for h in lc.local_swarm.nodes if h.endswith(".impostor"))
-                )
-                await lc.orchestrator.remove(impostor_id)
-            await running.halt()
+            try:  # the impostor's dockerd (also one that never came up), then its swarm entry
+                for name in [h for h in lc.local_swarm.nodes if h.endswith(".impostor")]:
+                    await lc.local_swarm.stop_node(name)
+                if impostor_id:
+                    await lc.orchestrator.remove(impostor_id)
+            finally:
+                await running.halt()
 
 
 async def _impostor_joins(lc: LocalCloud, host: str) -> str:
     """A dockerd node named `<host>.impostor` (read as `host`: the part before the first dot, as for
     Amazon Linux's full names) joins with the worker join token, as an attacker holding it would; its
     node id."""
-    node = await lc.local_swarm.add_node(f"{host}.impostor", folder=f"{host}-impostor")
+    # (a short folder: containerd's sockets under it must fit a unix socket path; `<host>-impostor` made
+    # `.../exec/containerd/containerd.sock.ttrpc` 105 bytes for a 15-character host, and containerd never
+    # started)
+    node = await lc.local_swarm.add_node(f"{host}.impostor", folder="impostor")
     await node.join(lc.local_swarm.worker_token, lc.local_swarm.manager_addr)
     return (await node.docker("info", "--format", "{{.Swarm.NodeID}}")).strip()
 
