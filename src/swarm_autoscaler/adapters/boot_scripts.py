@@ -38,6 +38,7 @@ import re
 import shlex
 from collections.abc import Sequence
 
+from swarm_autoscaler.adapters.join_tickets import TICKET
 from swarm_autoscaler.errors import ConfigurationError
 
 USER_DATA_LIMIT = 16 * 1024  # EC2's limit on raw user data, before base64
@@ -57,7 +58,6 @@ _WORST_TOKEN = "SWMTKN-1-" + "x" * 100
 _WORST_MANAGER = "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535"
 _TICKET_FAILED = "the join ticket was refused, docker swarm join failed or its node was not confirmed"
 _WORST_PIN = "A" * 43 + "="  # base64 of a SHA-256, as `join_tls.join_pin` returns
-TICKET_SHAPE = re.compile(r"[0-9a-f]{64}")  # `join_tickets.ticket`: written into the script as it is
 
 
 def join_line(token: str, manager_address: str, paused: bool = False) -> str:
@@ -77,7 +77,7 @@ def ticket_join(urls: Sequence[str], join_ticket: str, paused: bool = False, *, 
     must match `pin` (`join_tls.join_pin`; curl `--pinnedpubkey`, checked before anything is sent; `-k`
     because the certificate is self-signed: the pin is the check). Any step failing fails this attempt
     (the caller retries it, bounded, then reports a failed boot)."""
-    if not TICKET_SHAPE.fullmatch(join_ticket):
+    if not TICKET.fullmatch(join_ticket):  # written into the script as it is
         raise ValueError("a join ticket is 64 hex digits")
     flag = "--availability pause " if paused else ""
     body = shlex.quote(json.dumps({"ticket": join_ticket}))

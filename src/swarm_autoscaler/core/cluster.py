@@ -360,7 +360,7 @@ def _same_machine(
     connection) is the instance's private IP, an address or IP not known matching nothing."""
     mine = list(candidates)
     if policy.adopt_by_identity:
-        mine = [n for n in mine if _confirmed(n) == inst.id or (n.ours and not _confirmed(n))]
+        mine = [n for n in mine if confirmed_instance(n) == inst.id or (n.ours and not confirmed_instance(n))]
     if policy.adopt_by_address:
         mine = [n for n in mine if inst.private_ip and n.address == inst.private_ip]
     if len(mine) == len(candidates):
@@ -368,7 +368,7 @@ def _same_machine(
     return mine, [n for n in candidates if n not in mine]
 
 
-def _confirmed(node: Node) -> str:
+def confirmed_instance(node: Node) -> str:
     """The instance id a manager labelled `node` with (`IDENTITY_LABEL`; "": none)."""
     return node.labels.get(IDENTITY_LABEL, "")
 

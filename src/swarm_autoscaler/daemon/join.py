@@ -67,7 +67,7 @@ from swarm_autoscaler.adapters.hostnames import machine_hostname
 from swarm_autoscaler.adapters.join_tickets import JOIN_PATH, TICKET, ticket_matches
 from swarm_autoscaler.adapters.join_tls import JoinTls
 from swarm_autoscaler.config.settings import Settings
-from swarm_autoscaler.core.cluster import IDENTITY_LABEL
+from swarm_autoscaler.core.cluster import IDENTITY_LABEL, confirmed_instance
 from swarm_autoscaler.core.model import Node, NodeStatus
 from swarm_autoscaler.core.ports import Orchestrator
 from swarm_autoscaler.errors import AutoscalerError, ConfigurationError
@@ -140,27 +140,28 @@ class JoinDesk:
             except AutoscalerError as exc:
                 return 503, {"error": "cannot check now: try again"}, f"lookup failed: {exc}"
 
-    async def _machine(self, address: str, given: str) -> tuple[JoiningMachine | None, str, str]:
-        """(the machine of ours at `address` whose ticket is `given` and that is young enough, or None
-        with the reason; the join token and manager address swarm has now)."""
+    async def _machine(self, address: str, given: str) -> tuple[JoiningMachine, str, str] | str:
+        """(the machine of ours at `address` whose ticket is `given` and that is young enough, the join
+        token and the manager address swarm has now), or why not."""
         found = await self.machines_at(address)
         if len(found) != 1:
-            return None, f"{len(found)} machines of ours at this address", ""
+            return f"{len(found)} machines of ours at this address"
         machine = found[0]
         inst = machine.instance
         token, manager = await self.join_command()
         self._use(token)
         if not ticket_matches(token, machine.nonce, given):
-            return None, f"wrong ticket for {inst.id}", ""
+            return f"wrong ticket for {inst.id}"
         age = self.clock() - inst.launched_at
         if age >= self.max_start_time:
-            return None, f"{inst.id} started {age:.0f} s ago (AUTOSCALER_MAX_START_TIME)", ""
+            return f"{inst.id} started {age:.0f} s ago (AUTOSCALER_MAX_START_TIME)"
         return machine, token, manager
 
     async def _check(self, address: str, given: str) -> tuple[int, dict[str, str], str]:
-        machine, token, manager = await self._machine(address, given)
-        if machine is None:
-            return 403, _REFUSED, token  # (the reason, when refused)
+        found = await self._machine(address, given)
+        if isinstance(found, str):
+            return 403, _REFUSED, found
+        machine, token, manager = found
         inst = machine.instance
         nodes = await self.list_nodes()
         host = machine_hostname(inst.hostname)
@@ -169,10 +170,10 @@ class JoinDesk:
         return 200, {"token": token, "manager": manager}, f"{inst.id} may join"
 
     async def _confirm(self, address: str, given: str, node_id: str) -> tuple[int, dict[str, str], str]:
-        machine, why, _ = await self._machine(address, given)
-        if machine is None:
-            return 403, _REFUSED, why
-        inst = machine.instance
+        found = await self._machine(address, given)
+        if isinstance(found, str):
+            return 403, _REFUSED, found
+        inst = found[0].instance
         nodes = await self.list_nodes()
         node = next((n for n in nodes if n.id == node_id), None)
         host = machine_hostname(inst.hostname)
@@ -180,17 +181,15 @@ class JoinDesk:
             return 403, _REFUSED, f"{inst.id} named node {node_id}: no such worker node"
         if not host or machine_hostname(node.hostname) != host:
             return 403, _REFUSED, f"{inst.id} named node {node_id} of another hostname ({node.hostname})"
-        confirmed = node.labels.get(IDENTITY_LABEL, "")
+        confirmed = confirmed_instance(node)
         if confirmed not in ("", inst.id):
             return 403, _REFUSED, f"{inst.id} named node {node_id}, confirmed for {confirmed}"
-        if any(
-            n.id != node_id and n.labels.get(IDENTITY_LABEL) == inst.id and n.status == NodeStatus.READY
-            for n in nodes
-        ):
+        others = [n for n in nodes if n.id != node_id and confirmed_instance(n) == inst.id]
+        if any(n.status == NodeStatus.READY for n in others):
             return (
                 403,
                 _REFUSED,
-                f"{inst.id} named node {node_id}, but another node of it is confirmed and ready",
+                f"{inst.id} named node {node_id}, but another of its nodes is confirmed and ready",
             )
         if confirmed != inst.id:
             await self.label_node(node.id, {IDENTITY_LABEL: inst.id})
