@@ -60,8 +60,16 @@ def test_the_confirmed_node_is_adopted_beside_an_impostor() -> None:
     fleet = classify(snapshot, STRICT)
     assert [m.node.id for m in fleet.unowned if m.node] == ["node-9"]
     assert _labelled(snapshot, STRICT) == ["node-5"]
+
+
+def test_the_planner_never_copies_the_identity_label_from_the_instance_s_tags() -> None:
+    """The labels a node gets come from its instance's `swarm-autoscaler/label/*` tags; one naming the
+    identity label (written by someone allowed to tag the instance) would let that tag choose which
+    instance a node is. Only the join desk writes it: the planner leaves it out and copies the rest."""
+    inst = replace(_pending_machine(), labels={**LABELS, IDENTITY_LABEL: "i-0009"})
+    snapshot = make_snapshot([inst], [_node(5, {IDENTITY_LABEL: "i-0001"})])  # type: ignore[list-item]
     [update] = [a for a in plan(snapshot, STRICT).of_kind(NodeUpdate) if a.labels]
-    assert IDENTITY_LABEL not in dict(update.labels)  # the planner never writes it: only the join desk
+    assert dict(update.labels) == LABELS
 
 
 def test_a_node_confirmed_for_another_instance_is_not_this_one_s() -> None:
@@ -70,7 +78,7 @@ def test_a_node_confirmed_for_another_instance_is_not_this_one_s() -> None:
     snapshot = make_snapshot([inst], [other])  # type: ignore[list-item]
     fleet = classify(snapshot, STRICT)
     assert [m.key for m in fleet.launched] == ["i-0001"]
-    assert fleet.bucket_of().get("i-0001") is not None and _labelled(snapshot, STRICT) == []
+    assert _labelled(snapshot, STRICT) == []
 
 
 def test_a_node_ours_from_before_the_check_keeps_its_machine() -> None:

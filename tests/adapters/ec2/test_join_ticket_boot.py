@@ -37,6 +37,8 @@ from swarm_autoscaler_lab.localcloud.moto_user_data import as_ec2_decodes
 __all__ = ["loopback_vpc"]  # the module-scoped fixture, shared
 
 NODE_ID = "bootednode0000000000000001"  # what `docker info` reports once joined (swarm's ids: [0-9a-z])
+# the failed boot's reason, as operators read it on the console
+TICKET_FAILED = "the join ticket was refused, docker swarm join failed or its node was not confirmed"
 DOCKER = f"""#!/bin/sh
 # a node not in a swarm until `docker swarm join` succeeds; then its node id is {NODE_ID}
 case "$1 ${{2:-}}" in
@@ -83,7 +85,17 @@ async def _metadata(answer: str) -> tuple[str, aiohttp.web.AppRunner]:
     return f"http://127.0.0.1:{runner.addresses[0][1]}", runner
 
 
-async def _boot(tmp_path: Path, user_data: str, metadata: str) -> tuple[int, str]:
+async def _boot(tmp_path: Path, user_data: str, local_ipv4: str) -> tuple[int, str]:
+    """Run `user_data` under bash with the stubs, its metadata service answering `local_ipv4`: (exit
+    status, output)."""
+    metadata, runner = await _metadata(local_ipv4)
+    try:
+        return await _run_boot(tmp_path, user_data, metadata)
+    finally:
+        await runner.cleanup()
+
+
+async def _run_boot(tmp_path: Path, user_data: str, metadata: str) -> tuple[int, str]:
     stubs = tmp_path / "stubs"
     stubs.mkdir()
     (stubs / "docker").write_text(DOCKER)
@@ -122,11 +134,7 @@ async def test_the_boot_joins_with_the_token_the_endpoint_answers(
     endpoint: Endpoint, faults: FaultInjector, tmp_path: Path
 ) -> None:
     ip, user_data = await _launched(endpoint, faults, tmp_path)
-    metadata, runner = await _metadata(ip)
-    try:
-        code, output = await _boot(tmp_path, user_data, metadata)
-    finally:
-        await runner.cleanup()
+    code, output = await _boot(tmp_path, user_data, ip)
     assert code == 0, output
     assert "boot script ran" in output
     joined = (tmp_path / "stubs" / "joined").read_text().split()
@@ -147,12 +155,8 @@ async def test_a_boot_whose_node_is_not_confirmed_fails_and_stops(
     on the next attempts)."""
     ip, user_data = await _launched(endpoint, faults, tmp_path)
     endpoint.swarm.boots.clear()  # swarm never lists the node the machine names
-    metadata, runner = await _metadata(ip)
-    try:
-        with capture_logs() as logs:
-            code, output = await _boot(tmp_path, user_data, metadata)
-    finally:
-        await runner.cleanup()
+    with capture_logs() as logs:
+        code, output = await _boot(tmp_path, user_data, ip)
     assert code != 0
     assert f"{BOOT_FAILED_LINE} the join ticket was refused" in output
     assert (tmp_path / "stubs" / "shutdown-asked").exists()
@@ -170,16 +174,9 @@ async def test_a_boot_refused_reports_a_failed_boot_and_stops(
     to shut down (it stops: the daemon backs its type off and replaces it), and nothing joined."""
     ip, user_data = await _launched(endpoint, faults, tmp_path)
     other = ip.rsplit(".", 1)[0] + (".250" if not ip.endswith(".250") else ".251")
-    metadata, runner = await _metadata(other)
-    try:
-        code, output = await _boot(tmp_path, user_data, metadata)
-    finally:
-        await runner.cleanup()
+    code, output = await _boot(tmp_path, user_data, other)
     assert code != 0
-    assert (
-        f"{BOOT_FAILED_LINE} the join ticket was refused, docker swarm join failed or its node was not confirmed 5 times"
-        in output
-    )
+    assert f"{BOOT_FAILED_LINE} {TICKET_FAILED} 5 times" in output
     assert (tmp_path / "stubs" / "shutdown-asked").exists()
     assert not (tmp_path / "stubs" / "joined").exists()
 
@@ -201,18 +198,11 @@ async def test_an_impostor_with_another_key_is_sent_nothing_and_the_boot_fails(
     try:
         ip, user_data = await _launched(ep, faults, tmp_path)
         assert f"sha256//{ep.desk.tls.pin}" not in user_data  # the impostor's key is not the one pinned
-        metadata, runner = await _metadata(ip)
-        try:
-            with capture_logs() as logs:
-                code, output = await _boot(tmp_path, user_data, metadata)
-        finally:
-            await runner.cleanup()
+        with capture_logs() as logs:
+            code, output = await _boot(tmp_path, user_data, ip)
     finally:
         await close()
     assert code != 0
-    assert (
-        f"{BOOT_FAILED_LINE} the join ticket was refused, docker swarm join failed or its node was not confirmed 5 times"
-        in output
-    )
+    assert f"{BOOT_FAILED_LINE} {TICKET_FAILED} 5 times" in output
     assert not [e for e in logs if e["event"] in ("join granted", "join refused")], logs
     assert not (tmp_path / "stubs" / "joined").exists()
